@@ -1,0 +1,39 @@
+"""Resume adapters: code that decides, for a paused session, whether it can go on and with what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+class _NotReady:
+    """The adapter's answer "not yet": the session stays paused."""
+
+    _instance: _NotReady | None = None
+
+    def __new__(cls) -> _NotReady:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "tarry.NOT_READY"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NOT_READY = _NotReady()
+
+
+@attrs.frozen
+class ResumeRequest:
+    """What an adapter is asked about: one paused session."""
+
+    token: str
+    session_id: str
+    kind: str
+    reason: str
+    payload: Any
+    path: tuple[Any, ...]

@@ -1,0 +1,153 @@
+"""One drive of a session: from `run`/`resume` until it pauses, fails, is stopped, or ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tarry.engine import events as ev
+from tarry.engine.errors import NotSerializable
+from tarry.engine.events import Event
+from tarry.engine.execution import Execution
+from tarry.engine.flow import Flow
+from tarry.engine.reducer import error_to_data
+from tarry.engine.signals import Checkpoint, Pause
+from tarry.engine.state import ErrorInfo, SessionState
+from tarry.snapshots._codec import check
+from tarry.snapshots.records import SessionRecord, encode_state
+
+from .ledger import StoreLedger
+from .outcome import Outcome, outcome_of
+from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
+from .tokens import new_token
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+class Drive:
+    """Owns the Execution of one session while its generator tree runs in this process."""
+
+    __slots__ = ("rt", "flow", "record", "ex", "ledger", "flushed", "step_durable", "aborts")
+
+    def __init__(self, rt: Runtime, flow: Flow, record: SessionRecord, state: SessionState):
+        self.rt = rt
+        self.flow = flow
+        self.record = record
+        self.ledger = StoreLedger(rt.store, state.session_id)
+        listener: Callable[[Event], None] | None = rt._notify if rt._subscribers else None
+        self.ex = Execution(
+            state, now=rt.clock.now, ledger=self.ledger, check=check, listener=listener
+        )
+        self.flushed = 0  # how many of ex.log are written
+        self.step_durable = rt.durability == "step"
+        self.aborts = rt._aborts
+
+    # -- running ---------------------------------------------------------------------------
+    def start(self) -> AwaitableOrValue[Outcome]:
+        self.rt._running.add(self.ex.session_id)
+        try:
+            gen = self.flow._run(self.ex)
+            return drive(gen, self._on_checkpoint, self._finish)
+        except BaseException:
+            self.rt._running.discard(self.ex.session_id)
+            raise
+
+    def _on_checkpoint(self, signal: Checkpoint) -> bool:
+        """Between steps: stop if an abort was requested; with durability="step", write."""
+        if self.aborts and self.ex.session_id in self.aborts:
+            return True
+        if self.step_durable and len(self.ex.log) > self.flushed:
+            self._flush_steps()
+        return False
+
+    def _flush_steps(self) -> None:
+        store = self.rt.store
+        sid = self.ex.session_id
+        # Values before events: a crash between the two leaves values that the re-run of the
+        # step overwrites, never events that point at missing values.
+        values = self.ledger.take()
+        if values:
+            store.put_values(sid, values)
+        store.append_events(sid, self.ex.log[self.flushed :])
+        self.flushed = len(self.ex.log)
+
+    # -- ending ----------------------------------------------------------------------------
+    def _finish(self, result: Result) -> Outcome:
+        ex = self.ex
+        sid = ex.session_id
+        kind, value = result
+        token: str | None = None
+        try:
+            if kind == DONE:
+                ex.emit(ev.RUN_COMPLETED, (), {"output": value})
+                self.ledger.discard()
+            elif kind == PAUSED:
+                self._pause(value)
+                token = new_token()
+            elif kind == STOPPED:
+                resumable = self.aborts.pop(sid, True)
+                if resumable:
+                    data = {"kind": "system", "reason": "aborted", "awaits_value": False}
+                    ex.emit(ev.RUN_PAUSED, value.path, data)
+                    token = new_token()
+                else:
+                    ex.emit(ev.RUN_CANCELLED, value.path, {})
+            elif kind == FAILED:
+                self._fail(value)
+                token = new_token()  # a failed session can be retried, skipped or cancelled
+            self._write(token)
+        finally:
+            self.rt._running.discard(sid)
+        return outcome_of(ex.state, token)
+
+    def _pause(self, signal: Pause) -> None:
+        data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
+        if signal.payload is not None:
+            data["payload"] = signal.payload
+        if signal.wake_at is not None:
+            data["wake_at"] = signal.wake_at
+        if signal.expires_at is not None:
+            data["expires_at"] = signal.expires_at
+        try:
+            check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+        except NotSerializable as exc:
+            from tarry.engine.failure import fail
+
+            self._fail(fail(self.ex, signal.path, exc).error)
+            return
+        self.ex.emit(ev.RUN_PAUSED, signal.path, data)
+
+    def _fail(self, error: ErrorInfo) -> None:
+        self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})
+
+    def _write(self, token: str | None) -> None:
+        """One write: the state, the events since the last write, the unwritten values."""
+        state = self.ex.state
+        pause = state.pause
+        wake = None
+        if pause is not None:
+            wake = pause.wake_at or pause.expires_at
+        rec = self.record
+        record = SessionRecord(
+            session_id=rec.session_id,
+            flow=rec.flow,
+            status=state.status,
+            state=encode_state(state, fingerprint=self.flow.fingerprint,
+                               flow_version=self.flow.version),
+            version=rec.version,
+            fingerprint=self.flow.fingerprint,
+            flow_version=self.flow.version,
+            token=token,
+            wake_at=wake,
+            lease_owner=None,
+            lease_until=None,
+            created_at=rec.created_at,
+            updated_at=self.rt.clock.now(),
+            meta=rec.meta,
+        )
+        values = [] if state.status == "completed" else self.ledger.take()
+        events = self.ex.log[self.flushed :]
+        record.version = self.rt.store.save(record, rec.version, events=events, values=values)
+        self.flushed = len(self.ex.log)
+        self.record = record

@@ -1,0 +1,76 @@
+"""The ledger: a ForEach's items and results, kept out of the state and out of line in the store.
+
+Nothing is encoded on the step path: items and results wait in memory and are encoded when the
+session is written (a pause, the end of a run, or a step flush with `durability="step"`). A run
+that completes without pausing never encodes them at all: they are only needed to resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tarry.snapshots._codec import dumps, loads
+from tarry.snapshots.records import path_key
+from tarry.snapshots.store import SessionStore
+
+ITEMS, RESULTS = "i", "r"
+
+
+class StoreLedger:
+    __slots__ = ("_store", "_sid", "_items", "_unwritten", "_results", "_keys")
+
+    def __init__(self, store: SessionStore, session_id: str) -> None:
+        self._store = store
+        self._sid = session_id
+        self._items: dict[tuple[Any, ...], list[Any]] = {}  # known this run, by container path
+        self._unwritten: list[tuple[Any, ...]] = []  # paths whose items are not written yet
+        self._results: list[tuple[tuple[Any, ...], int, Any]] = []  # unwritten
+        self._keys: dict[tuple[Any, ...], str] = {}
+
+    def _key(self, kind: str, path: tuple[Any, ...]) -> str:
+        base = self._keys.get(path)
+        if base is None:
+            base = self._keys[path] = path_key(path)
+        return kind + base
+
+    def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None:
+        self._items[path] = items
+        self._unwritten.append(path)
+
+    def item(self, path: tuple[Any, ...], index: int) -> Any:
+        pending = self._items.get(path)
+        if pending is not None:
+            return pending[index]
+        blob = self._store.get_value(self._sid, self._key(ITEMS, path), index)
+        if blob is None:
+            msg = f"item {index} of {'/'.join(map(str, path))} is missing from the store"
+            raise LookupError(msg)
+        return loads(blob)
+
+    def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None:
+        self._results.append((path, index, value))
+
+    def results(self, path: tuple[Any, ...], stop: int) -> list[Any]:
+        stored = self._store.get_values(self._sid, self._key(RESULTS, path), stop)
+        found = [loads(b) for b in stored]
+        if len(found) < stop:  # some were written by this run and are not flushed yet
+            pending = {i: v for p, i, v in self._results if p == path and i < stop}
+            found = found + [pending[i] for i in range(len(found), stop)]
+        return found
+
+    def take(self) -> list[tuple[str, int, bytes]]:
+        """Encode and hand over everything not yet written; the caller writes it."""
+        values = [
+            (self._key(ITEMS, path), i, dumps(item))
+            for path in self._unwritten
+            for i, item in enumerate(self._items[path])
+        ]
+        values += [(self._key(RESULTS, p), i, dumps(v)) for p, i, v in self._results]
+        self._unwritten.clear()
+        self._results.clear()
+        return values
+
+    def discard(self) -> None:
+        """Forget unwritten values (the run ended: nothing will resume into them)."""
+        self._unwritten.clear()
+        self._results.clear()

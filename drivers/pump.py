@@ -1,0 +1,88 @@
+"""The one pump: steps a flow's generator chain into a result, switching to async only when
+an async step hands it an awaitable (graphql-core's AwaitableOrValue pattern).
+
+`pump` is the only loop. The async path (`_pump_async`) only awaits what `pump` hands it and
+then calls `pump` again, so sync and async runs share every line of dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+from tarry.engine.context import Interrupted
+from tarry.engine.failure import NodeFailure
+from tarry.engine.signals import Await, Checkpoint, Pause
+
+T = TypeVar("T")
+AwaitableOrValue = Awaitable[T] | T
+
+DONE, PAUSED, STOPPED, FAILED = "done", "paused", "stopped", "failed"
+Result = tuple[str, Any]
+
+
+def pump(
+    gen: Generator[Any, Any, Any],
+    value: Any,
+    on_checkpoint: Callable[[Checkpoint], bool],
+    throw: BaseException | None = None,
+) -> Result | Await:
+    """Send `value` (or throw `throw`) into `gen` and keep going until it returns, fails,
+    pauses, is stopped at a checkpoint, or needs an awaitable awaited."""
+    try:
+        signal = gen.send(value) if throw is None else gen.throw(throw)
+        while True:
+            kind = type(signal)
+            if kind is Checkpoint:
+                if on_checkpoint(signal):
+                    return (STOPPED, signal)
+                signal = gen.send(None)
+            elif kind is Pause:
+                return (PAUSED, signal)
+            elif kind is Await:
+                return signal
+            else:
+                msg = (
+                    f"a flow element yielded {signal!r}; only Checkpoint, Pause and Await may "
+                    f"be yielded (is a step a generator function? steps must return values)"
+                )
+                raise TypeError(msg)
+    except StopIteration as stop:
+        return (DONE, stop.value)
+    except NodeFailure as failure:
+        return (FAILED, failure.error)
+
+
+def drive(
+    gen: Generator[Any, Any, Any],
+    on_checkpoint: Callable[[Checkpoint], bool],
+    finish: Callable[[Result], T],
+) -> AwaitableOrValue[T]:
+    """Run `gen` to a result and return `finish(result)`; an awaitable of it as soon as an
+    async step is met."""
+    result = pump(gen, None, on_checkpoint)
+    if type(result) is Await:
+        return _pump_async(gen, result, on_checkpoint, finish)
+    return finish(result)
+
+
+async def _pump_async(
+    gen: Generator[Any, Any, Any],
+    signal: Await,
+    on_checkpoint: Callable[[Checkpoint], bool],
+    finish: Callable[[Result], T],
+) -> T:
+    while True:
+        try:
+            if signal.timeout is not None:
+                value = await asyncio.wait_for(signal.awaitable, signal.timeout)
+            else:
+                value = await signal.awaitable
+        except (Exception, Interrupted) as exc:
+            result = pump(gen, None, on_checkpoint, throw=exc)
+        else:
+            result = pump(gen, value, on_checkpoint)
+        if type(result) is not Await:
+            return finish(result)
+        signal = result

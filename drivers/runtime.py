@@ -1,0 +1,373 @@
+"""Runtime: runs, resumes, aborts and inspects sessions over one store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tarry.engine import events as ev
+from tarry.engine.errors import (
+    AsyncInSyncContext,
+    FlowMismatch,
+    InvalidFlow,
+    SessionNotResumable,
+    TokenAlreadyUsed,
+    UnknownFlow,
+    UnknownSession,
+    UnknownToken,
+)
+from tarry.engine.events import Event
+from tarry.engine.flow import Flow
+from tarry.engine.reducer import apply
+from tarry.engine.state import SessionState
+from tarry.snapshots._codec import check
+from tarry.snapshots.records import SessionRecord, encode_state
+from tarry.snapshots.store import SessionStore
+
+from .clock import Clock, SystemClock
+from .drive import Drive
+from .outcome import Outcome, outcome_of
+from .pump import AwaitableOrValue
+from .stores import open_store
+from .tokens import looks_like_token
+from .views import SessionSummary, SessionView, state_of
+
+log = logging.getLogger("tarry")
+
+DURABILITY = ("pause", "step")
+
+
+def _is_awaitable(value: Any) -> bool:
+    return hasattr(value, "__await__")
+
+
+class Runtime:
+    """Runs flows over one store. Safe to share between threads.
+
+    `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
+    step is met; `run_sync`/`resume_sync` always return an Outcome; `arun`/`aresume` always
+    return an awaitable.
+    """
+
+    def __init__(
+        self,
+        store: None | str | SessionStore = None,
+        *,
+        flows: Iterable[Flow] = (),
+        clock: Clock | None = None,
+        adapters: dict[str, Callable[..., Any]] | None = None,
+        durability: str = "pause",
+        secret: str | bytes | None = None,
+    ) -> None:
+        if durability not in DURABILITY:
+            msg = f"durability must be 'pause' or 'step' (got {durability!r})"
+            raise ValueError(msg)
+        self.store: SessionStore = open_store(store)
+        self.clock: Clock = clock or SystemClock()
+        self.durability = durability
+        self.adapters = dict(adapters or {})
+        self.secret = secret
+        self._flows: dict[str, Flow] = {}
+        for flow in flows:
+            self.register(flow)
+        self._lock = threading.Lock()
+        # session id -> resumable; read at every checkpoint, so kept as a plain dict (a dict
+        # lookup is atomic under the GIL; writes take the lock).
+        self._aborts: dict[str, bool] = {}
+        self._running: set[str] = set()
+        self._subscribers: list[tuple[Callable[[Event], Any], str | None]] = []
+
+    # -- flows ---------------------------------------------------------------------------------
+    def register(self, flow: Flow) -> Flow:
+        """Make `flow` available to `resume` by name."""
+        if not isinstance(flow, Flow):
+            msg = f"expected a tarry.Flow (got {flow!r})"
+            raise InvalidFlow(msg)
+        self._flows[flow.name] = flow
+        return flow
+
+    # -- running -------------------------------------------------------------------------------
+    def run(
+        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+    ) -> AwaitableOrValue[Outcome]:
+        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met."""
+        self.register(flow)
+        check(input, "input")
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            msg = f"session_id must be a non-empty str (got {session_id!r})"
+            raise ValueError(msg)
+        sid = session_id or uuid.uuid4().hex
+        now = self.clock.now()
+        record = SessionRecord(
+            session_id=sid,
+            flow=flow.name,
+            status="running",
+            state=b"",
+            fingerprint=flow.fingerprint,
+            flow_version=flow.version,
+            created_at=now,
+            updated_at=now,
+        )
+        self.store.create(record)  # SessionExists: nothing changed
+        run = Drive(self, flow, record, SessionState(session_id=sid, flow=flow.name))
+        run.ex.emit(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})
+        return run.start()
+
+    def run_sync(
+        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+    ) -> Outcome:
+        """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
+        _refuse_in_loop("run_sync", "arun")
+        return _settle(self.run(flow, input, session_id=session_id))
+
+    async def arun(
+        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+    ) -> Outcome:
+        """Like `run`, always as an awaitable."""
+        result = self.run(flow, input, session_id=session_id)
+        if _is_awaitable(result):
+            result = await result
+        return result
+
+    # -- resuming ------------------------------------------------------------------------------
+    def resume(
+        self,
+        token: str,
+        value: Any = None,
+        *,
+        flow: Flow | None = None,
+        allow_changed: bool = False,
+    ) -> AwaitableOrValue[Outcome]:
+        """Continue a paused (or failed) session where it stopped. Every check happens before
+        the token is consumed: a rejected resume leaves the session exactly as it was."""
+        run = self._prepare(token, flow, allow_changed, value=value, with_value=True)
+        return run.start()
+
+    def resume_sync(
+        self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
+    ) -> Outcome:
+        _refuse_in_loop("resume_sync", "aresume")
+        return _settle(self.resume(token, value, flow=flow, allow_changed=allow_changed))
+
+    async def aresume(
+        self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
+    ) -> Outcome:
+        result = self.resume(token, value, flow=flow, allow_changed=allow_changed)
+        if _is_awaitable(result):
+            result = await result
+        return result
+
+    def skip(
+        self, token: str, output: Any = None, *, flow: Flow | None = None
+    ) -> AwaitableOrValue[Outcome]:
+        """On a failed session: record the failed element as completed with `output`, go on."""
+        run = self._prepare(token, flow, allow_changed=flow is not None, skip=True, value=output)
+        return run.start()
+
+    def _prepare(
+        self,
+        token: str,
+        flow: Flow | None,
+        allow_changed: bool,
+        *,
+        value: Any = None,
+        with_value: bool = False,
+        skip: bool = False,
+    ) -> Drive:
+        info = self.store.find_token(token) if isinstance(token, str) else None
+        if info is None:
+            raise UnknownToken()
+        if info.used:
+            raise TokenAlreadyUsed(info.session_id)
+        record = self.store.load(info.session_id)
+        if record is None:
+            raise UnknownToken()
+        state = state_of(record)
+        flow = self._flow_for(record, flow, allow_changed, state)
+        if skip:
+            if state.status != "failed" or state.error is None:
+                raise SessionNotResumable(record.session_id, state.status, "skip")
+            check(value, "skip output")
+        else:
+            if state.status not in ("paused", "failed"):
+                raise SessionNotResumable(record.session_id, state.status, "resume")
+            pause = state.pause
+            if state.status == "paused" and pause is not None and pause.awaits_value:
+                element = flow.find(pause.path)
+                if element is not None and hasattr(element, "accept"):
+                    value = element.accept(value)  # InvalidResumeValue: nothing changed
+                check(value, "resume value")
+        if not self.store.consume_token(token):
+            raise TokenAlreadyUsed(record.session_id)
+        # From here on the session is ours: no other resume of this token can win.
+        run = Drive(self, flow, record, state)
+        if skip:
+            run.ex.emit(ev.RUN_RESUMED, state.error.path, {"skip": True})
+            run.ex.emit(ev.NODE_COMPLETED, state.error.path, {"output": value, "skipped": True})
+        elif state.status == "paused" and state.pause is not None and state.pause.awaits_value:
+            run.ex.emit(ev.RUN_RESUMED, state.pause.path, {"value": value})
+        else:
+            path = state.pause.path if state.pause else state.error.path if state.error else ()
+            run.ex.emit(ev.RUN_RESUMED, path, {})
+        return run
+
+    def _flow_for(
+        self, record: SessionRecord, flow: Flow | None, allow_changed: bool, state: SessionState
+    ) -> Flow:
+        if flow is None:
+            flow = self._flows.get(record.flow)
+            if flow is None:
+                raise UnknownFlow(record.flow)
+        elif not isinstance(flow, Flow):
+            msg = f"flow= must be a tarry.Flow (got {flow!r})"
+            raise InvalidFlow(msg)
+        if flow.fingerprint == record.fingerprint:
+            return flow
+        if not allow_changed:
+            msg = (
+                f"session {record.session_id!r} was started by flow {record.flow!r} with "
+                f"fingerprint {record.fingerprint}, but the flow given has {flow.fingerprint}; "
+                f"pass allow_changed=True to resume with a repaired flow"
+            )
+            raise FlowMismatch(msg)
+        _check_position(flow, state)
+        return flow
+
+    # -- control -------------------------------------------------------------------------------
+    def abort(self, session_id: str, *, resumable: bool = True) -> None:
+        """Stop a running session at its next checkpoint (before the next iteration or child).
+
+        Thread-safe. It then pauses with kind "system", reason "aborted" — or is cancelled
+        when `resumable=False`. A paused or failed session is cancelled by
+        `abort(..., resumable=False)`; with `resumable=True` it is already stopped: no-op.
+        """
+        with self._lock:
+            if session_id in self._running:
+                self._aborts[session_id] = resumable
+                return
+        if not resumable:
+            record = self.store.load(session_id)
+            if record is not None and record.status in ("paused", "failed"):
+                self.cancel(session_id)
+
+    def cancel(self, token_or_session_id: str) -> Outcome:
+        """End a paused or failed session as cancelled."""
+        key = token_or_session_id
+        info = self.store.find_token(key) if looks_like_token(key) else None
+        if info is not None:
+            if info.used:
+                raise TokenAlreadyUsed(info.session_id)
+            sid = info.session_id
+        elif looks_like_token(key):
+            raise UnknownToken()
+        else:
+            sid = key
+        record = self.store.load(sid)
+        if record is None:
+            raise UnknownSession(sid)
+        if record.status not in ("paused", "failed"):
+            raise SessionNotResumable(sid, record.status, "cancel")
+        if record.token is not None and not self.store.consume_token(record.token):
+            raise SessionNotResumable(sid, "running", "cancel")
+        state = state_of(record)
+        event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, self.clock.now(), (), {})
+        state = apply(state, event)
+        self._notify(event)
+        record.state = encode_state(
+            state, fingerprint=record.fingerprint, flow_version=record.flow_version
+        )
+        record.status = state.status
+        record.token = None
+        record.wake_at = None
+        record.updated_at = self.clock.now()
+        self.store.save(record, record.version, events=[event])
+        return outcome_of(state, None)
+
+    # -- inspecting ----------------------------------------------------------------------------
+    def session(self, session_id: str) -> SessionView:
+        record = self.store.load(session_id)
+        if record is None:
+            raise UnknownSession(session_id)
+        return SessionView(self.store, record)
+
+    def sessions(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | Flow | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionSummary]:
+        """Sessions newest first, optionally filtered by status and flow (name or Flow)."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        rows = self.store.list(status=status, flow=name, limit=limit, offset=offset)
+        return [SessionSummary.of(r) for r in rows]
+
+    def subscribe(
+        self, callback: Callable[[Event], Any], *, session_id: str | None = None
+    ) -> Callable[[], None]:
+        """Call `callback(event)` for each new event (of one session, or all). Returns the
+        function that unsubscribes. Runs already in progress keep the subscribers they
+        started with; a callback that raises is logged and does not disturb the run."""
+        entry = (callback, session_id)
+        with self._lock:
+            self._subscribers = self._subscribers + [entry]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subscribers = [s for s in self._subscribers if s is not entry]
+
+        return unsubscribe
+
+    def _notify(self, event: Event) -> None:
+        for callback, sid in self._subscribers:
+            if sid is None or sid == event.session_id:
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("tarry subscriber %r failed on event %s", callback, event.seq)
+
+
+def _check_position(flow: Flow, state: SessionState) -> None:
+    """A repaired flow must still contain every container entered and the paused element."""
+    for frame in state.container_stack:
+        element = flow.find(frame.path)
+        if element is None or element.kind != frame.kind:
+            msg = f"the repaired flow has no {frame.kind} at {'/'.join(map(str, frame.path))}"
+            raise FlowMismatch(msg)
+    for name in state.outputs:
+        if flow.find((name,)) is None:
+            msg = f"the repaired flow has no top-level element {name!r}, which already completed"
+            raise FlowMismatch(msg)
+    at = state.pause.path if state.pause else state.error.path if state.error else ()
+    if at and flow.find(at) is None and state.pause is not None and state.pause.awaits_value:
+        msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run waits"
+        raise FlowMismatch(msg)
+    if state.error is not None and at and flow.find(at) is None:
+        msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run failed"
+        raise FlowMismatch(msg)
+
+
+def _refuse_in_loop(name: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    msg = f"{name}() was called inside a running event loop; use `await runtime.{instead}(...)`"
+    raise AsyncInSyncContext(msg)
+
+
+def _settle(result: AwaitableOrValue[Outcome]) -> Outcome:
+    if not _is_awaitable(result):
+        return result  # type: ignore[return-value]
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(result)  # type: ignore[arg-type]
+    finally:
+        loop.close()
+
+

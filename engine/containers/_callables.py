@@ -1,0 +1,42 @@
+"""Calling a container's own user callables (`items`, `when`, `until`) as part of the container."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ..context import Context, Interrupted, Scope
+from ..element import Signal
+from ..errors import InvalidFlow
+from ..execution import Execution
+from ..failure import fail
+from ..signals import Await
+from ..step import is_awaitable
+
+
+def evaluate(
+    ex: Execution,
+    path: tuple[Any, ...],
+    fn: Callable[[Context], Any],
+    prev: Any,
+    scope: Scope,
+) -> Generator[Signal, Any, Any]:
+    """Call `fn(ctx)`; a failure fails the container at `path`. Async callables are awaited."""
+    ctx = Context(ex, path, prev, scope)
+    try:
+        value = fn(ctx)
+        if is_awaitable(value):
+            value = yield Await(value)
+    except Interrupted:
+        exc = InvalidFlow(f"{'/'.join(map(str, path))}: only steps may call ctx.interrupt")
+        raise fail(ex, path, exc) from None
+    except Exception as exc:
+        raise fail(ex, path, exc) from exc
+    return value
+
+
+def check_callable(value: Any, what: str) -> Any:
+    if not callable(value):
+        msg = f"{what} must be a callable taking ctx (got {value!r})"
+        raise InvalidFlow(msg)
+    return value

@@ -1,0 +1,66 @@
+"""Branch: run one of two bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+from .. import events as ev
+from ..context import Context, Scope
+from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from ..errors import InvalidFlow
+from ..execution import Execution
+from ._callables import check_callable, evaluate
+
+_SKIPPED = {"reason": "branch_not_taken"}
+
+
+class Branch(Element):
+    """`when(ctx)` picks `then` (true) or `otherwise`; the other side's elements are recorded as
+    skipped. The output is the output of the side taken (`None` when it has no elements).
+
+    A Branch is a container of one iteration whose item is the side taken ("then" or
+    "otherwise"); the choice is kept in its frame (`selected`), so a resume never asks again.
+    """
+
+    kind = "branch"
+
+    def __init__(
+        self, name: str, when: Callable[[Context], Any], then: Any, otherwise: Any = None
+    ) -> None:
+        self.name = check_name(name, "Branch")
+        self.when = check_callable(when, f"Branch {name!r}: when")
+        self.then = as_body(then, name)
+        self.otherwise = as_body(otherwise, name) if otherwise is not None else ()
+        clash = {e.name for e in self.then} & {e.name for e in self.otherwise}
+        if clash:
+            msg = f"Branch {name!r}: names must be unique across both sides ({sorted(clash)!r})"
+            raise InvalidFlow(msg)
+
+    def _bodies(self) -> Iterable[tuple[str, tuple[Element, ...]]]:
+        return (("then", self.then), ("otherwise", self.otherwise))
+
+    def _run(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, Any]:
+        frame = ex.take_frame(path)
+        if frame is None:
+            taken = yield from evaluate(ex, path, self.when, prev, scope)
+            side = "then" if taken else "otherwise"
+            ex.emit(ev.NODE_STARTED, path, {"kind": "branch"})
+            ex.emit(ev.ITERATION_STARTED, path, {"index": 0, "item": side})
+            for element in self.otherwise if side == "then" else self.then:
+                ex.emit(ev.NODE_SKIPPED, path + (element.name,), _SKIPPED)
+            child, first = 0, prev
+        else:
+            side = frame.selected
+            child = frame.child
+            body = self.then if side == "then" else self.otherwise
+            first = resume_prev(body, child, frame.child_outputs, prev)
+        body = self.then if side == "then" else self.otherwise
+        out = unwrap((yield from run_body(ex, body, path, child, first, scope)))
+        if not body:
+            out = None
+        ex.emit(ev.ITERATION_COMPLETED, path, {"index": 0, "output": out})
+        ex.emit(ev.NODE_COMPLETED, path, {"output": out, "selected": side})
+        return out

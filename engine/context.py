@@ -1,0 +1,220 @@
+"""`ctx`: what every step (and every `when`/`until`/items callable) is handed."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+import attrs
+
+from .execution import Execution
+
+
+@attrs.frozen(slots=True)
+class Scope:
+    """The innermost ForEach item/index and Loop/ForEach iteration around an element."""
+
+    item: Any = None
+    index: int | None = None
+    iteration: int | None = None
+
+
+ROOT = Scope()
+
+
+class Interrupted(BaseException):  # noqa: N818 - a control signal, not an error
+    """`ctx.interrupt` without a value yet: unwinds the step so its wrapper can pause.
+
+    A BaseException so that a step's own `except Exception` does not swallow it.
+    """
+
+    def __init__(self, kind: str, reason: str, payload: Any) -> None:
+        self.kind = kind
+        self.reason = reason
+        self.payload = payload
+        super().__init__(reason)
+
+
+class Outputs(Mapping[str, Any]):
+    """`ctx.outputs`: the latest output of a completed element by name, innermost scope first."""
+
+    __slots__ = ("_ex",)
+
+    def __init__(self, ex: Execution) -> None:
+        self._ex = ex
+
+    def _scopes(self) -> list[Mapping[str, Any]]:
+        state = self._ex.state
+        scopes: list[Mapping[str, Any]] = [f.child_outputs for f in reversed(state.container_stack)]
+        scopes.append(state.outputs)
+        return scopes
+
+    def __getitem__(self, name: str) -> Any:
+        state = self._ex.state
+        for frame in reversed(state.container_stack):
+            if name in frame.child_outputs:
+                return frame.child_outputs[name]
+        return state.outputs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for scope in self._scopes():
+            for name in scope:
+                if name not in seen:
+                    seen.add(name)
+                    yield name
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"Outputs({dict(self)!r})"
+
+
+_DELETED = object()
+
+
+class SharedState(MutableMapping[str, Any]):
+    """`ctx.state`: the session's shared dict. Top-level assignments are recorded when the step
+    completes; a step that fails or pauses leaves the session's state as it was."""
+
+    __slots__ = ("_base", "_changes")
+
+    def __init__(self, base: Mapping[str, Any]) -> None:
+        self._base = base
+        self._changes: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._changes:
+            value = self._changes[key]
+            if value is _DELETED:
+                raise KeyError(key)
+            return value
+        return self._base[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            msg = f"ctx.state keys must be str (got {key!r} that is a {type(key).__name__})"
+            raise TypeError(msg)
+        self._changes[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._changes[key] = _DELETED
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self._base:
+            if self._changes.get(key, None) is not _DELETED:
+                yield key
+        for key, value in self._changes.items():
+            if key not in self._base and value is not _DELETED:
+                yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"SharedState({dict(self)!r})"
+
+    def effects(self, data: dict[str, Any]) -> None:
+        """Add this step's changes to its `node.completed` data."""
+        if not self._changes:
+            return
+        sets = {k: v for k, v in self._changes.items() if v is not _DELETED}
+        dels = [k for k, v in self._changes.items() if v is _DELETED]
+        if sets:
+            data["state"] = sets
+        if dels:
+            data["state_deleted"] = dels
+
+
+def idempotency_key(session_id: str, path: tuple[Any, ...]) -> str:
+    raw = session_id + "\x1f" + "\x1f".join(map(str, path))
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+class Context:
+    """The `ctx` argument of a step. See the API reference for every attribute."""
+
+    __slots__ = ("_ex", "path", "prev", "_scope", "attempt", "_state", "_metrics", "_interrupts")
+
+    def __init__(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, attempt: int = 1
+    ) -> None:
+        self._ex = ex
+        self.path = path
+        self.prev = prev
+        self._scope = scope
+        self.attempt = attempt
+        self._state: SharedState | None = None
+        self._metrics: dict[str, float] | None = None
+        self._interrupts = 0
+
+    @property
+    def input(self) -> Any:
+        return self._ex.state.input
+
+    @property
+    def item(self) -> Any:
+        return self._scope.item
+
+    @property
+    def index(self) -> int | None:
+        return self._scope.index
+
+    @property
+    def iteration(self) -> int | None:
+        return self._scope.iteration
+
+    @property
+    def session_id(self) -> str:
+        return self._ex.session_id
+
+    @property
+    def outputs(self) -> Outputs:
+        return Outputs(self._ex)
+
+    @property
+    def state(self) -> SharedState:
+        if self._state is None:
+            self._state = SharedState(self._ex.state.shared)
+        return self._state
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable for this step position across retries, re-runs and processes."""
+        return idempotency_key(self._ex.session_id, self.path)
+
+    def metric(self, name: str, value: float) -> None:
+        """Add `value` to the metric `name`, summed per node and per run."""
+        if self._metrics is None:
+            self._metrics = {}
+        self._metrics[name] = self._metrics.get(name, 0) + value
+
+    def interrupt(self, reason: str = "", *, kind: str = "human", payload: Any = None) -> Any:
+        """Pause the run here; on resume the step runs again and this returns the value.
+
+        Several interrupts in one step are matched to resume values by order.
+        """
+        number = self._interrupts
+        self._interrupts += 1
+        values = self._ex.state.resume_values
+        if number < len(values):
+            return values[number]
+        if kind not in ("human", "external", "system"):
+            msg = f"interrupt kind must be 'human', 'external' or 'system' (got {kind!r})"
+            raise ValueError(msg)
+        raise Interrupted(kind, reason, payload)
+
+    def effects(self, data: dict[str, Any]) -> dict[str, Any]:
+        """Add the state changes and metrics of this step to its completion data."""
+        if self._state is not None:
+            self._state.effects(data)
+        if self._metrics:
+            data["metrics"] = self._metrics
+        return data
+
+    def __repr__(self) -> str:
+        return f"<Context {'/'.join(map(str, self.path))} attempt={self.attempt}>"

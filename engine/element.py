@@ -1,0 +1,112 @@
+"""The base of every flow element, bodies (element lists), and the body runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import attrs
+
+from .context import Scope
+from .errors import InvalidFlow
+from .execution import Execution
+from .signals import Checkpoint
+
+Signal = Any  # Checkpoint | Pause | Await
+
+
+@attrs.frozen(slots=True)
+class Route:
+    """What a Graph node returns to choose the next node: `routes[node][action]`."""
+
+    action: str
+    value: Any = None
+
+
+def unwrap(result: Any) -> Any:
+    """The output carried by a node's result (a Route carries it in `value`)."""
+    return result.value if type(result) is Route else result
+
+
+class Element:
+    """A step or a container. Subclasses implement `_run` as a generator."""
+
+    kind: str = "element"
+    name: str
+
+    def _run(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, Any]:
+        raise NotImplementedError
+
+    def _bodies(self) -> Iterable[tuple[str, tuple[Element, ...]]]:
+        """Labelled child bodies, for the fingerprint and path lookup."""
+        return ()
+
+    def _describe(self) -> tuple[Any, ...]:
+        return (self.kind, self.name, tuple((label, tuple(e._describe() for e in body))
+                                            for label, body in self._bodies()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+def check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        msg = f"{what} name must be a non-empty str (got {name!r})"
+        raise InvalidFlow(msg)
+    return name
+
+
+def as_element(obj: Any) -> Element:
+    """An element for `obj`: elements pass, plain callables become steps."""
+    if isinstance(obj, Element):
+        return obj
+    if callable(obj):
+        from .step import Step
+
+        return Step(obj)
+    msg = f"a body element must be a step, a container or a callable (got {obj!r})"
+    raise InvalidFlow(msg)
+
+
+def as_body(body: Any, owner: str) -> tuple[Element, ...]:
+    """Normalize a body (an element, a callable, or a list of them) to a tuple of elements."""
+    items = list(body) if isinstance(body, list | tuple) else [body]
+    elements = tuple(as_element(x) for x in items)
+    seen: set[str] = set()
+    for el in elements:
+        if el.name in seen:
+            msg = f"names in the body of {owner!r} must be unique ({el.name!r} appears twice)"
+            raise InvalidFlow(msg)
+        seen.add(el.name)
+    return elements
+
+
+def resume_prev(body: tuple[Element, ...], child: int, outputs: dict[str, Any], first: Any) -> Any:
+    """`ctx.prev` for the element at `child` when a body is resumed there."""
+    if child == 0:
+        return first
+    return outputs.get(body[child - 1].name)
+
+
+def run_body(
+    ex: Execution,
+    body: tuple[Element, ...],
+    base: tuple[Any, ...],
+    start: int,
+    prev: Any,
+    scope: Scope,
+) -> Generator[Signal, Any, Any]:
+    """Run `body[start:]` in order; return the last element's result (or `prev` if none ran)."""
+    result = prev
+    for index in range(start, len(body)):
+        element = body[index]
+        path = base + (element.name,)
+        yield Checkpoint(path)
+        result = yield from element._run(ex, path, prev, scope)
+        prev = result.value if type(result) is Route else result
+    return result
+
+
+Predicate = Callable[[Any], Any]

@@ -1,0 +1,120 @@
+"""Every error tarry raises on purpose: one base, subclassed by what the caller can do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TarryError(Exception):
+    """Base of every error tarry raises on purpose."""
+
+
+# --- defining flows --------------------------------------------------------------------------
+
+
+class InvalidFlow(TarryError):
+    """A flow definition is malformed (duplicate names, unknown route target, bad argument)."""
+
+
+# --- starting and resuming -------------------------------------------------------------------
+
+
+class SessionExists(TarryError):
+    """`run(..., session_id=X)` when a session X already exists; nothing was changed."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} already exists")
+
+
+class UnknownSession(TarryError):
+    """No session with this id is in the store."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session {session_id!r} in the store")
+
+
+class UnknownToken(TarryError):
+    """The token was never issued by this store (or its session was deleted)."""
+
+    def __init__(self) -> None:
+        super().__init__("unknown resume token")
+
+
+class TokenAlreadyUsed(TarryError):
+    """The token was consumed already; tokens are single-use."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"resume token of session {session_id!r} was already used")
+
+
+class UnknownFlow(TarryError):
+    """`resume` found no flow of the session's name: pass `flow=` or register it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"no flow named {name!r} is registered; pass flow= to resume, or Runtime(flows=[...])"
+        )
+
+
+class FlowMismatch(TarryError):
+    """The flow given to resume is not the flow the session started with."""
+
+
+class InvalidResumeValue(TarryError):
+    """The value given to resume does not fit what the paused node waits for."""
+
+
+class SessionNotResumable(TarryError):
+    """The session is in a status that does not allow this operation."""
+
+    def __init__(self, session_id: str, status: str, action: str) -> None:
+        self.session_id = session_id
+        self.status = status
+        self.action = action
+        super().__init__(f"cannot {action} session {session_id!r}: it is {status}")
+
+
+class ConcurrentUpdate(TarryError):
+    """Another process changed the session between our read and our write (compare-and-set)."""
+
+
+class AsyncInSyncContext(TarryError):
+    """`run_sync`/`resume_sync` was called inside a running event loop."""
+
+
+# --- values ----------------------------------------------------------------------------------
+
+
+class NotSerializable(TarryError):
+    """A value that must outlive a step cannot be encoded by the snapshot codec."""
+
+    def __init__(self, path: str, value: Any) -> None:
+        self.path = path
+        self.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+        super().__init__(
+            f"{path} must be encodable by the snapshot codec "
+            f"(got a {self.type_name}; register attrs classes and dataclasses with "
+            f"tarry.snapshots.register)"
+        )
+
+
+class SnapshotError(TarryError):
+    """Snapshot bytes are malformed, truncated, too large, or of an unknown version."""
+
+
+class UnknownRoute(TarryError):
+    """A Graph node returned an action that its routes do not name."""
+
+    def __init__(self, graph: str, node: str, action: str, known: list[str]) -> None:
+        self.graph = graph
+        self.node = node
+        self.action = action
+        self.known = known
+        super().__init__(
+            f"Graph {graph!r}: node {node!r} returned action {action!r}, "
+            f"but routes[{node!r}] names only {known!r}"
+        )

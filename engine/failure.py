@@ -1,0 +1,49 @@
+"""How a failing node travels up the generator chain to the driver."""
+
+from __future__ import annotations
+
+import traceback as tb
+from typing import Any
+
+from . import events as ev
+from .errors import TarryError
+from .execution import Execution
+from .reducer import error_to_data
+from .state import ErrorInfo
+
+
+class NodeFailure(Exception):
+    """Raised by a node that failed; containers let it pass, the driver turns it into an outcome."""
+
+    def __init__(self, error: ErrorInfo) -> None:
+        self.error = error
+        super().__init__(error.message)
+
+
+def error_type(exc: BaseException) -> str:
+    return type(exc).__name__
+
+
+def fail(
+    ex: Execution,
+    path: tuple[Any, ...],
+    exc: BaseException,
+    *,
+    attempt: int = 1,
+    metrics: dict[str, float] | None = None,
+) -> NodeFailure:
+    """Record `node.failed` for `exc` at `path` and return the exception to raise."""
+    error = ErrorInfo(
+        type=error_type(exc),
+        message=str(exc),
+        path=path,
+        # A tarry error about the flow or a value will fail again unchanged; user code may not.
+        retryable=not isinstance(exc, TarryError),
+        attempts=attempt,
+        traceback="".join(tb.format_exception(exc)),
+    )
+    data: dict[str, Any] = {"error": error_to_data(error), "attempt": attempt}
+    if metrics:
+        data["metrics"] = metrics
+    ex.emit(ev.NODE_FAILED, path, data)
+    return NodeFailure(error)

@@ -1,0 +1,56 @@
+"""Flow: the root element, its fingerprint, and lookup of elements by path."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator
+from typing import Any
+
+from .context import ROOT
+from .element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from .execution import Execution
+
+
+def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
+    """A run path without its iteration indexes: `("tickets", 47, "triage")` -> names only."""
+    return tuple(p for p in path if isinstance(p, str))
+
+
+class Flow:
+    """The root of a workflow: runs `body` in order; its output is the last element's output.
+
+    `version` is part of the fingerprint: bump it to mark a change of meaning that keeps the
+    same structure, so that sessions started by the old flow refuse to resume on the new one.
+    """
+
+    kind = "flow"
+
+    def __init__(self, name: str, body: Any, *, version: str | int | None = None) -> None:
+        self.name = check_name(name, "Flow")
+        self.body = as_body(body, name)
+        self.version = version
+        self._index: dict[tuple[str, ...], Element] = {}
+        self._build_index(self.body, ())
+        description = ("flow", self.name, version, tuple(e._describe() for e in self.body))
+        self.fingerprint = hashlib.sha256(repr(description).encode()).hexdigest()[:32]
+
+    def _build_index(self, body: tuple[Element, ...], base: tuple[str, ...]) -> None:
+        for element in body:
+            key = base + (element.name,)
+            self._index[key] = element
+            for _label, child_body in element._bodies():
+                self._build_index(child_body, key)
+
+    def find(self, path: tuple[Any, ...]) -> Element | None:
+        """The element at a run path (iteration indexes are ignored), or None."""
+        return self._index.get(structural(path))
+
+    def _run(self, ex: Execution) -> Generator[Signal, Any, Any]:
+        state = ex.state
+        start = len(state.outputs)
+        prev = resume_prev(self.body, start, state.outputs, state.input)
+        result = yield from run_body(ex, self.body, (), start, prev, ROOT)
+        return unwrap(result)
+
+    def __repr__(self) -> str:
+        return f"Flow({self.name!r}, version={self.version!r})"

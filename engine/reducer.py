@@ -1,0 +1,224 @@
+"""The one pure reducer: `apply(state, event) -> state`, and `derive_state(events)`.
+
+The live run and `derive_state` use this same function, so the derived state equals the live
+one by construction. Every branch costs O(depth of the container stack + size of one body),
+never O(history): no list of iterations, results or events is ever copied here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+from . import events as ev
+from .events import Event
+from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
+
+
+
+def _evolve(inst: Any, **changes: Any) -> Any:
+    # attrs.evolve re-runs __init__ through keyword plumbing; a slotted copy is several times
+    # faster and the reducer runs twice per step.
+    cls = type(inst)
+    new = object.__new__(cls)
+    for name in cls.__slots__:
+        if name == "__weakref__":
+            continue
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(inst, name))
+    return new
+
+
+def _replace_top(state: SessionState, seq: int, **changes: Any) -> SessionState:
+    stack = state.container_stack
+    top = _evolve(stack[-1], **changes)
+    return _evolve(state, container_stack=stack[:-1] + (top,), last_seq=seq)
+
+
+def _record_child(
+    state: SessionState, seq: int, name: str, data: dict[str, Any], extra: dict[str, Any]
+) -> SessionState:
+    """A child finished: record its output in the innermost open scope."""
+    output = data.get("output")
+    stack = state.container_stack
+    if stack:
+        top = stack[-1]
+        outs = dict(top.child_outputs)
+        outs[name] = output
+        if top.kind == "graph":
+            action = data.get("action", "default")
+            top = _evolve(top, child_outputs=outs, child=top.child + 1, action=action)
+        else:
+            top = _evolve(top, child_outputs=outs, child=top.child + 1)
+        extra["container_stack"] = stack[:-1] + (top,)
+    else:
+        outs = dict(state.outputs)
+        outs[name] = output
+        extra["outputs"] = outs
+    extra["last_seq"] = seq
+    extra["resume_values"] = ()
+    return _evolve(state, **extra)
+
+
+def _merge_effects(state: SessionState, data: dict[str, Any], extra: dict[str, Any]) -> None:
+    delta = data.get("state")
+    if delta:
+        shared = dict(state.shared)
+        for key in data.get("state_deleted", ()):
+            shared.pop(key, None)
+        shared.update(delta)
+        extra["shared"] = shared
+    elif data.get("state_deleted"):
+        shared = dict(state.shared)
+        for key in data["state_deleted"]:
+            shared.pop(key, None)
+        extra["shared"] = shared
+    metrics = data.get("metrics")
+    if metrics:
+        totals = dict(state.metrics)
+        for name, value in metrics.items():
+            totals[name] = totals.get(name, 0) + value
+        extra["metrics"] = totals
+
+
+def apply(state: SessionState, event: Event) -> SessionState:
+    """Return the state after `event`. Pure: `state` is never modified."""
+    t = event.type
+    data = event.data
+    seq = event.seq
+
+    if t == ev.NODE_COMPLETED:
+        path = event.path
+        stack = state.container_stack
+        extra: dict[str, Any] = {}
+        if stack and stack[-1].path == path:
+            state = _evolve(state, container_stack=stack[:-1])
+        if "state" in data or "metrics" in data or "state_deleted" in data:
+            _merge_effects(state, data, extra)
+        return _record_child(state, seq, path[-1], data, extra)
+
+    if t == ev.NODE_STARTED:
+        kind = data.get("kind")
+        if kind in CONTAINER_KINDS:
+            frame = ContainerFrame(
+                node=event.path[-1], kind=kind, path=event.path, size=data.get("size")
+            )
+            return _evolve(state, container_stack=state.container_stack + (frame,), last_seq=seq)
+        return _evolve(state, last_seq=seq)
+
+    if t == ev.ITERATION_STARTED:
+        top = state.container_stack[-1]
+        changes: dict[str, Any] = {"iteration": data["index"], "child": 0, "started": True}
+        if top.kind in ("branch", "graph"):
+            changes["selected"] = data.get("item")
+            changes["action"] = None
+        if top.kind != "graph" and top.kind != "loop":
+            changes["child_outputs"] = {}
+        return _replace_top(state, seq, **changes)
+
+    if t == ev.ITERATION_COMPLETED:
+        top = state.container_stack[-1]
+        changes = {
+            "iteration": data["index"] + 1,
+            "completed_iterations": top.completed_iterations + 1,
+            "child": 0,
+            "started": False,
+            "last_output": data.get("output"),
+        }
+        if top.kind == "graph":
+            changes["selected"] = data.get("next")
+        elif top.kind == "foreach":
+            changes["child_outputs"] = {}
+        return _replace_top(state, seq, **changes)
+
+    if t == ev.NODE_FAILED:
+        extra = {"last_seq": seq}
+        if "metrics" in data:
+            _merge_effects(state, {"metrics": data["metrics"]}, extra)
+        return _evolve(state, **extra)
+
+    if t == ev.RUN_STARTED:
+        return _evolve(
+            state,
+            flow=data.get("flow", state.flow),
+            input=data.get("input"),
+            shared=dict(data.get("state") or {}),
+            status="running",
+            last_seq=seq,
+        )
+
+    if t == ev.RUN_PAUSED:
+        pause = PauseState(
+            kind=data["kind"],
+            reason=data.get("reason", ""),
+            path=event.path,
+            payload=data.get("payload"),
+            wake_at=data.get("wake_at"),
+            expires_at=data.get("expires_at"),
+            awaits_value=data.get("awaits_value", True),
+        )
+        return _evolve(state, status="paused", pause=pause, last_seq=seq)
+
+    if t == ev.RUN_RESUMED:
+        values = state.resume_values
+        if "value" in data:
+            values = values + (data["value"],)
+        return _evolve(
+            state, status="running", pause=None, error=None, resume_values=values, last_seq=seq
+        )
+
+    if t == ev.RUN_COMPLETED:
+        return _evolve(
+            state,
+            status="completed",
+            output=data.get("output"),
+            container_stack=(),
+            pause=None,
+            last_seq=seq,
+        )
+
+    if t == ev.RUN_FAILED:
+        return _evolve(
+            state, status="failed", error=error_from_data(data["error"]), pause=None, last_seq=seq
+        )
+
+    if t == ev.RUN_CANCELLED:
+        return _evolve(state, status="cancelled", pause=None, last_seq=seq)
+
+    # node.skipped, node.retrying: recorded in the log, no change of position.
+    return _evolve(state, last_seq=seq)
+
+
+def error_from_data(data: dict[str, Any]) -> ErrorInfo:
+    """Rebuild an ErrorInfo from the dict form it has in event data."""
+    return ErrorInfo(
+        type=data["type"],
+        message=data.get("message", ""),
+        path=tuple(data.get("path", ())),
+        retryable=data.get("retryable", False),
+        attempts=data.get("attempts", 0),
+        traceback=data.get("traceback"),
+    )
+
+
+def error_to_data(error: ErrorInfo) -> dict[str, Any]:
+    """The dict form of an ErrorInfo, as carried in event data."""
+    return {
+        "type": error.type,
+        "message": error.message,
+        "path": error.path,
+        "retryable": error.retryable,
+        "attempts": error.attempts,
+        "traceback": error.traceback,
+    }
+
+
+def derive_state(events: Iterable[Event], initial: SessionState | None = None) -> SessionState:
+    """Fold `events` through `apply`. With no `initial`, the session id comes from the first."""
+    events = list(events)
+    if initial is None:
+        if not events:
+            msg = "derive_state needs an initial state or at least one event"
+            raise ValueError(msg)
+        initial = SessionState(session_id=events[0].session_id)
+    return functools.reduce(apply, events, initial)

@@ -1,0 +1,40 @@
+"""The only values an element's generator ever yields to the driver.
+
+Every element of a flow runs as a generator; containers drive their children with
+`yield from`, so whatever a step deep inside a loop yields reaches the driver directly.
+The driver dispatches on `type(signal) is X`; anything else is a bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Checkpoint:
+    """Yielded before every iteration and every child: the driver may stop the run here."""
+
+    path: tuple[Any, ...]
+
+
+@attrs.frozen(slots=True)
+class Pause:
+    """A node wants to wait: the run stops and resumes here with a value."""
+
+    kind: str
+    reason: str
+    path: tuple[Any, ...]
+    payload: Any = None
+    wake_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+@attrs.frozen(slots=True)
+class Await:
+    """An async step produced an awaitable; the driver awaits it and sends the result back."""
+
+    awaitable: Any
+    timeout: float | None = None

@@ -1,0 +1,83 @@
+"""The session's state records. Only the reducer (`engine.reducer.apply`) makes new ones."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph"})
+STATUSES = ("running", "paused", "completed", "failed", "cancelled")
+
+
+@attrs.frozen(slots=True)
+class ContainerFrame:
+    """Where one entered, unfinished container stands.
+
+    `iteration` is the index of the iteration in progress (`started`) or next; `child` the index,
+    in the body, of the element in progress or next. `size` is a ForEach's item count,
+    `last_output` the previous iteration's output, `action` the route a Graph node returned. A frame never holds a ForEach's items or
+    results: those live out of line in the store, so a frame stays small however long the loop.
+    """
+
+    node: str
+    kind: str
+    path: tuple[Any, ...]
+    iteration: int = 0
+    child: int = 0
+    completed_iterations: int = 0
+    child_outputs: dict[str, Any] = attrs.field(factory=dict)
+    selected: Any = None
+    started: bool = False
+    size: int | None = None
+    last_output: Any = None
+    action: str | None = None
+
+
+@attrs.frozen(slots=True)
+class PauseState:
+    """Why and where a session waits. `awaits_value`: a node waits for the resume value."""
+
+    kind: str
+    reason: str
+    path: tuple[Any, ...]
+    payload: Any = None
+    wake_at: datetime | None = None
+    expires_at: datetime | None = None
+    awaits_value: bool = True
+
+
+@attrs.frozen(slots=True)
+class ErrorInfo:
+    """What went wrong, where, and whether resuming may help."""
+
+    type: str
+    message: str
+    path: tuple[Any, ...] = ()
+    retryable: bool = False
+    attempts: int = 0
+    traceback: str | None = None
+
+
+@attrs.frozen(slots=True)
+class SessionState:
+    """Everything needed to continue a session: a pure fold of its events.
+
+    `resume_values` are the values the session was resumed with while the node now in progress
+    waited; they are handed to that node's interrupts in order and cleared when it completes.
+    """
+
+    session_id: str
+    flow: str = ""
+    status: str = "running"
+    input: Any = None
+    shared: dict[str, Any] = attrs.field(factory=dict)
+    outputs: dict[str, Any] = attrs.field(factory=dict)
+    container_stack: tuple[ContainerFrame, ...] = ()
+    pause: PauseState | None = None
+    error: ErrorInfo | None = None
+    output: Any = None
+    last_seq: int = 0
+    metrics: dict[str, float] = attrs.field(factory=dict)
+    resume_values: tuple[Any, ...] = ()

@@ -1,0 +1,96 @@
+"""Steps: user callables, sync or async, wrapped as generators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from . import events as ev
+from .context import Context, Interrupted, Scope
+from .element import Element, Route, Signal, check_name
+from .errors import InvalidFlow, NotSerializable
+from .execution import Execution
+from .failure import fail
+from .signals import Await, Pause
+
+_STARTED = {"kind": "step"}
+
+
+def is_awaitable(value: Any) -> bool:
+    # Checking for __await__ is much faster than inspect.isawaitable and covers coroutines,
+    # tasks and futures alike.
+    return hasattr(value, "__await__") and not isinstance(value, type)
+
+
+class Step(Element):
+    """A callable `fn(ctx) -> output` with options. Calling the step calls `fn`."""
+
+    kind = "step"
+
+    def __init__(
+        self,
+        fn: Callable[[Context], Any],
+        name: str | None = None,
+        *,
+        retry: Any = None,
+        timeout: float | None = None,
+    ) -> None:
+        if not callable(fn):
+            msg = f"a step must wrap a callable (got {fn!r})"
+            raise InvalidFlow(msg)
+        self.fn = fn
+        self.name = check_name(name if name is not None else getattr(fn, "__name__", None), "step")
+        self.retry = retry
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            msg = f"step timeout must be a positive number of seconds (got {timeout!r})"
+            raise InvalidFlow(msg)
+        self.timeout = timeout
+
+    def __call__(self, ctx: Context) -> Any:
+        return self.fn(ctx)
+
+    def _run(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, Any]:
+        ex.emit(ev.NODE_STARTED, path, _STARTED)
+        ctx = Context(ex, path, prev, scope)
+        try:
+            result = self.fn(ctx)
+            if is_awaitable(result):
+                result = yield Await(result, self.timeout)
+        except Interrupted as signal:
+            yield Pause(signal.kind, signal.reason, path, signal.payload)
+            msg = "a paused step was sent a value; resume builds a new run instead"
+            raise RuntimeError(msg) from None
+        except Exception as exc:
+            raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        data: dict[str, Any]
+        if type(result) is Route:
+            data = {"output": result.value, "action": result.action}
+        else:
+            data = {"output": result}
+        ctx.effects(data)
+        try:
+            ex.check(data, "/".join(map(str, path)))
+        except NotSerializable as exc:
+            raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        ex.emit(ev.NODE_COMPLETED, path, data)
+        return result
+
+
+def step(
+    fn: Callable[[Context], Any] | None = None,
+    /,
+    name: str | None = None,
+    *,
+    retry: Any = None,
+    timeout: float | None = None,
+) -> Any:
+    """Make `fn` a step with options: `@step`, `@step()` or `@step(name=..., retry=..., timeout=...)`."""
+    if fn is not None:
+        return Step(fn, name, retry=retry, timeout=timeout)
+
+    def decorate(f: Callable[[Context], Any]) -> Step:
+        return Step(f, name, retry=retry, timeout=timeout)
+
+    return decorate

@@ -1,0 +1,131 @@
+"""tarry: workflows that wait — for a person, a batch job or a timer — without holding a process.
+
+This package only re-exports. The layers below it, each importing only downwards:
+`tarry.drivers` (what drives runs: the pump, Runtime, tokens, clocks) -> `tarry.engine` (what
+runs: steps, containers, events, the state and its reducer) and `tarry.snapshots` (how it is
+saved: the codec and the stores).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tarry.drivers import (
+    NOT_READY,
+    ManualClock,
+    Outcome,
+    PauseInfo,
+    ResumeRequest,
+    Runtime,
+    SessionSummary,
+    SessionView,
+)
+from tarry.drivers.pump import AwaitableOrValue
+from tarry.engine import (
+    AsyncInSyncContext,
+    Branch,
+    ContainerFrame,
+    Context,
+    ErrorInfo,
+    Event,
+    Flow,
+    FlowMismatch,
+    ForEach,
+    Gate,
+    Graph,
+    InvalidFlow,
+    InvalidResumeValue,
+    Loop,
+    NotSerializable,
+    Route,
+    SessionExists,
+    SessionNotResumable,
+    SessionState,
+    Sleep,
+    SnapshotError,
+    TarryError,
+    TokenAlreadyUsed,
+    UnknownFlow,
+    UnknownRoute,
+    UnknownSession,
+    UnknownToken,
+    Wait,
+    step,
+)
+from tarry.engine.errors import ConcurrentUpdate
+from tarry.engine.retry import Retry
+
+__version__ = "0.1.0"
+
+_default: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def default_runtime() -> Runtime:
+    """The process-wide in-memory Runtime used by `tarry.run` and `tarry.resume`."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Runtime()
+        return _default
+
+
+def run(flow: Flow, input: Any = None, **runtime_kwargs: Any) -> AwaitableOrValue[Outcome]:
+    """Run `flow` on the default in-memory Runtime (or on `Runtime(**runtime_kwargs)`)."""
+    rt = Runtime(**runtime_kwargs) if runtime_kwargs else default_runtime()
+    return rt.run(flow, input)
+
+
+def resume(
+    token: str, value: Any = None, *, flow: Flow, **runtime_kwargs: Any
+) -> AwaitableOrValue[Outcome]:
+    """Resume a token of the default in-memory Runtime (or of `Runtime(**runtime_kwargs)`)."""
+    rt = Runtime(**runtime_kwargs) if runtime_kwargs else default_runtime()
+    return rt.resume(token, value, flow=flow)
+
+
+__all__ = [
+    "NOT_READY",
+    "AsyncInSyncContext",
+    "Branch",
+    "ConcurrentUpdate",
+    "ContainerFrame",
+    "Context",
+    "ErrorInfo",
+    "Event",
+    "Flow",
+    "FlowMismatch",
+    "ForEach",
+    "Gate",
+    "Graph",
+    "InvalidFlow",
+    "InvalidResumeValue",
+    "Loop",
+    "ManualClock",
+    "NotSerializable",
+    "Outcome",
+    "PauseInfo",
+    "ResumeRequest",
+    "Retry",
+    "Route",
+    "Runtime",
+    "SessionExists",
+    "SessionNotResumable",
+    "SessionState",
+    "SessionSummary",
+    "SessionView",
+    "Sleep",
+    "SnapshotError",
+    "TarryError",
+    "TokenAlreadyUsed",
+    "UnknownFlow",
+    "UnknownRoute",
+    "UnknownSession",
+    "UnknownToken",
+    "Wait",
+    "default_runtime",
+    "resume",
+    "run",
+    "step",
+]

@@ -1,0 +1,264 @@
+"""MemoryStore: the default store, in this process, holding the same encoded bytes as a
+durable store would (so a flow that works in memory also works durably)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Sequence
+
+import attrs
+
+from tarry.engine.errors import ConcurrentUpdate, SessionExists
+from tarry.engine.events import Event
+
+from .records import SessionRecord, TokenInfo, decode_event, encode_event
+
+_ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+class _Entry:
+    __slots__ = ("record", "events", "last_seq", "values", "tokens")
+
+    def __init__(self, record: SessionRecord) -> None:
+        self.record = record
+        self.events: list[bytes] = []
+        self.last_seq = 0
+        self.values: dict[str, dict[int, bytes]] = {}
+        self.tokens: list[str] = []
+
+
+class MemoryStore:
+    """Sessions in a dict, encoded.
+
+    `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
+    `max_sessions`: when a new session would exceed it, the least recently updated sessions
+    that are not running are evicted (ended ones first, then paused ones). A running session
+    is never evicted. `bytes_written` / `bytes_read` count the encoded bytes that went in and
+    came out, for checking the cost model.
+    """
+
+    def __init__(self, *, ttl: float | None = None, max_sessions: int | None = None) -> None:
+        self.ttl = ttl
+        self.max_sessions = max_sessions
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _Entry] = {}
+        self._tokens: dict[str, list[object]] = {}  # token -> [session_id, used]
+        self.bytes_written = 0
+        self.bytes_read = 0
+
+    # -- sessions --------------------------------------------------------------------------
+    def create(self, record: SessionRecord) -> None:
+        with self._lock:
+            self._evict(record.created_at)
+            if record.session_id in self._sessions:
+                raise SessionExists(record.session_id)
+            stored = attrs.evolve(record, version=0)
+            self._sessions[record.session_id] = _Entry(stored)
+            self.bytes_written += len(record.state)
+            if record.token:
+                self._add_token(record.token, record.session_id)
+
+    def load(self, session_id: str) -> SessionRecord | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            self.bytes_read += len(entry.record.state)
+            return attrs.evolve(entry.record)
+
+    def save(
+        self,
+        record: SessionRecord,
+        expected_version: int,
+        *,
+        events: Sequence[Event] = (),
+        values: Sequence[tuple[str, int, bytes]] = (),
+    ) -> int:
+        encoded = [encode_event(e) for e in events]
+        with self._lock:
+            entry = self._sessions.get(record.session_id)
+            if entry is None or entry.record.version != expected_version:
+                found = None if entry is None else entry.record.version
+                msg = f"session {record.session_id!r} is at version {found}, not {expected_version}"
+                raise ConcurrentUpdate(msg)
+            self._check_seq(entry, events)
+            entry.record = attrs.evolve(record, version=expected_version + 1)
+            self.bytes_written += len(record.state)
+            self._append(entry, events, encoded)
+            self._put(entry, values)
+            if record.token and record.token not in self._tokens:
+                self._add_token(record.token, record.session_id)
+            return expected_version + 1
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            entry = self._sessions.pop(session_id, None)
+            if entry is not None:
+                for token in entry.tokens:
+                    self._tokens.pop(token, None)
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if (status is None or e.record.status == status)
+                and (flow is None or e.record.flow == flow)
+            ]
+        rows.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        return [attrs.evolve(r) for r in rows[offset : offset + limit]]
+
+    # -- events ----------------------------------------------------------------------------
+    def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        encoded = [encode_event(e) for e in events]
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                msg = f"no session {session_id!r} to append events to"
+                raise ConcurrentUpdate(msg)
+            self._check_seq(entry, events)
+            self._append(entry, events, encoded)
+
+    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            blobs = [] if entry is None else entry.events[after_seq:]
+        return [decode_event(b, session_id) for b in blobs]
+
+    # -- out-of-line values ----------------------------------------------------------------
+    def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None:
+                self._put(entry, values)
+
+    def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            blob = None if entry is None else entry.values.get(key, {}).get(index)
+            if blob is not None:
+                self.bytes_read += len(blob)
+            return blob
+
+    def get_values(self, session_id: str, key: str, stop: int) -> list[bytes]:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            column = {} if entry is None else entry.values.get(key, {})
+            blobs = [column[i] for i in range(stop) if i in column]
+            self.bytes_read += sum(map(len, blobs))
+            return blobs
+
+    # -- tokens ----------------------------------------------------------------------------
+    def find_token(self, token: str) -> TokenInfo | None:
+        with self._lock:
+            found = self._tokens.get(token)
+            return None if found is None else TokenInfo(str(found[0]), bool(found[1]))
+
+    def consume_token(self, token: str) -> bool:
+        with self._lock:
+            found = self._tokens.get(token)
+            if found is None or found[1]:
+                return False
+            found[1] = True
+            return True
+
+    # -- timers and leases -----------------------------------------------------------------
+    def due(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.status == "paused"
+                and e.record.wake_at is not None
+                and e.record.wake_at <= now
+            ]
+        rows.sort(key=lambda r: (r.wake_at, r.session_id))
+        return [attrs.evolve(r) for r in rows[:limit]]
+
+    def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return False
+            rec = entry.record
+            free = rec.lease_owner is None or rec.lease_until is None or rec.lease_until <= now
+            if not (free or rec.lease_owner == owner):
+                return False
+            entry.record = attrs.evolve(rec, lease_owner=owner, lease_until=until)
+            return True
+
+    def release(self, session_id: str, owner: str) -> None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None and entry.record.lease_owner == owner:
+                entry.record = attrs.evolve(entry.record, lease_owner=None, lease_until=None)
+
+    def expired(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.status == "running"
+                and e.record.lease_until is not None
+                and e.record.lease_until <= now
+            ]
+        rows.sort(key=lambda r: (r.lease_until, r.session_id))
+        return [attrs.evolve(r) for r in rows[:limit]]
+
+    # -- internals ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _add_token(self, token: str, session_id: str) -> None:
+        self._tokens[token] = [session_id, False]
+        self._sessions[session_id].tokens.append(token)
+
+    @staticmethod
+    def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
+        expected = entry.last_seq + 1
+        for event in events:
+            if event.seq != expected:
+                msg = (
+                    f"session {event.session_id!r}: event seq {event.seq} does not follow "
+                    f"{expected - 1} (another writer got there first)"
+                )
+                raise ConcurrentUpdate(msg)
+            expected += 1
+
+    def _append(self, entry: _Entry, events: Sequence[Event], encoded: list[bytes]) -> None:
+        if events:
+            entry.events.extend(encoded)
+            entry.last_seq = events[-1].seq
+            self.bytes_written += sum(map(len, encoded))
+
+    def _put(self, entry: _Entry, values: Sequence[tuple[str, int, bytes]]) -> None:
+        for key, index, blob in values:
+            entry.values.setdefault(key, {})[index] = blob
+            self.bytes_written += len(blob)
+
+    def _evict(self, now: dt.datetime) -> None:
+        """Drop expired sessions, then the oldest idle ones beyond max_sessions. Never running."""
+        if self.ttl is not None:
+            cutoff = now - dt.timedelta(seconds=self.ttl)
+            for sid in [
+                s
+                for s, e in self._sessions.items()
+                if e.record.status != "running" and e.record.updated_at < cutoff
+            ]:
+                self.delete(sid)
+        if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+            idle = sorted(
+                (e.record for e in self._sessions.values() if e.record.status != "running"),
+                key=lambda r: (r.status not in _ENDED, r.updated_at),
+            )
+            excess = len(self._sessions) - self.max_sessions + 1
+            for rec in idle[:excess]:
+                self.delete(rec.session_id)

@@ -1,0 +1,117 @@
+"""What stores keep: a session's row, and how states and events become bytes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from tarry.engine.errors import SnapshotError
+from tarry.engine.events import Event
+from tarry.engine.state import SessionState
+
+from ._codec import converter, dumps, loads
+
+FORMAT = "tarry.snapshot"
+VERSION = 1
+
+#: Migrations of the envelope, by the version they upgrade *from*: `MIGRATIONS[1]` turns a v1
+#: envelope (a dict) into a v2 one. `decode_state` applies them in order up to VERSION.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@attrs.define(slots=True)
+class SessionRecord:
+    """One session as a store keeps it: indexed columns plus the encoded state.
+
+    `version` is the compare-and-set counter: each `save` must name the version it read.
+    `token` is the one live resume token (None when none is live). `wake_at` is the earliest
+    time a timer, back-off or deadline is due. `lease_owner`/`lease_until` mark a running
+    session's worker; an expired lease means that worker died.
+    """
+
+    session_id: str
+    flow: str
+    status: str
+    state: bytes
+    version: int = 0
+    fingerprint: str = ""
+    flow_version: Any = None
+    token: str | None = None
+    wake_at: dt.datetime | None = None
+    lease_owner: str | None = None
+    lease_until: dt.datetime | None = None
+    created_at: dt.datetime = attrs.field(factory=lambda: dt.datetime.now(dt.UTC))
+    updated_at: dt.datetime = attrs.field(factory=lambda: dt.datetime.now(dt.UTC))
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class TokenInfo:
+    """What a store knows of a token: whose it is, and whether it was consumed."""
+
+    session_id: str
+    used: bool
+
+
+def encode_state(state: SessionState, *, fingerprint: str = "", flow_version: Any = None) -> bytes:
+    """The versioned envelope around a state."""
+    envelope = {
+        "format": FORMAT,
+        "v": VERSION,
+        "session": state.session_id,
+        "flow": {"name": state.flow, "fingerprint": fingerprint, "version": flow_version},
+        "state": converter.unstructure(state),
+    }
+    return dumps(envelope)
+
+
+def decode_state(data: bytes) -> SessionState:
+    """The state inside an envelope; SnapshotError for anything else."""
+    envelope = loads(data)
+    if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
+        msg = "not a tarry snapshot (missing or wrong 'format')"
+        raise SnapshotError(msg)
+    version = envelope.get("v")
+    if not isinstance(version, int) or version < 1 or version > VERSION:
+        msg = f"snapshot format version {version!r} is not supported (this tarry reads 1..{VERSION})"
+        raise SnapshotError(msg)
+    while version < VERSION:
+        envelope = MIGRATIONS[version](envelope)
+        version += 1
+    try:
+        return converter.structure(envelope["state"], SessionState)
+    except Exception as exc:
+        msg = f"snapshot state is malformed ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
+
+
+def _micros(at: dt.datetime) -> int:
+    delta = at - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def encode_event(event: Event) -> bytes:
+    """An event as a compact msgpack array: [seq, type, at (µs since epoch, UTC), path, data]."""
+    return dumps([event.seq, event.type, _micros(event.at), event.path, event.data])
+
+
+def decode_event(data: bytes, session_id: str) -> Event:
+    try:
+        seq, type_, micros, path, payload = loads(data)
+        at = _EPOCH + dt.timedelta(microseconds=micros)
+        return Event(seq, type_, session_id, at, tuple(path), payload)
+    except SnapshotError:
+        raise
+    except Exception as exc:
+        msg = f"malformed event ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
+
+
+def path_key(path: tuple[Any, ...]) -> str:
+    """A container path as a store key (names and indexes, unambiguous)."""
+    return dumps(path).hex()

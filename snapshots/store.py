@@ -1,0 +1,89 @@
+"""The SessionStore protocol every store implements (and the conformance suite checks)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from tarry.engine.events import Event
+
+from .records import SessionRecord, TokenInfo
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where sessions live. Every method is atomic and safe to call from several threads.
+
+    Values (`put_values`/`get_value`/`get_values`) are a session's out-of-line lists — a
+    ForEach's items and results — addressed by (session, key, index) and stored encoded.
+    """
+
+    # -- sessions --------------------------------------------------------------------------
+    def create(self, record: SessionRecord) -> None:
+        """Insert a new session (version 0); SessionExists if the id is taken."""
+
+    def load(self, session_id: str) -> SessionRecord | None:
+        """The session's record, or None."""
+
+    def save(
+        self,
+        record: SessionRecord,
+        expected_version: int,
+        *,
+        events: Sequence[Event] = (),
+        values: Sequence[tuple[str, int, bytes]] = (),
+    ) -> int:
+        """In one transaction: write `record` if the stored version is `expected_version`
+        (else ConcurrentUpdate, nothing written), append `events`, put `values`
+        (`(key, index, blob)`), and register `record.token` as a live token of the session.
+        Returns the new version (`expected_version + 1`)."""
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session, its events, values and tokens. Unknown ids are ignored."""
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionRecord]:
+        """Sessions newest first (by `created_at`, then id), filtered and paginated."""
+
+    # -- events ----------------------------------------------------------------------------
+    def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        """Append events; a seq already stored raises ConcurrentUpdate (nothing written)."""
+
+    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        """The session's events with seq > after_seq, in order."""
+
+    # -- out-of-line values ----------------------------------------------------------------
+    def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None: ...
+
+    def get_value(self, session_id: str, key: str, index: int) -> bytes | None: ...
+
+    def get_values(self, session_id: str, key: str, stop: int) -> list[bytes]:
+        """Blobs at indexes 0..stop-1 of `key`, in order (missing ones are skipped)."""
+
+    # -- tokens ----------------------------------------------------------------------------
+    def find_token(self, token: str) -> TokenInfo | None: ...
+
+    def consume_token(self, token: str) -> bool:
+        """Mark the token used. True for exactly one caller, ever; False if already used
+        or unknown."""
+
+    # -- timers and leases -----------------------------------------------------------------
+    def due(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+        """Paused sessions whose `wake_at` <= now, earliest first."""
+
+    def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
+        """Take the lease of a session if it is free or expired at `now`, or already `owner`'s.
+        True for one claimant at a time."""
+
+    def release(self, session_id: str, owner: str) -> None:
+        """Give up the lease if `owner` holds it."""
+
+    def expired(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+        """Running sessions whose lease expired before `now` (their worker died)."""

@@ -1,0 +1,558 @@
+"""The SessionStore conformance suite: every store must pass every test here.
+
+A new store joins by adding an entry to STORES (a factory taking pytest's tmp_path); a store
+that needs a server (PostgresStore) should `pytest.skip` in its factory when none is set up.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
+from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
+from tarry.snapshots import MemoryStore, SessionRecord, SessionStore, SQLiteStore, TokenInfo
+from tarry.snapshots.records import encode_event
+
+STORES: dict[str, Callable[[Path], Any]] = {
+    "memory": lambda tmp_path: MemoryStore(),
+    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "s.db"),
+}
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+THREADS = 8
+
+
+@pytest.fixture(params=sorted(STORES))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made = STORES[request.param](tmp_path)
+    assert isinstance(made, SessionStore)
+    yield made
+    close = getattr(made, "close", None)
+    if close is not None:
+        close()
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def rec(sid: str = "s1", **changes: Any) -> SessionRecord:
+    fields: dict[str, Any] = {
+        "flow": "f",
+        "status": "running",
+        "state": b"state of " + sid.encode(),
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    fields.update(changes)
+    return SessionRecord(session_id=sid, **fields)
+
+
+def ev(seq: int, sid: str = "s1") -> Event:
+    type_ = RUN_STARTED if seq == 1 else NODE_COMPLETED
+    return Event(seq, type_, sid, at(seq + 0.000123), ("root", seq), {"n": seq, "ok": True})
+
+
+def known_bad(request: pytest.FixtureRequest, store: Any, kind: str, reason: str) -> None:
+    """Expect this run to fail on store `kind`. Strict: once that store is fixed the test
+    passes, pytest reports XPASS as a failure, and this call must go."""
+    if type(store).__name__ == kind:
+        request.applymarker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
+
+
+def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
+    """Call fn(0..n-1) from n threads released together; each result, or the exception raised."""
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> Any:
+        barrier.wait(timeout=10)
+        try:
+            return fn(i)
+        except Exception as exc:
+            return exc
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(run, range(n)))
+
+
+def snapshot(store: Any, sid: str, tokens: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """Everything stored about a session, to check that a failed write changed nothing."""
+    return (
+        store.load(sid),
+        store.events(sid),
+        store.get_values(sid, "k", 10),
+        [store.find_token(t) for t in tokens],
+    )
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+FULL = rec(
+    "full",
+    flow="billing",
+    status="paused",
+    state=b"\x00\xffsome state",
+    version=7,
+    fingerprint="sha256:abc",
+    flow_version={"major": 2, "tags": ["a", "b"], "pair": (1, "x")},
+    token="tk_full",
+    wake_at=at(30.5),
+    lease_owner="worker-1",
+    lease_until=at(60.000001),
+    created_at=at(-3600.25),
+    updated_at=at(1.999999),
+    meta={"owner": "ann", "n": 3, "nested": {"k": [1, 2.5, None]}},
+)
+MINIMAL = rec("minimal")
+
+
+@pytest.mark.parametrize("record", [FULL, MINIMAL], ids=["full", "minimal"])
+def test_create_load_round_trips_every_field(store: Any, record: SessionRecord) -> None:
+    store.create(record)
+    loaded = store.load(record.session_id)
+    assert loaded == attrs.evolve(record, version=0)  # the stored version starts at 0
+    for name in ("wake_at", "lease_until", "created_at", "updated_at"):
+        value = getattr(loaded, name)
+        assert value is None or value.utcoffset() == dt.timedelta(0), name
+
+
+def test_create_twice_raises_session_exists(store: Any) -> None:
+    store.create(rec(state=b"first"))
+    with pytest.raises(SessionExists):
+        store.create(rec(state=b"second", status="paused"))
+    assert store.load("s1") == rec(state=b"first")
+
+
+def test_load_unknown_is_none(store: Any) -> None:
+    assert store.load("nope") is None
+
+
+def test_loaded_record_is_a_copy(request: pytest.FixtureRequest, store: Any) -> None:
+    known_bad(request, store, "MemoryStore", "MemoryStore.load/create share `meta` with the caller")
+    record = rec(meta={"a": 1})
+    store.create(record)
+    record.meta["after create"] = True
+    loaded = store.load("s1")
+    loaded.meta["after load"] = True
+    assert store.load("s1").meta == {"a": 1}
+
+
+def test_save_increments_version(store: Any) -> None:
+    store.create(rec(version=5))
+    assert store.save(rec(state=b"one", version=99), 0) == 1
+    assert store.load("s1") == rec(state=b"one", version=1)
+    assert store.save(rec(state=b"two", status="paused"), 1) == 2
+    assert store.load("s1") == rec(state=b"two", status="paused", version=2)
+
+
+def test_save_with_stale_version_changes_nothing(store: Any) -> None:
+    store.create(rec(token="tk_a"))
+    store.save(rec(state=b"v1", token="tk_a"), 0, events=[ev(1)], values=[("k", 0, b"a")])
+    before = snapshot(store, "s1", ("tk_a", "tk_b"))
+    with pytest.raises(ConcurrentUpdate):
+        store.save(
+            rec(state=b"stale", status="completed", token="tk_b"),
+            0,
+            events=[ev(2)],
+            values=[("k", 0, b"zz"), ("k", 1, b"y")],
+        )
+    assert snapshot(store, "s1", ("tk_a", "tk_b")) == before
+    assert store.find_token("tk_b") is None
+
+
+def test_save_unknown_session_raises(store: Any) -> None:
+    with pytest.raises(ConcurrentUpdate):
+        store.save(rec("ghost", token="tk_g"), 0, events=[ev(1, "ghost")])
+    assert store.load("ghost") is None
+    assert store.events("ghost") == []
+    assert store.find_token("tk_g") is None
+
+
+def test_concurrent_save_one_winner(store: Any) -> None:
+    store.create(rec())
+    results = race(THREADS, lambda i: store.save(rec(state=b"by %d" % i), 0, events=[ev(1)]))
+    winners = [i for i, r in enumerate(results) if r == 1]
+    assert len(winners) == 1
+    assert all(isinstance(r, ConcurrentUpdate) for r in results if r != 1)
+    assert store.load("s1") == rec(state=b"by %d" % winners[0], version=1)
+    assert store.events("s1") == [ev(1)]
+
+
+def test_list_newest_first_filtered_and_paginated(store: Any) -> None:
+    specs = [  # id, created (s), status, flow
+        ("a", 10, "paused", "f"),
+        ("b", 30, "running", "f"),
+        ("c", 20, "paused", "g"),
+        ("d", 30, "paused", "f"),  # same created_at as b: the id breaks the tie, descending
+        ("e", 5, "completed", "g"),
+    ]
+    for sid, created, status, flow in specs:
+        store.create(rec(sid, created_at=at(created), status=status, flow=flow))
+
+    def ids(**kw: Any) -> list[str]:
+        return [r.session_id for r in store.list(**kw)]
+
+    assert ids() == ["d", "b", "c", "a", "e"]
+    assert ids(status="paused") == ["d", "c", "a"]
+    assert ids(flow="g") == ["c", "e"]
+    assert ids(status="paused", flow="f") == ["d", "a"]
+    assert ids(status="failed") == []
+    assert ids(limit=2) == ["d", "b"]
+    assert ids(limit=2, offset=2) == ["c", "a"]
+    assert ids(limit=2, offset=4) == ["e"]
+    assert ids(offset=5) == []
+    assert store.list(status="running") == [rec("b", created_at=at(30), status="running")]
+
+
+def test_delete_removes_everything(store: Any) -> None:
+    store.create(rec(token="tk_1"))
+    store.save(rec(token="tk_2"), 0, events=[ev(1), ev(2)], values=[("k", 0, b"a")])
+    store.create(rec("other", token="tk_o"))
+    store.put_values("other", [("k", 0, b"o")])
+    store.delete("s1")
+    assert store.load("s1") is None
+    assert store.events("s1") == []
+    assert store.get_value("s1", "k", 0) is None
+    assert store.get_values("s1", "k", 10) == []
+    assert store.find_token("tk_1") is None
+    assert store.find_token("tk_2") is None
+    assert store.consume_token("tk_2") is False
+    assert [r.session_id for r in store.list()] == ["other"]
+    # The other session is untouched, and deleting unknown ids is a no-op.
+    store.delete("s1")
+    store.delete("never")
+    assert store.get_value("other", "k", 0) == b"o"
+    assert store.find_token("tk_o") == TokenInfo("other", False)
+    # A new session under the old id starts clean (its log begins at seq 1 again).
+    store.create(rec())
+    store.append_events("s1", [ev(1)])
+    assert store.events("s1") == [ev(1)]
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def test_events_append_and_read_after_seq(store: Any) -> None:
+    store.create(rec())
+    store.create(rec("s2"))
+    assert store.events("s1") == []
+    store.append_events("s1", [ev(1), ev(2)])
+    store.append_events("s1", [])
+    store.save(rec(), 0, events=[ev(3)])
+    store.append_events("s2", [ev(1, "s2")])
+    assert store.events("s1") == [ev(1), ev(2), ev(3)]
+    assert store.events("s1", after_seq=2) == [ev(3)]
+    assert store.events("s1", after_seq=3) == []
+    assert store.events("s2") == [ev(1, "s2")]
+    assert store.events("nope") == []
+    event = store.events("s1")[0]
+    assert event.at.utcoffset() == dt.timedelta(0)
+    assert event.path == ("root", 1)
+
+
+def test_append_events_to_unknown_session_raises(store: Any) -> None:
+    with pytest.raises(ConcurrentUpdate):
+        store.append_events("ghost", [ev(1, "ghost")])
+    assert store.events("ghost") == []
+
+
+BAD_SEQS = {
+    "duplicate": [2],
+    "duplicate in batch": [3, 3],
+    "gap": [4],
+    "gap in batch": [3, 5],
+    "backwards": [1],
+}
+
+
+@pytest.mark.parametrize("seqs", BAD_SEQS.values(), ids=BAD_SEQS.keys())
+@pytest.mark.parametrize("via", ["append_events", "save"])
+def test_bad_seq_raises_and_writes_nothing(store: Any, via: str, seqs: list[int]) -> None:
+    store.create(rec(token="tk_1"))
+    store.append_events("s1", [ev(1), ev(2)])
+    before = snapshot(store, "s1", ("tk_1", "tk_2"))
+    written = store.bytes_written
+    with pytest.raises(ConcurrentUpdate):
+        if via == "save":
+            store.save(
+                rec(state=b"new", token="tk_2"),
+                0,
+                events=[ev(s) for s in seqs],
+                values=[("k", 0, b"a")],
+            )
+        else:
+            store.append_events("s1", [ev(s) for s in seqs])
+    assert snapshot(store, "s1", ("tk_1", "tk_2")) == before
+    assert store.bytes_written == written
+    store.append_events("s1", [ev(3)])  # the log still continues where it was
+    assert [e.seq for e in store.events("s1")] == [1, 2, 3]
+
+
+# -- out-of-line values ------------------------------------------------------------------------
+
+
+def test_values_put_and_get(store: Any) -> None:
+    store.create(rec())
+    store.put_values("s1", [("k", 0, b"a"), ("k", 2, b"c"), ("k", 5, b"f"), ("other", 1, b"x")])
+    store.save(rec(), 0, values=[("k", 3, b"d")])
+    assert store.get_value("s1", "k", 0) == b"a"
+    assert store.get_value("s1", "k", 1) is None
+    assert store.get_value("s1", "other", 1) == b"x"
+    assert store.get_value("s1", "missing", 0) is None
+    assert store.get_values("s1", "k", 5) == [b"a", b"c", b"d"]  # 1 and 4 missing; 5 beyond stop
+    assert store.get_values("s1", "k", 6) == [b"a", b"c", b"d", b"f"]
+    assert store.get_values("s1", "k", 1) == [b"a"]
+    assert store.get_values("s1", "k", 0) == []
+    assert store.get_values("s1", "missing", 10) == []
+    store.put_values("s1", [("k", 0, b"A")])  # a put replaces
+    assert store.get_values("s1", "k", 3) == [b"A", b"c"]
+    assert store.get_value("nope", "k", 0) is None
+    assert store.get_values("nope", "k", 10) == []
+
+
+def test_put_values_for_unknown_session_is_dropped(store: Any) -> None:
+    store.put_values("later", [("k", 0, b"a")])
+    store.create(rec("later"))
+    assert store.get_value("later", "k", 0) is None
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+def test_tokens_register_and_consume_once(store: Any) -> None:
+    assert store.find_token("tk_nope") is None
+    assert store.consume_token("tk_nope") is False
+    store.create(rec(token="tk_1"))
+    assert store.find_token("tk_1") == TokenInfo("s1", False)
+    store.save(rec(token="tk_2"), 0)
+    assert store.find_token("tk_2") == TokenInfo("s1", False)
+    assert store.find_token("tk_1") == TokenInfo("s1", False)  # older tokens stay known
+    assert store.consume_token("tk_2") is True
+    assert store.consume_token("tk_2") is False
+    assert store.find_token("tk_2") == TokenInfo("s1", True)
+    store.save(rec(token="tk_2"), 1)  # saving again never revives a consumed token
+    assert store.find_token("tk_2") == TokenInfo("s1", True)
+    assert store.consume_token("tk_2") is False
+
+
+def test_consumed_token_is_never_live_again(request: pytest.FixtureRequest, store: Any) -> None:
+    known_bad(
+        request, store, "MemoryStore", "MemoryStore.create re-registers a known token as unused"
+    )
+    store.create(rec("a", token="tk_same"))
+    assert store.consume_token("tk_same") is True
+    store.create(rec("b", token="tk_same"))
+    assert store.consume_token("tk_same") is False
+    assert store.find_token("tk_same") == TokenInfo("a", True)
+
+
+def test_concurrent_consume_one_winner(store: Any) -> None:
+    store.create(rec(token="tk_1"))
+    results = race(THREADS, lambda i: store.consume_token("tk_1"))
+    assert sorted(results) == [False] * (THREADS - 1) + [True]
+
+
+# -- timers and leases -------------------------------------------------------------------------
+
+
+def test_due_lists_paused_sessions_whose_time_has_come(store: Any) -> None:
+    now = at(100)
+    specs = [  # id, status, wake_at
+        ("late", "paused", at(90)),
+        ("now", "paused", now),
+        ("early", "paused", at(50)),
+        ("future", "paused", at(100.000001)),
+        ("no timer", "paused", None),
+        ("running", "running", at(10)),
+        ("done", "completed", at(10)),
+    ]
+    for sid, status, wake_at in specs:
+        store.create(rec(sid, status=status, wake_at=wake_at))
+    assert [r.session_id for r in store.due(now)] == ["early", "late", "now"]
+    assert [r.session_id for r in store.due(now, limit=2)] == ["early", "late"]
+    assert [r.session_id for r in store.due(at(0))] == []
+    assert store.due(now)[0] == rec("early", status="paused", wake_at=at(50))
+
+
+def test_claim_takes_free_expired_or_own_leases(store: Any) -> None:
+    store.create(rec())
+    assert store.claim("s1", "a", until=at(30), now=at(0)) is True
+    assert store.load("s1").lease_owner == "a"
+    assert store.load("s1").lease_until == at(30)
+    assert store.claim("s1", "b", until=at(40), now=at(10)) is False
+    assert store.claim("s1", "a", until=at(60), now=at(10)) is True  # renewal
+    assert store.claim("s1", "b", until=at(90), now=at(59)) is False
+    assert store.claim("s1", "b", until=at(90), now=at(60)) is True  # expired at 60
+    loaded = store.load("s1")
+    assert (loaded.lease_owner, loaded.lease_until, loaded.version) == ("b", at(90), 0)
+    assert store.claim("nope", "a", until=at(90), now=at(0)) is False
+
+
+def test_concurrent_claim_one_winner(store: Any) -> None:
+    store.create(rec())
+    results = race(THREADS, lambda i: store.claim("s1", f"w{i}", until=at(30), now=at(0)))
+    assert sorted(results) == [False] * (THREADS - 1) + [True]
+    assert store.load("s1").lease_owner == f"w{results.index(True)}"
+
+
+def test_release_only_by_owner(store: Any) -> None:
+    store.create(rec())
+    store.claim("s1", "a", until=at(30), now=at(0))
+    store.release("s1", "b")
+    assert store.load("s1").lease_owner == "a"
+    store.release("s1", "a")
+    loaded = store.load("s1")
+    assert (loaded.lease_owner, loaded.lease_until) == (None, None)
+    assert store.claim("s1", "b", until=at(30), now=at(1)) is True
+    store.release("nope", "a")
+
+
+def test_expired_lists_running_sessions_with_lapsed_leases(store: Any) -> None:
+    now = at(100)
+    specs = [  # id, status, lease_until
+        ("lapsed", "running", at(90)),
+        ("at now", "running", now),
+        ("long ago", "running", at(10)),
+        ("alive", "running", at(100.000001)),
+        ("no lease", "running", None),
+        ("paused", "paused", at(10)),
+    ]
+    for sid, status, until in specs:
+        store.create(rec(sid, status=status, lease_owner="w", lease_until=until))
+    assert [r.session_id for r in store.expired(now)] == ["long ago", "lapsed", "at now"]
+    assert [r.session_id for r in store.expired(now, limit=1)] == ["long ago"]
+    assert store.expired(at(0)) == []
+
+
+# -- the cost model ----------------------------------------------------------------------------
+
+
+def test_byte_counters_count_exactly_the_blobs(store: Any) -> None:
+    assert (store.bytes_written, store.bytes_read) == (0, 0)
+    record = rec(state=b"x" * 100)
+    store.create(record)
+    assert store.bytes_written == 100
+
+    events = [ev(1), ev(2)]
+    values = [("k", 0, b"a" * 7), ("k", 1, b"b" * 9)]
+    store.save(rec(state=b"y" * 50), 0, events=events, values=values)
+    event_bytes = sum(len(encode_event(e)) for e in events)
+    assert store.bytes_written == 100 + 50 + event_bytes + 16
+
+    store.append_events("s1", [ev(3)])
+    store.put_values("s1", [("k", 2, b"c" * 5)])
+    assert store.bytes_written == 100 + 50 + event_bytes + 16 + len(encode_event(ev(3))) + 5
+
+    with pytest.raises(ConcurrentUpdate):
+        store.save(rec(state=b"z" * 1000), 0, values=[("k", 9, b"z")])
+    written = store.bytes_written
+    assert written == 100 + 50 + event_bytes + 16 + len(encode_event(ev(3))) + 5
+
+    assert store.bytes_read == 0
+    store.load("s1")
+    assert store.bytes_read == 50
+    assert store.get_value("s1", "k", 1) == b"b" * 9
+    assert store.bytes_read == 59
+    store.get_value("s1", "k", 99)
+    assert store.bytes_read == 59
+    store.get_values("s1", "k", 3)
+    assert store.bytes_read == 59 + 21
+    # Listing, timers and the event log are not part of the counted read cost.
+    store.load("nope")
+    store.events("s1")
+    store.list()
+    store.due(at(0))
+    store.expired(at(0))
+    store.find_token("nope")
+    assert (store.bytes_written, store.bytes_read) == (written, 80)
+
+
+# -- SQLite only -------------------------------------------------------------------------------
+
+
+def test_sqlite_two_stores_on_one_file_share_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as one, SQLiteStore(str(path)) as two:
+        one.create(rec(token="tk_1"))
+        assert two.load("s1") == rec(token="tk_1")
+        two.save(rec(state=b"by two"), 0, events=[ev(1)], values=[("k", 0, b"v")])
+        assert one.load("s1").state == b"by two"
+        assert one.events("s1") == [ev(1)]
+        assert one.get_value("s1", "k", 0) == b"v"
+        # The compare-and-set is the database's, not the instance's.
+        with pytest.raises(ConcurrentUpdate):
+            one.save(rec(state=b"stale"), 0)
+        with pytest.raises(SessionExists):
+            one.create(rec())
+        assert two.consume_token("tk_1") is True
+        assert one.consume_token("tk_1") is False
+
+
+def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SQLiteStore(path).close()
+    SQLiteStore(path).close()  # reopening an existing file is fine
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone() == (1,)
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"sessions", "events", "vals", "tokens"} <= tables
+        db.execute("PRAGMA user_version = 2")
+        db.commit()
+    finally:
+        db.close()
+    with pytest.raises(SnapshotError, match="schema version 2"):
+        SQLiteStore(path)
+
+
+def test_sqlite_stores_utc_microseconds(tmp_path: Path) -> None:
+    # An offset other than UTC is the same instant: it must compare and come back as UTC.
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    with SQLiteStore(tmp_path / "s.db") as store:
+        store.create(rec(status="paused", wake_at=dt.datetime(2024, 5, 1, 14, 0, 1, tzinfo=plus2)))
+        assert store.load("s1").wake_at == at(1)
+        assert store.load("s1").wake_at.tzinfo == dt.UTC
+        assert [r.session_id for r in store.due(at(1))] == ["s1"]
+        assert store.due(at(0.999999)) == []
+
+
+def _consume_in_process(path: str, token: str, barrier: Any, results: Any) -> None:
+    with SQLiteStore(path) as store:
+        barrier.wait(timeout=30)
+        results.put(store.consume_token(token))
+
+
+def test_sqlite_consume_races_across_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(tmp_path / "s.db")
+    with SQLiteStore(path) as store:
+        store.create(rec(token="tk_1"))
+    # Spawned children import this module by name: make the repository root importable.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [
+        ctx.Process(target=_consume_in_process, args=(path, "tk_1", barrier, results))
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    outcome = sorted(results.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert outcome == [False, False, False, True]
+    with SQLiteStore(path) as store:
+        assert store.find_token("tk_1") == TokenInfo("s1", True)
