@@ -75,7 +75,16 @@ def as_body(body: Any, owner: str) -> tuple[Element, ...]:
     items = list(body) if isinstance(body, list | tuple) else [body]
     elements = tuple(as_element(x) for x in items)
     seen: set[str] = set()
-    for el in elements:
+    lambdas = 0
+    for i, el in enumerate(elements):
+        if el.name == "<lambda>" and type(el).__name__ == "Step" and not el.named:
+            # Anonymous steps are named by their order among the body's lambdas.
+            lambdas += 1
+            if lambdas > 1:
+                from .step import Step
+
+                el = Step(el.fn, f"<lambda>_{lambdas}", retry=el.retry, timeout=el.timeout)
+                elements = elements[:i] + (el,) + elements[i + 1 :]
         if el.name in seen:
             msg = f"names in the body of {owner!r} must be unique ({el.name!r} appears twice)"
             raise InvalidFlow(msg)

@@ -3,6 +3,7 @@ durable store would (so a flow that works in memory also works durably)."""
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import threading
 from collections.abc import Sequence
@@ -15,6 +16,11 @@ from tarry.engine.events import Event
 from .records import SessionRecord, TokenInfo, decode_event, encode_event
 
 _ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+def _copy(record: SessionRecord, **changes: object) -> SessionRecord:
+    """A record that shares no mutable part with `record` (as a durable store's would)."""
+    return attrs.evolve(record, meta=dict(record.meta), **changes)
 
 
 class _Entry:
@@ -53,10 +59,10 @@ class MemoryStore:
             self._evict(record.created_at)
             if record.session_id in self._sessions:
                 raise SessionExists(record.session_id)
-            stored = attrs.evolve(record, version=0)
+            stored = _copy(record, version=0)
             self._sessions[record.session_id] = _Entry(stored)
             self.bytes_written += len(record.state)
-            if record.token:
+            if record.token and record.token not in self._tokens:
                 self._add_token(record.token, record.session_id)
 
     def load(self, session_id: str) -> SessionRecord | None:
@@ -65,7 +71,7 @@ class MemoryStore:
             if entry is None:
                 return None
             self.bytes_read += len(entry.record.state)
-            return attrs.evolve(entry.record)
+            return _copy(entry.record)
 
     def save(
         self,
@@ -83,7 +89,7 @@ class MemoryStore:
                 msg = f"session {record.session_id!r} is at version {found}, not {expected_version}"
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
-            entry.record = attrs.evolve(record, version=expected_version + 1)
+            entry.record = _copy(record, version=expected_version + 1)
             self.bytes_written += len(record.state)
             self._append(entry, events, encoded)
             self._put(entry, values)
@@ -105,7 +111,7 @@ class MemoryStore:
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[SessionRecord]:
+    ) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = [
                 e.record
@@ -114,7 +120,7 @@ class MemoryStore:
                 and (flow is None or e.record.flow == flow)
             ]
         rows.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
-        return [attrs.evolve(r) for r in rows[offset : offset + limit]]
+        return [_copy(r) for r in rows[offset : offset + limit]]
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
@@ -127,10 +133,10 @@ class MemoryStore:
             self._check_seq(entry, events)
             self._append(entry, events, encoded)
 
-    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
         with self._lock:
             entry = self._sessions.get(session_id)
-            blobs = [] if entry is None else entry.events[after_seq:]
+            blobs = [] if entry is None else entry.events[max(after_seq, 0) :]
         return [decode_event(b, session_id) for b in blobs]
 
     # -- out-of-line values ----------------------------------------------------------------
@@ -148,7 +154,7 @@ class MemoryStore:
                 self.bytes_read += len(blob)
             return blob
 
-    def get_values(self, session_id: str, key: str, stop: int) -> list[bytes]:
+    def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         with self._lock:
             entry = self._sessions.get(session_id)
             column = {} if entry is None else entry.values.get(key, {})
@@ -171,7 +177,7 @@ class MemoryStore:
             return True
 
     # -- timers and leases -----------------------------------------------------------------
-    def due(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = [
                 e.record
@@ -181,7 +187,7 @@ class MemoryStore:
                 and e.record.wake_at <= now
             ]
         rows.sort(key=lambda r: (r.wake_at, r.session_id))
-        return [attrs.evolve(r) for r in rows[:limit]]
+        return [_copy(r) for r in rows[:limit]]
 
     def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
         with self._lock:
@@ -201,7 +207,7 @@ class MemoryStore:
             if entry is not None and entry.record.lease_owner == owner:
                 entry.record = attrs.evolve(entry.record, lease_owner=None, lease_until=None)
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = [
                 e.record
@@ -211,7 +217,7 @@ class MemoryStore:
                 and e.record.lease_until <= now
             ]
         rows.sort(key=lambda r: (r.lease_until, r.session_id))
-        return [attrs.evolve(r) for r in rows[:limit]]
+        return [_copy(r) for r in rows[:limit]]
 
     # -- internals ---------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins  # `list` below is a method; annotations after it name the type this way
 import datetime as dt
 import os
 import sqlite3
@@ -62,11 +63,18 @@ CREATE TABLE IF NOT EXISTS tokens (
 CREATE INDEX IF NOT EXISTS tokens_session ON tokens (session_id);
 """
 
-_COLUMNS = (
-    "session_id, flow, status, state, version, fingerprint, flow_version, token, wake_at, "
-    "lease_owner, lease_until, created_at, updated_at, meta"
-)
+_NAMES = (
+    "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
+    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta",
+)  # fmt: skip
+_COLUMNS = ", ".join(_NAMES)
 _SELECT = f"SELECT {_COLUMNS} FROM sessions"
+_INSERT = f"INSERT INTO sessions ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
+# Every column but the id, then the compare-and-set condition.
+_UPDATE = (
+    f"UPDATE sessions SET {', '.join(f'{n} = ?' for n in _NAMES[1:])} "
+    "WHERE session_id = ? AND version = ?"
+)
 
 
 class SQLiteStore:
@@ -84,15 +92,17 @@ class SQLiteStore:
         self.bytes_written = 0
         self.bytes_read = 0
         self._lock = threading.Lock()
-        # isolation_level=None: no implicit transactions, each method opens its own.
-        # check_same_thread=False: the lock, not the thread, guards the connection.
+        # `timeout` becomes SQLite's busy timeout: how long a statement waits for a writer in
+        # another process. isolation_level=None: no implicit transactions, each method opens
+        # its own. check_same_thread=False: the lock, not the thread, guards the connection.
         self._db = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
-        # `timeout` is SQLite's busy timeout: how long a statement waits for another writer.
         try:
+            # WAL: readers never block the writer, nor it them.
             self._db.execute("PRAGMA journal_mode = WAL")
-            # NORMAL is safe under WAL: a crash can lose the last commits, never corrupt.
+            # NORMAL is enough under WAL: a process crash loses no commit and nothing is ever
+            # corrupted; only a power cut can undo the last few commits.
             self._db.execute("PRAGMA synchronous = NORMAL")
             with self._write():
                 self._migrate()
@@ -147,7 +157,7 @@ class SQLiteStore:
         with self._write() as db:
             # The primary key decides, so two processes creating one id cannot both win.
             try:
-                db.execute(f"INSERT INTO sessions ({_COLUMNS}) VALUES ({_marks(len(row))})", row)
+                db.execute(_INSERT, row)
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
@@ -176,13 +186,7 @@ class SQLiteStore:
         row = _row(record, version=expected_version + 1)[1:]
         encoded = [encode_event(e) for e in events]
         with self._write() as db:
-            cur = db.execute(
-                "UPDATE sessions SET flow = ?, status = ?, state = ?, version = ?, "
-                "fingerprint = ?, flow_version = ?, token = ?, wake_at = ?, lease_owner = ?, "
-                "lease_until = ?, created_at = ?, updated_at = ?, meta = ? "
-                "WHERE session_id = ? AND version = ?",
-                (*row, sid, expected_version),
-            )
+            cur = db.execute(_UPDATE, (*row, sid, expected_version))
             if cur.rowcount != 1:
                 current = db.execute(
                     "SELECT version FROM sessions WHERE session_id = ?", (sid,)
@@ -233,7 +237,7 @@ class SQLiteStore:
             written = _append(db, session_id, events, encoded)
         self.bytes_written += written
 
-    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT blob FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
@@ -259,7 +263,7 @@ class SQLiteStore:
             self.bytes_read += len(row[0])
             return row[0]
 
-    def get_values(self, session_id: str, key: str, stop: int) -> list[bytes]:
+    def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         with self._lock:
             rows = self._db.execute(
                 "SELECT blob FROM vals WHERE session_id = ? AND key = ? AND idx >= 0 AND idx < ? "
@@ -288,7 +292,7 @@ class SQLiteStore:
             return cur.rowcount == 1
 
     # -- timers and leases -----------------------------------------------------------------
-    def due(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         return self._select(
             f"{_SELECT} WHERE status = 'paused' AND wake_at <= ? "
             "ORDER BY wake_at, session_id LIMIT ?",
@@ -313,7 +317,7 @@ class SQLiteStore:
                 (session_id, owner),
             )
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         return self._select(
             f"{_SELECT} WHERE status = 'running' AND lease_until <= ? "
             "ORDER BY lease_until, session_id LIMIT ?",
@@ -321,14 +325,10 @@ class SQLiteStore:
         )
 
     # -- internals ---------------------------------------------------------------------------
-    def _select(self, sql: str, args: Sequence[Any]) -> list[SessionRecord]:
+    def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         return [_record(row) for row in rows]
-
-
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
 
 
 def _exists(db: sqlite3.Connection, session_id: str) -> bool:
@@ -396,7 +396,7 @@ def _maybe_datetime(micros: int | None) -> dt.datetime | None:
 
 
 def _row(record: SessionRecord, *, version: int) -> tuple[Any, ...]:
-    """The record as a sessions row, in _COLUMNS order."""
+    """The record as a sessions row, in _NAMES order."""
     return (
         record.session_id,
         record.flow,

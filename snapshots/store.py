@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -49,14 +50,15 @@ class SessionStore(Protocol):
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[SessionRecord]:
+    ) -> builtins.list[SessionRecord]:
         """Sessions newest first (by `created_at`, then id), filtered and paginated."""
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        """Append events; a seq already stored raises ConcurrentUpdate (nothing written)."""
+        """Append events, which must continue the log without a gap (first seq = last + 1);
+        otherwise, or for an unknown session, ConcurrentUpdate and nothing written."""
 
-    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
         """The session's events with seq > after_seq, in order."""
 
     # -- out-of-line values ----------------------------------------------------------------
@@ -64,7 +66,7 @@ class SessionStore(Protocol):
 
     def get_value(self, session_id: str, key: str, index: int) -> bytes | None: ...
 
-    def get_values(self, session_id: str, key: str, stop: int) -> list[bytes]:
+    def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         """Blobs at indexes 0..stop-1 of `key`, in order (missing ones are skipped)."""
 
     # -- tokens ----------------------------------------------------------------------------
@@ -75,7 +77,7 @@ class SessionStore(Protocol):
         or unknown."""
 
     # -- timers and leases -----------------------------------------------------------------
-    def due(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
+    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         """Paused sessions whose `wake_at` <= now, earliest first."""
 
     def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
@@ -85,5 +87,5 @@ class SessionStore(Protocol):
     def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if `owner` holds it."""
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> list[SessionRecord]:
-        """Running sessions whose lease expired before `now` (their worker died)."""
+    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
+        """Running sessions whose lease ended at or before `now` (their worker died)."""

@@ -62,13 +62,6 @@ def ev(seq: int, sid: str = "s1") -> Event:
     return Event(seq, type_, sid, at(seq + 0.000123), ("root", seq), {"n": seq, "ok": True})
 
 
-def known_bad(request: pytest.FixtureRequest, store: Any, kind: str, reason: str) -> None:
-    """Expect this run to fail on store `kind`. Strict: once that store is fixed the test
-    passes, pytest reports XPASS as a failure, and this call must go."""
-    if type(store).__name__ == kind:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
-
-
 def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
     """Call fn(0..n-1) from n threads released together; each result, or the exception raised."""
     barrier = threading.Barrier(n)
@@ -137,8 +130,7 @@ def test_load_unknown_is_none(store: Any) -> None:
     assert store.load("nope") is None
 
 
-def test_loaded_record_is_a_copy(request: pytest.FixtureRequest, store: Any) -> None:
-    known_bad(request, store, "MemoryStore", "MemoryStore.load/create share `meta` with the caller")
+def test_loaded_record_is_a_copy(store: Any) -> None:
     record = rec(meta={"a": 1})
     store.create(record)
     record.meta["after create"] = True
@@ -345,10 +337,7 @@ def test_tokens_register_and_consume_once(store: Any) -> None:
     assert store.consume_token("tk_2") is False
 
 
-def test_consumed_token_is_never_live_again(request: pytest.FixtureRequest, store: Any) -> None:
-    known_bad(
-        request, store, "MemoryStore", "MemoryStore.create re-registers a known token as unused"
-    )
+def test_consumed_token_is_never_live_again(store: Any) -> None:
     store.create(rec("a", token="tk_same"))
     assert store.consume_token("tk_same") is True
     store.create(rec("b", token="tk_same"))

@@ -1,0 +1,137 @@
+"""Sync stays sync: run/resume return an Outcome for all-sync flows, an awaitable otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+from support import settle
+
+from tarry import AsyncInSyncContext, Flow, ForEach, Gate, Outcome, Runtime, step
+
+
+def sync_step(ctx):
+    return (ctx.prev if isinstance(ctx.prev, int) else 0) + 1
+
+
+async def async_step(ctx):
+    await asyncio.sleep(0)
+    return (ctx.prev if isinstance(ctx.prev, int) else 0) + 1
+
+
+SYNC = Flow("sync", [sync_step, Gate("g"), step(sync_step, "again")])
+MIXED = Flow("mixed", [sync_step, Gate("g"), async_step])
+
+
+def test_all_sync_run_and_resume_return_outcomes(rt: Runtime) -> None:
+    out = rt.run(SYNC)
+    assert isinstance(out, Outcome) and out.paused
+    done = rt.resume(out.token, True)
+    assert isinstance(done, Outcome) and done.ok
+
+
+def test_an_async_step_makes_run_and_resume_awaitable(rt: Runtime) -> None:
+    flow = Flow("a", [async_step, Gate("g"), step(async_step, "again")])
+    result = rt.run(flow)
+    assert inspect.isawaitable(result)
+    out = asyncio.run(_wait(result))
+    assert out.paused
+    resumed = rt.resume(out.token, True)
+    assert inspect.isawaitable(resumed)
+    assert asyncio.run(_wait(resumed)).ok
+
+
+def test_resume_is_sync_when_only_steps_before_the_pause_were_async(rt: Runtime) -> None:
+    flow = Flow("early", [async_step, Gate("g"), sync_step])
+    out = settle(rt.run(flow))
+    resumed = rt.resume(out.token, True)
+    assert isinstance(resumed, Outcome) and resumed.ok
+
+
+def test_arun_and_aresume_always_return_awaitables(rt: Runtime) -> None:
+    result = rt.arun(SYNC)
+    assert inspect.isawaitable(result)
+    out = asyncio.run(_wait(result))
+    again = rt.aresume(out.token, True)
+    assert inspect.isawaitable(again)
+    assert asyncio.run(_wait(again)).ok
+
+
+def test_run_sync_drives_async_steps_on_a_private_loop(rt: Runtime) -> None:
+    out = rt.run_sync(MIXED)
+    assert isinstance(out, Outcome) and out.paused
+    done = rt.resume_sync(out.token, True)
+    assert isinstance(done, Outcome) and done.ok and done.output == 1
+
+
+def test_run_sync_inside_a_running_loop_raises(rt: Runtime) -> None:
+    async def inside() -> None:
+        with pytest.raises(AsyncInSyncContext):
+            rt.run_sync(MIXED)
+        out = await rt.arun(MIXED)
+        with pytest.raises(AsyncInSyncContext):
+            rt.resume_sync(out.token, True)
+        assert (await rt.aresume(out.token, True)).ok  # the refusal changed nothing
+
+    asyncio.run(inside())
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_foreach_outputs_are_the_same_for_sync_and_async_steps(rt: Runtime, kind: str) -> None:
+    body = sync_step if kind == "sync" else async_step
+    flow = Flow(f"fe-{kind}", [ForEach("f", [1, 2, 3], body)])
+    assert settle(rt.run(flow)).output == [2, 3, 4]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_raising_step_gives_an_error_outcome(rt: Runtime, kind: str) -> None:
+    def boom(ctx):
+        raise ValueError("bad input 42")
+
+    async def aboom(ctx):
+        raise ValueError("bad input 42")
+
+    flow = Flow(f"boom-{kind}", [sync_step, boom if kind == "sync" else aboom])
+    out = settle(rt.run(flow))
+    assert out.failed and out.token
+    assert out.error.type == "ValueError" and out.error.message == "bad input 42"
+    assert out.error.path == (("boom" if kind == "sync" else "aboom"),)
+    assert "ValueError: bad input 42" in out.error.traceback
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_interrupt_pauses_and_returns_resume_values_in_order(rt: Runtime, kind: str) -> None:
+    calls: list[int] = []
+
+    def ask(ctx):
+        calls.append(1)
+        a = ctx.interrupt("first?")
+        b = ctx.interrupt("second?", kind="external", payload={"n": 2})
+        return [a, b]
+
+    async def aask(ctx):
+        return ask(ctx)
+
+    flow = Flow(f"ask-{kind}", [ask if kind == "sync" else aask])
+    out = settle(rt.run(flow))
+    assert out.paused and out.pause.kind == "human" and out.pause.reason == "first?"
+    out = settle(rt.resume(out.token, "A"))
+    assert out.paused and out.pause.kind == "external" and out.pause.payload == {"n": 2}
+    assert out.meta["pause_kind"] == "external"
+    out = settle(rt.resume(out.token, "B"))
+    assert out.ok and out.output == ["A", "B"]
+    assert len(calls) == 3  # run again from its start on each resume
+
+
+def test_async_step_timeout_fails_the_step(rt: Runtime) -> None:
+    @step(timeout=0.01)
+    async def slow(ctx):
+        await asyncio.sleep(5)
+
+    out = rt.run_sync(Flow("slow", [slow]))
+    assert out.failed and out.error.type == "TimeoutError"
+
+
+async def _wait(aw):
+    return await aw
