@@ -23,10 +23,10 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collects nothing; that is a failure of the suite here, not a pass.
 test: $(STAMP)
-	$(PY) -m pytest tests benchmarks --benchmark-disable -p no:cacheprovider
+	$(VENV)/bin/pytest tests benchmarks --benchmark-disable -p no:cacheprovider
 
 bench: $(STAMP)
-	$(PY) -m pytest benchmarks --benchmark-only
+	$(VENV)/bin/pytest benchmarks --benchmark-only
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any
 
 import attrs
-
 from tarry.engine.state import ErrorInfo, SessionState
 
 OK, PAUSED, ERROR = "ok", "paused", "error"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import attrs
-
 from tarry.engine.events import Event
 from tarry.engine.reducer import derive_state
 from tarry.engine.state import SessionState

@@ -16,7 +16,6 @@ from .events import Event
 from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
 
 
-
 def _evolve(inst: Any, **changes: Any) -> Any:
     # attrs.evolve re-runs __init__ through keyword plumbing; a slotted copy is several times
     # faster and the reducer runs twice per step.

@@ -20,7 +20,6 @@ from typing import Any
 import attrs
 import msgpack
 from cattrs.preconf.msgpack import make_converter
-
 from tarry.engine.errors import NotSerializable, SnapshotError
 
 # --- ext codes: one number per type, never reused ------------------------------------------------

@@ -9,7 +9,6 @@ import threading
 from collections.abc import Sequence
 
 import attrs
-
 from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.events import Event
 

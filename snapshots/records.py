@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-
 from tarry.engine.errors import SnapshotError
 from tarry.engine.events import Event
 from tarry.engine.state import SessionState

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import tarry
 from tarry import (
     Flow,

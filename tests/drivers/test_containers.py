@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from support import resume_all
-
 from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Route, Runtime
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 from support import resume_all
-
 from tarry import Flow, ForEach, Gate, Runtime
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Route, Runtime, step
 
 _names = itertools.count()

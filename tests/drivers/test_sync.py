@@ -7,7 +7,6 @@ import inspect
 
 import pytest
 from support import settle
-
 from tarry import AsyncInSyncContext, Flow, ForEach, Gate, Outcome, Runtime, step
 
 

@@ -1,0 +1,77 @@
+"""Packaging: every layer folder ships, generic names do not leak, `__all__` is pinned."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import tarry
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"facade": "tarry", "engine": "tarry.engine", "drivers": "tarry.drivers",
+          "snapshots": "tarry.snapshots"}
+
+
+def _config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_layer_subfolder_is_listed_in_packages() -> None:
+    config = _config()
+    packages, dirs = set(config["packages"]), config["package-dir"]
+    for folder, package in LAYERS.items():
+        for sub in [ROOT / folder, *sorted((ROOT / folder).rglob("*/"))]:
+            if not sub.is_dir() or sub.name == "__pycache__" or not any(sub.glob("*.py")):
+                continue
+            rel = sub.relative_to(ROOT / folder).parts
+            name = ".".join((package, *rel))
+            assert name in packages, f"{sub} holds code but {name!r} is not in packages"
+            assert dirs[name] == "/".join((folder, *rel))
+
+
+def test_the_installed_package_is_what_is_tested() -> None:
+    assert Path(tarry.__file__).parent.name == "facade"
+    assert str(ROOT) not in sys.path
+
+
+@pytest.mark.parametrize("name", ["engine", "drivers", "snapshots", "facade"])
+def test_generic_names_are_not_importable_at_top_level(name: str) -> None:
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is not None)"
+    result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True)
+    assert result.returncode == 0, f"{name!r} is importable at top level"
+
+
+PUBLIC = {
+    "NOT_READY", "AsyncInSyncContext", "Branch", "ConcurrentUpdate", "ContainerFrame", "Context",
+    "ErrorInfo", "Event", "Flow", "FlowMismatch", "ForEach", "Gate", "Graph", "InvalidFlow",
+    "InvalidResumeValue", "Loop", "ManualClock", "NotSerializable", "Outcome", "PauseInfo",
+    "ResumeRequest", "Retry", "Route", "Runtime", "SessionExists", "SessionNotResumable",
+    "SessionState", "SessionSummary", "SessionView", "Sleep", "SnapshotError", "TarryError",
+    "TokenAlreadyUsed", "UnknownFlow", "UnknownRoute", "UnknownSession", "UnknownToken", "Wait",
+    "default_runtime", "resume", "run", "step",
+}
+
+
+def test_public_all_is_pinned() -> None:
+    assert set(tarry.__all__) == PUBLIC
+    for name in tarry.__all__:
+        assert getattr(tarry, name) is not None
+
+
+def test_snapshots_all_is_pinned() -> None:
+    snapshots = importlib.import_module("tarry.snapshots")
+    assert set(snapshots.__all__) == {
+        "MemoryStore", "SQLiteStore", "SessionRecord", "SessionStore", "TokenInfo", "check",
+        "dumps", "loads", "register",
+    }
+
+
+def test_errors_are_tarry_errors() -> None:
+    for name in tarry.__all__:
+        obj = getattr(tarry, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, tarry.TarryError), name
