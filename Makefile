@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collects nothing; that is a failure of the suite here, not a pass.
 test: $(STAMP)
-	$(VENV)/bin/pytest tests benchmarks --benchmark-disable -p no:cacheprovider
+	$(VENV)/bin/pytest tests benchmarks -m "not slow" --benchmark-disable -p no:cacheprovider
 
 bench: $(STAMP)
 	$(VENV)/bin/pytest benchmarks --benchmark-only

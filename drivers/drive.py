@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
@@ -10,14 +12,14 @@ from tarry.engine.errors import NotSerializable
 from tarry.engine.events import Event
 from tarry.engine.execution import Execution
 from tarry.engine.flow import Flow
-from tarry.engine.reducer import error_to_data
+from tarry.engine.reducer import apply, error_to_data
 from tarry.engine.signals import Checkpoint, Pause
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check
 from tarry.snapshots.records import SessionRecord, encode_state
 
 from .ledger import StoreLedger
-from .outcome import Outcome, outcome_of
+from .outcome import ERROR, Outcome, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from .tokens import new_token
 
@@ -25,10 +27,33 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 
+LEASE_LOST = ErrorInfo(
+    type="lease_lost",
+    message="another worker took over this session after its lease expired; this run stopped",
+    retryable=False,
+)
+
+
+def fold(
+    state: SessionState, now: datetime, specs: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+) -> tuple[SessionState, list[Event]]:
+    """Events for `specs` (type, path, data) that follow `state`, and the state after them:
+    for writing events in the same transaction as something else (create, token use)."""
+    events = []
+    for type_, path, data in specs:
+        event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
+        state = apply(state, event)
+        events.append(event)
+    return state, events
+
+
 class Drive:
     """Owns the Execution of one session while its generator tree runs in this process."""
 
-    __slots__ = ("rt", "flow", "record", "ex", "ledger", "flushed", "step_durable", "aborts")
+    __slots__ = (
+        "rt", "flow", "record", "ex", "ledger", "flushed", "step_durable", "aborts",
+        "renew_at", "lost",
+    )
 
     def __init__(self, rt: Runtime, flow: Flow, record: SessionRecord, state: SessionState):
         self.rt = rt
@@ -42,6 +67,10 @@ class Drive:
         self.flushed = 0  # how many of ex.log are written
         self.step_durable = rt.durability == "step"
         self.aborts = rt._aborts
+        # The lease is renewed at the first checkpoint after a third of it has passed; the
+        # monotonic clock makes that check cheap enough for every checkpoint.
+        self.renew_at = time.monotonic() + rt.lease / 3
+        self.lost = False
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -59,6 +88,18 @@ class Drive:
             return True
         if self.step_durable and len(self.ex.log) > self.flushed:
             self._flush_steps()
+        if time.monotonic() >= self.renew_at:
+            return not self._renew()
+        return False
+
+    def _renew(self) -> bool:
+        rt = self.rt
+        now = rt.clock.now()
+        until = now + timedelta(seconds=rt.lease)
+        self.renew_at = time.monotonic() + rt.lease / 3
+        if rt.store.claim(self.ex.session_id, rt.owner, until, now):
+            return True
+        self.lost = True
         return False
 
     def _flush_steps(self) -> None:
@@ -78,6 +119,9 @@ class Drive:
         sid = ex.session_id
         kind, value = result
         token: str | None = None
+        if self.lost:  # another worker owns the session now: write nothing
+            self.rt._running.discard(sid)
+            return Outcome(ERROR, sid, error=LEASE_LOST)
         try:
             if kind == DONE:
                 ex.emit(ev.RUN_COMPLETED, (), {"output": value})

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
 import uuid
+from datetime import timedelta
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,7 +32,7 @@ from tarry.snapshots.records import SessionRecord, encode_state
 from tarry.snapshots.store import SessionStore
 
 from .clock import Clock, SystemClock
-from .drive import Drive
+from .drive import Drive, fold
 from .outcome import Outcome, outcome_of
 from .pump import AwaitableOrValue
 from .stores import open_store
@@ -62,10 +65,19 @@ class Runtime:
         adapters: dict[str, Callable[..., Any]] | None = None,
         durability: str = "pause",
         secret: str | bytes | None = None,
+        lease: float = 30.0,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
             raise ValueError(msg)
+        if not (isinstance(lease, int | float) and lease > 0):
+            msg = f"lease must be a positive number of seconds (got {lease!r})"
+            raise ValueError(msg)
+        #: Seconds a running session's lease lasts; renewed at checkpoints. `recover()` in
+        #: another process takes over sessions whose lease ran out.
+        self.lease = float(lease)
+        #: This runtime's name on the leases it holds.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store: SessionStore = open_store(store)
         self.clock: Clock = clock or SystemClock()
         self.durability = durability
@@ -109,13 +121,24 @@ class Runtime:
             state=b"",
             fingerprint=flow.fingerprint,
             flow_version=flow.version,
+            lease_owner=self.owner,
+            lease_until=now + timedelta(seconds=self.lease),
             created_at=now,
             updated_at=now,
         )
-        self.store.create(record)  # SessionExists: nothing changed
-        run = Drive(self, flow, record, SessionState(session_id=sid, flow=flow.name))
-        run.ex.emit(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})
-        return run.start()
+        initial = SessionState(session_id=sid, flow=flow.name)
+        state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])
+        self.store.create(record, events=events)  # SessionExists: nothing changed
+        return self._start(flow, record, state, events)
+
+    def _start(
+        self, flow: Flow, record: SessionRecord, state: SessionState, written: list[Event]
+    ) -> AwaitableOrValue[Outcome]:
+        """Drive a session whose opening `written` events are already in the store."""
+        if self._subscribers:
+            for event in written:
+                self._notify(event)
+        return Drive(self, flow, record, state).start()
 
     def run_sync(
         self, flow: Flow, input: Any = None, *, session_id: str | None = None
@@ -144,8 +167,7 @@ class Runtime:
     ) -> AwaitableOrValue[Outcome]:
         """Continue a paused (or failed) session where it stopped. Every check happens before
         the token is consumed: a rejected resume leaves the session exactly as it was."""
-        run = self._prepare(token, flow, allow_changed, value=value, with_value=True)
-        return run.start()
+        return self._prepare(token, flow, allow_changed, value=value)
 
     def resume_sync(
         self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
@@ -165,8 +187,7 @@ class Runtime:
         self, token: str, output: Any = None, *, flow: Flow | None = None
     ) -> AwaitableOrValue[Outcome]:
         """On a failed session: record the failed element as completed with `output`, go on."""
-        run = self._prepare(token, flow, allow_changed=flow is not None, skip=True, value=output)
-        return run.start()
+        return self._prepare(token, flow, allow_changed=flow is not None, skip=True, value=output)
 
     def _prepare(
         self,
@@ -175,9 +196,8 @@ class Runtime:
         allow_changed: bool,
         *,
         value: Any = None,
-        with_value: bool = False,
         skip: bool = False,
-    ) -> Drive:
+    ) -> AwaitableOrValue[Outcome]:
         info = self.store.find_token(token) if isinstance(token, str) else None
         if info is None:
             raise UnknownToken()
@@ -201,19 +221,25 @@ class Runtime:
                 if element is not None and hasattr(element, "accept"):
                     value = element.accept(value)  # InvalidResumeValue: nothing changed
                 check(value, "resume value")
-        if not self.store.consume_token(token):
-            raise TokenAlreadyUsed(record.session_id)
-        # From here on the session is ours: no other resume of this token can win.
-        run = Drive(self, flow, record, state)
         if skip:
-            run.ex.emit(ev.RUN_RESUMED, state.error.path, {"skip": True})
-            run.ex.emit(ev.NODE_COMPLETED, state.error.path, {"output": value, "skipped": True})
+            path = state.error.path
+            specs = [
+                (ev.RUN_RESUMED, path, {"skip": True}),
+                (ev.NODE_COMPLETED, path, {"output": value, "skipped": True}),
+            ]
         elif state.status == "paused" and state.pause is not None and state.pause.awaits_value:
-            run.ex.emit(ev.RUN_RESUMED, state.pause.path, {"value": value})
+            specs = [(ev.RUN_RESUMED, state.pause.path, {"value": value})]
         else:
             path = state.pause.path if state.pause else state.error.path if state.error else ()
-            run.ex.emit(ev.RUN_RESUMED, path, {})
-        return run
+            specs = [(ev.RUN_RESUMED, path, {})]
+        now = self.clock.now()
+        state, events = fold(state, now, specs)
+        until = now + timedelta(seconds=self.lease)
+        # One transaction: the token is used, the lease taken and the resume (with its value)
+        # recorded, so a crash from here on leaves a session that recover() can continue.
+        if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
+            raise TokenAlreadyUsed(record.session_id)
+        return self._start(flow, record, state, events)
 
     def _flow_for(
         self, record: SessionRecord, flow: Flow | None, allow_changed: bool, state: SessionState
@@ -236,6 +262,41 @@ class Runtime:
             raise FlowMismatch(msg)
         _check_position(flow, state)
         return flow
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover(self) -> list[Outcome]:
+        """Continue the sessions whose worker died mid-run (their lease expired), from their
+        last written point: with durability="step", the last completed step (the step in
+        flight runs again, with the same `ctx.idempotency_key`); with "pause", the last pause.
+
+        Each recovered session is claimed through the store first, so two processes calling
+        `recover()` never continue the same session. Sessions of flows this Runtime does not
+        know are left for a Runtime that does. Async steps are driven on a private loop.
+        """
+        outcomes: list[Outcome] = []
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.lease)
+        for stale in self.store.expired(now):
+            sid = stale.session_id
+            flow = self._flows.get(stale.flow)
+            if flow is None:
+                log.warning("recover: no flow %r registered for session %s", stale.flow, sid)
+                continue
+            if not self.store.claim(sid, self.owner, until, now):
+                continue  # another worker got there first
+            record = self.store.load(sid)
+            if record is None:
+                continue
+            state = state_of(record)
+            for event in self.store.events(sid, state.last_seq):
+                state = apply(state, event)
+            if state.status != "running":
+                self.store.release(sid, self.owner)
+                continue
+            state, events = fold(state, now, [(ev.RUN_RESUMED, (), {"recovered": True})])
+            self.store.append_events(sid, events)
+            outcomes.append(_settle(self._start(flow, record, state, events)))
+        return outcomes
 
     # -- control -------------------------------------------------------------------------------
     def abort(self, session_id: str, *, resumable: bool = True) -> None:

@@ -53,14 +53,17 @@ class MemoryStore:
         self.bytes_read = 0
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord) -> None:
+    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+        encoded = [encode_event(e) for e in events]
         with self._lock:
             self._evict(record.created_at)
             if record.session_id in self._sessions:
                 raise SessionExists(record.session_id)
-            stored = _copy(record, version=0)
-            self._sessions[record.session_id] = _Entry(stored)
+            entry = _Entry(_copy(record, version=0))
+            self._check_seq(entry, events)
+            self._sessions[record.session_id] = entry
             self.bytes_written += len(record.state)
+            self._append(entry, events, encoded)
             if record.token and record.token not in self._tokens:
                 self._add_token(record.token, record.session_id)
 
@@ -167,11 +170,25 @@ class MemoryStore:
             found = self._tokens.get(token)
             return None if found is None else TokenInfo(str(found[0]), bool(found[1]))
 
-    def consume_token(self, token: str) -> bool:
+    def consume_token(
+        self,
+        token: str,
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Sequence[Event] = (),
+    ) -> bool:
+        encoded = [encode_event(e) for e in events]
         with self._lock:
             found = self._tokens.get(token)
             if found is None or found[1]:
                 return False
+            entry = self._sessions.get(str(found[0]))
+            if entry is not None:
+                self._check_seq(entry, events)
+                if owner is not None:
+                    entry.record = attrs.evolve(entry.record, lease_owner=owner, lease_until=until)
+                self._append(entry, events, encoded)
             found[1] = True
             return True
 
@@ -211,8 +228,7 @@ class MemoryStore:
             rows = [
                 e.record
                 for e in self._sessions.values()
-                if e.record.status == "running"
-                and e.record.lease_until is not None
+                if e.record.lease_until is not None
                 and e.record.lease_until <= now
             ]
         rows.sort(key=lambda r: (r.lease_until, r.session_id))

@@ -152,8 +152,9 @@ class SQLiteStore:
                 raise
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord) -> None:
+    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
         row = _row(record, version=0)
+        encoded = [encode_event(e) for e in events]
         with self._write() as db:
             # The primary key decides, so two processes creating one id cannot both win.
             try:
@@ -164,7 +165,8 @@ class SQLiteStore:
                 raise SessionExists(record.session_id) from exc
             if record.token:
                 _add_token(db, record.token, record.session_id)
-        self.bytes_written += len(record.state)
+            written = len(record.state) + _append(db, record.session_id, events, encoded)
+        self.bytes_written += written
 
     def load(self, session_id: str) -> SessionRecord | None:
         with self._lock:
@@ -282,14 +284,30 @@ class SQLiteStore:
             ).fetchone()
         return None if row is None else TokenInfo(row[0], bool(row[1]))
 
-    def consume_token(self, token: str) -> bool:
-        # One statement is one atomic transaction: of any number of racing processes,
-        # exactly one sees used = 0.
-        with self._lock:
-            cur = self._db.execute(
-                "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0", (token,)
-            )
-            return cur.rowcount == 1
+    def consume_token(
+        self,
+        token: str,
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Sequence[Event] = (),
+    ) -> bool:
+        encoded = [encode_event(e) for e in events]
+        with self._write() as db:
+            # Of any number of racing processes, exactly one sees used = 0 (the write lock
+            # of BEGIN IMMEDIATE serialises them); the lease and events go in the same commit.
+            cur = db.execute("UPDATE tokens SET used = 1 WHERE token = ? AND used = 0", (token,))
+            if cur.rowcount != 1:
+                return False
+            (sid,) = db.execute("SELECT session_id FROM tokens WHERE token = ?", (token,)).fetchone()
+            if owner is not None:
+                db.execute(
+                    "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ?",
+                    (owner, _time(until), sid),
+                )
+            written = _append(db, sid, events, encoded)
+        self.bytes_written += written
+        return True
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
@@ -319,7 +337,7 @@ class SQLiteStore:
 
     def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         return self._select(
-            f"{_SELECT} WHERE status = 'running' AND lease_until <= ? "
+            f"{_SELECT} WHERE lease_until <= ? "
             "ORDER BY lease_until, session_id LIMIT ?",
             (_micros(now), limit),
         )

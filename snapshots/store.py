@@ -21,8 +21,9 @@ class SessionStore(Protocol):
     """
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord) -> None:
-        """Insert a new session (version 0); SessionExists if the id is taken."""
+    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+        """Insert a new session (version 0) and its first `events`, in one transaction;
+        SessionExists (nothing written) if the id is taken."""
 
     def load(self, session_id: str) -> SessionRecord | None:
         """The session's record, or None."""
@@ -72,9 +73,17 @@ class SessionStore(Protocol):
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None: ...
 
-    def consume_token(self, token: str) -> bool:
+    def consume_token(
+        self,
+        token: str,
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Sequence[Event] = (),
+    ) -> bool:
         """Mark the token used. True for exactly one caller, ever; False if already used
-        or unknown."""
+        or unknown (and then nothing is written). In the same transaction, the winner takes
+        the session's lease (when `owner` is given) and appends `events`."""
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
@@ -88,4 +97,4 @@ class SessionStore(Protocol):
         """Give up the lease if `owner` holds it."""
 
     def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
-        """Running sessions whose lease ended at or before `now` (their worker died)."""
+        """Sessions whose lease ended at or before `now`: their worker died mid-run."""

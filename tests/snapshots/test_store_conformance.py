@@ -406,7 +406,8 @@ def test_release_only_by_owner(store: Any) -> None:
     store.release("nope", "a")
 
 
-def test_expired_lists_running_sessions_with_lapsed_leases(store: Any) -> None:
+def test_expired_lists_sessions_with_lapsed_leases(store: Any) -> None:
+    # Any status: a paused session holds a lease only while a resumer drives it.
     now = at(100)
     specs = [  # id, status, lease_until
         ("lapsed", "running", at(90)),
@@ -418,7 +419,7 @@ def test_expired_lists_running_sessions_with_lapsed_leases(store: Any) -> None:
     ]
     for sid, status, until in specs:
         store.create(rec(sid, status=status, lease_owner="w", lease_until=until))
-    assert [r.session_id for r in store.expired(now)] == ["long ago", "lapsed", "at now"]
+    assert [r.session_id for r in store.expired(now)] == ["long ago", "paused", "lapsed", "at now"]
     assert [r.session_id for r in store.expired(now, limit=1)] == ["long ago"]
     assert store.expired(at(0)) == []
 
@@ -545,3 +546,27 @@ def test_sqlite_consume_races_across_processes(
     assert outcome == [False, False, False, True]
     with SQLiteStore(path) as store:
         assert store.find_token("tk_1") == TokenInfo("s1", True)
+
+
+def test_create_with_first_events_is_atomic(store: Any) -> None:
+    store.create(rec("s1"), events=[ev(1)])
+    assert [e.seq for e in store.events("s1")] == [1]
+    with pytest.raises(SessionExists):
+        store.create(rec("s1"), events=[ev(1)])
+    assert [e.seq for e in store.events("s1")] == [1]
+    with pytest.raises(ConcurrentUpdate):
+        store.create(rec("s2"), events=[ev(2, "s2")])
+    assert store.load("s2") is None
+
+
+def test_consume_token_takes_the_lease_and_appends_events_atomically(store: Any) -> None:
+    store.create(rec("s1", token="tk_1"), events=[ev(1)])
+    until = at(500)
+    assert store.consume_token("tk_1", owner="w1", until=until, events=[ev(2)]) is True
+    loaded = store.load("s1")
+    assert (loaded.lease_owner, loaded.lease_until) == ("w1", until)
+    assert [e.seq for e in store.events("s1")] == [1, 2]
+    # the loser writes nothing
+    assert store.consume_token("tk_1", owner="w2", until=at(900), events=[ev(3)]) is False
+    assert store.load("s1").lease_owner == "w1"
+    assert [e.seq for e in store.events("s1")] == [1, 2]
