@@ -8,8 +8,8 @@ import os
 import socket
 import threading
 import uuid
-from datetime import timedelta
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from tarry.engine import events as ev

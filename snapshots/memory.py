@@ -38,8 +38,9 @@ class MemoryStore:
 
     `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
     `max_sessions`: when a new session would exceed it, the least recently updated sessions
-    that are not running are evicted (ended ones first, then paused ones). A running session
-    is never evicted. `bytes_written` / `bytes_read` count the encoded bytes that went in and
+    that are not running are evicted (ended ones first, then paused ones; a tenth of the limit
+    at once). A running session is never evicted, so the limit can be exceeded by running ones.
+    An evicted session is gone: its token is unknown from then on. `bytes_written` / `bytes_read` count the encoded bytes that went in and
     came out, for checking the cost model.
     """
 
@@ -51,6 +52,7 @@ class MemoryStore:
         self._tokens: dict[str, list[object]] = {}  # token -> [session_id, used]
         self.bytes_written = 0
         self.bytes_read = 0
+        self._swept: dt.datetime | None = None
 
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
@@ -266,8 +268,14 @@ class MemoryStore:
             self.bytes_written += len(blob)
 
     def _evict(self, now: dt.datetime) -> None:
-        """Drop expired sessions, then the oldest idle ones beyond max_sessions. Never running."""
-        if self.ttl is not None:
+        """Drop expired sessions, then the least recently updated beyond max_sessions.
+
+        Never a running session. Amortised: the TTL sweep runs at most once per tenth of the
+        TTL, and an overflow evicts a tenth of `max_sessions` at once, so creating sessions
+        stays O(1) on average however many are kept.
+        """
+        if self.ttl is not None and (self._swept is None or now >= self._swept):
+            self._swept = now + dt.timedelta(seconds=self.ttl / 10)
             cutoff = now - dt.timedelta(seconds=self.ttl)
             for sid in [
                 s
@@ -281,5 +289,6 @@ class MemoryStore:
                 key=lambda r: (r.status not in _ENDED, r.updated_at),
             )
             excess = len(self._sessions) - self.max_sessions + 1
-            for rec in idle[:excess]:
+            batch = max(excess, self.max_sessions // 10)
+            for rec in idle[:batch]:
                 self.delete(rec.session_id)

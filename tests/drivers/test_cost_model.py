@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tarry import Flow, ForEach, Gate, Runtime
 from tarry.snapshots import MemoryStore, SQLiteStore
 

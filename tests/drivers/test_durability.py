@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from flows import batch, counts, paused_at, resume_racing
-
 from tarry import Runtime
 
 FLOWS = str(Path(__file__).resolve().parents[1] / "flows.py")
