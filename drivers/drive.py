@@ -130,7 +130,7 @@ class Drive:
                 self._pause(value)
                 token = new_token()
             elif kind == STOPPED:
-                resumable = self.aborts.pop(sid, True)
+                resumable = self.aborts.get(sid, True)
                 if resumable:
                     data = {"kind": "system", "reason": "aborted", "awaits_value": False}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
@@ -142,6 +142,8 @@ class Drive:
                 token = new_token()  # a failed session can be retried, skipped or cancelled
             self._write(token)
         finally:
+            # An abort that arrived too late to stop this drive must not stop the next one.
+            self.aborts.pop(sid, None)
             self.rt._running.discard(sid)
         return outcome_of(ex.state, token)
 

@@ -180,3 +180,14 @@ def test_empty_foreach_completes(rt: Runtime) -> None:
     flow = Flow("empty", [ForEach("none", [], lambda ctx: 1 / 0), lambda ctx: ("after", ctx.prev)])
     out = rt.run(flow)
     assert out.ok and out.output == ("after", [])
+
+
+def test_an_abort_too_late_for_this_drive_does_not_stop_the_next(rt: Runtime) -> None:
+    def last(ctx):
+        rt.abort(ctx.session_id)  # no checkpoint follows before the Gate pauses
+        return 1
+
+    out = rt.run(Flow("late", [last, Gate("g"), lambda ctx: "after"]))
+    assert out.paused and out.pause.reason != "aborted"
+    done = rt.resume(out.token, True)
+    assert done.ok and done.output == "after"
