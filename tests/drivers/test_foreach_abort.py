@@ -183,11 +183,17 @@ def test_empty_foreach_completes(rt: Runtime) -> None:
 
 
 def test_an_abort_too_late_for_this_drive_does_not_stop_the_next(rt: Runtime) -> None:
-    def last(ctx):
-        rt.abort(ctx.session_id)  # no checkpoint follows before the Gate pauses
-        return 1
+    asked: list[int] = []
 
-    out = rt.run(Flow("late", [last, Gate("g"), lambda ctx: "after"]))
-    assert out.paused and out.pause.reason != "aborted"
+    def ask(ctx):
+        if not asked:
+            asked.append(1)
+            rt.abort(ctx.session_id)  # too late: this step pauses before any checkpoint
+        return ctx.interrupt("question")
+
+    out = rt.run(Flow("late", [ask, Gate("g"), lambda ctx: "after"]))
+    assert out.paused and out.pause.reason == "question"
+    out = rt.resume(out.token, "answer")
+    assert out.paused and out.pause.path == ("g",)
     done = rt.resume(out.token, True)
     assert done.ok and done.output == "after"
