@@ -15,7 +15,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
 from tarry.engine.signals import Checkpoint, Pause
 from tarry.engine.state import ErrorInfo, SessionState
-from tarry.snapshots._codec import check
+from tarry.snapshots._codec import check as _codec_check
 from tarry.snapshots.records import SessionRecord, encode_state
 
 from .ledger import StoreLedger
@@ -25,6 +25,22 @@ from .tokens import new_token
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+
+
+_SCALARS = frozenset({type(None), bool, float, str, bytes})
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can encode
+
+
+def check(value: Any, where: Any) -> None:
+    """The engine's encodability check: scalars pass at once; a `(path, key)` place is
+    formatted only when a value fails."""
+    kind = type(value)
+    if kind in _SCALARS or (kind is int and _INT_MIN <= value <= _INT_MAX):
+        return
+    if type(where) is tuple:
+        path, key = where
+        where = f"{'/'.join(map(str, path))}[{key!r}]"
+    _codec_check(value, where)
 
 
 LEASE_LOST = ErrorInfo(

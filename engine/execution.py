@@ -25,7 +25,7 @@ class Ledger(Protocol):
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]: ...
 
 
-def _no_check(value: Any, where: str) -> None:
+def _no_check(value: Any, where: Any) -> None:
     return None
 
 
@@ -40,7 +40,7 @@ class Execution:
         *,
         now: Callable[[], datetime],
         ledger: Ledger,
-        check: Callable[[Any, str], None] = _no_check,
+        check: Callable[[Any, Any], None] = _no_check,
         listener: Callable[[Event], None] | None = None,
     ) -> None:
         self.session_id = state.session_id
@@ -52,6 +52,8 @@ class Execution:
             frame.path: frame for frame in state.container_stack
         }
         self.ledger = ledger
+        #: check(value, where) raises NotSerializable unless the codec can encode `value`;
+        #: `where` is a str, or a (path, key) pair formatted only if the check fails.
         self.check = check
         self.listener = listener
 

@@ -72,7 +72,9 @@ class Step(Element):
             data = {"output": result}
         ctx.effects(data)
         try:
-            ex.check(data, "/".join(map(str, path)))
+            # Each value on its own: most outputs are scalars, which the check passes at once.
+            for key, value in data.items():
+                ex.check(value, (path, key))
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
         ex.emit(ev.NODE_COMPLETED, path, data)

@@ -197,3 +197,9 @@ def test_invalid_flow_definitions() -> None:
     with pytest.raises(InvalidFlow):
         Flow("x", [42])
     assert issubclass(InvalidFlow, tarry.TarryError)
+
+
+def test_an_int_too_large_for_msgpack_fails_the_step(rt: Runtime) -> None:
+    out = rt.run(Flow("big", [lambda ctx: 2**64]))
+    assert out.failed and out.error.type == "NotSerializable" and "int" in out.error.message
+    assert rt.run(Flow("edge", [lambda ctx: 2**64 - 1])).output == 2**64 - 1
