@@ -92,3 +92,37 @@ def test_two_recoverers_never_continue_the_same_session(store) -> None:
     a = Runtime(store=store, durability="step", clock=clock, flows=[make_flow(ran, None)])
     b = Runtime(store=store, durability="step", clock=clock, flows=[make_flow(ran, None)])
     assert len(a.recover()) + len(b.recover()) == 1
+
+
+def test_a_live_run_renews_its_lease_and_is_never_taken_over(tmp_path) -> None:
+    import threading
+    import time
+
+    store = SQLiteStore(tmp_path / "lease.db")
+    ran: list[int] = []
+
+    def slow(ctx):
+        ran.append(ctx.item)
+        time.sleep(0.03)
+        return ctx.item
+
+    flow = Flow("slow", [ForEach("items", list(range(12)), slow)])
+    rt = Runtime(store=store, durability="step", lease=0.1)  # the run lasts ~0.36 s
+    other = Runtime(store=store, durability="step", lease=0.1, flows=[flow])
+    stolen: list = []
+    done = threading.Event()
+
+    def keep_trying() -> None:
+        while not done.is_set():
+            stolen.extend(other.recover())
+            time.sleep(0.005)
+
+    thief = threading.Thread(target=keep_trying)
+    thief.start()
+    try:
+        out = rt.run(flow)
+    finally:
+        done.set()
+        thief.join(5)
+    assert out.ok and out.output == list(range(12))
+    assert stolen == [] and ran == list(range(12))
