@@ -70,23 +70,44 @@ def encode_state(state: SessionState, *, fingerprint: str = "", flow_version: An
 
 
 def decode_state(data: bytes) -> SessionState:
-    """The state inside an envelope; SnapshotError for anything else."""
+    """The state inside an envelope, migrated up to VERSION; SnapshotError for anything else."""
     envelope = loads(data)
     if not isinstance(envelope, dict) or envelope.get("format") != FORMAT:
         msg = "not a tarry snapshot (missing or wrong 'format')"
         raise SnapshotError(msg)
     version = envelope.get("v")
-    if not isinstance(version, int) or version < 1 or version > VERSION:
-        msg = f"snapshot format version {version!r} is not supported (this tarry reads 1..{VERSION})"
+    if type(version) is not int or version < 1 or version > VERSION:  # not bool: True == 1
+        msg = (
+            f"snapshot format version {version!r} is not supported (this tarry reads 1..{VERSION})"
+        )
         raise SnapshotError(msg)
     while version < VERSION:
-        envelope = MIGRATIONS[version](envelope)
+        envelope = _migrate(envelope, version)
         version += 1
     try:
         return converter.structure(envelope["state"], SessionState)
     except Exception as exc:
         msg = f"snapshot state is malformed ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc
+
+
+def _migrate(envelope: dict[str, Any], version: int) -> dict[str, Any]:
+    """`envelope` (at `version`) upgraded by one version."""
+    migration = MIGRATIONS.get(version)
+    if migration is None:
+        msg = f"no migration from snapshot format version {version} to {version + 1}"
+        raise SnapshotError(msg)
+    try:
+        upgraded = migration(envelope)
+    except Exception as exc:
+        msg = f"migrating a snapshot from version {version} failed ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
+    if not isinstance(upgraded, dict):
+        msg = (
+            f"the migration from version {version} returned a {type(upgraded).__name__}, not a dict"
+        )
+        raise SnapshotError(msg)
+    return upgraded
 
 
 def _micros(at: dt.datetime) -> int:
@@ -100,15 +121,30 @@ def encode_event(event: Event) -> bytes:
 
 
 def decode_event(data: bytes, session_id: str) -> Event:
+    """The event `encode_event` wrote; SnapshotError for anything else."""
+    fields = loads(data)
+    if type(fields) is not list or len(fields) != 5:
+        msg = "malformed event (expected [seq, type, at, path, data])"
+        raise SnapshotError(msg)
+    seq, type_, micros, path, payload = fields
+    if (
+        type(seq) is not int
+        or type(type_) is not str
+        or type(micros) is not int
+        or type(path) is not tuple
+        or type(payload) is not dict
+    ):
+        msg = (
+            "malformed event (expected int, str, int, tuple, dict; got "
+            f"{', '.join(type(f).__name__ for f in fields)})"
+        )
+        raise SnapshotError(msg)
     try:
-        seq, type_, micros, path, payload = loads(data)
         at = _EPOCH + dt.timedelta(microseconds=micros)
-        return Event(seq, type_, session_id, at, tuple(path), payload)
-    except SnapshotError:
-        raise
-    except Exception as exc:
-        msg = f"malformed event ({type(exc).__name__}: {exc})"
+    except OverflowError as exc:
+        msg = f"malformed event (time {micros} µs since the epoch is out of range)"
         raise SnapshotError(msg) from exc
+    return Event(seq, type_, session_id, at, path, payload)
 
 
 def path_key(path: tuple[Any, ...]) -> str:
