@@ -8,6 +8,7 @@ never O(history): no list of iterations, results or events is ever copied here.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,16 +17,39 @@ from .events import Event
 from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
 
 
+class _Copier:
+    """Copies one frozen slotted record class with some fields changed, fast.
+
+    The reducer makes a new state for every event (twice per step), so this is the hottest
+    function in tarry. `attrs.evolve` re-runs `__init__` through keyword plumbing; here one
+    C-level attrgetter reads every slot and the slots' own descriptors write them.
+    """
+
+    __slots__ = ("cls", "names", "read", "index", "writers")
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.names = tuple(n for n in cls.__slots__ if n != "__weakref__")
+        self.read = operator.attrgetter(*self.names)
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.writers = tuple(getattr(cls, n).__set__ for n in self.names)
+
+    def __call__(self, inst: Any, changes: dict[str, Any]) -> Any:
+        values = list(self.read(inst))
+        index = self.index
+        for name, value in changes.items():
+            values[index[name]] = value
+        new = object.__new__(self.cls)
+        for write, value in zip(self.writers, values, strict=True):
+            write(new, value)
+        return new
+
+
+_COPIERS = {cls: _Copier(cls) for cls in (SessionState, ContainerFrame)}
+
+
 def _evolve(inst: Any, **changes: Any) -> Any:
-    # attrs.evolve re-runs __init__ through keyword plumbing; a slotted copy is several times
-    # faster and the reducer runs twice per step.
-    cls = type(inst)
-    new = object.__new__(cls)
-    for name in cls.__slots__:
-        if name == "__weakref__":
-            continue
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(inst, name))
-    return new
+    return _COPIERS[type(inst)](inst, changes)
 
 
 def _replace_top(state: SessionState, seq: int, **changes: Any) -> SessionState:
