@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tarry import Flow, ForEach, Gate, Runtime, step
 from tarry.snapshots import SQLiteStore
 
