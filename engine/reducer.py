@@ -84,17 +84,14 @@ def _record_child(
 
 
 def _merge_effects(state: SessionState, data: dict[str, Any], extra: dict[str, Any]) -> None:
-    delta = data.get("state")
-    if delta:
+    """Fold a node's `ctx.state` changes and metrics into `extra` (the fields to change)."""
+    deleted = data.get("state_deleted")
+    changed = data.get("state")
+    if changed or deleted:
         shared = dict(state.shared)
-        for key in data.get("state_deleted", ()):
+        for key in deleted or ():
             shared.pop(key, None)
-        shared.update(delta)
-        extra["shared"] = shared
-    elif data.get("state_deleted"):
-        shared = dict(state.shared)
-        for key in data["state_deleted"]:
-            shared.pop(key, None)
+        shared.update(changed or {})
         extra["shared"] = shared
     metrics = data.get("metrics")
     if metrics:
