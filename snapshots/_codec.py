@@ -105,7 +105,8 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
     """An instance of a registered record from its stored fields: init fields go through the
     constructor (so validators run), the others are set afterwards. Stored fields the class no
     longer has are ignored; missing ones take their defaults."""
-    init, late = {}, {}
+    init: dict[str, Any] = {}
+    late: dict[str, Any] = {}
     if attrs.has(cls):
         for f in attrs.fields(cls):
             if f.name in values:

@@ -131,11 +131,11 @@ def decode_event(data: bytes, session_id: str) -> Event:
         type(seq) is not int
         or type(type_) is not str
         or type(micros) is not int
-        or type(path) is not tuple
+        or type(path) not in (tuple, list)  # a list if another tool wrote plain msgpack
         or type(payload) is not dict
     ):
         msg = (
-            "malformed event (expected int, str, int, tuple, dict; got "
+            "malformed event (expected int, str, int, array, map; got "
             f"{', '.join(type(f).__name__ for f in fields)})"
         )
         raise SnapshotError(msg)
@@ -144,7 +144,7 @@ def decode_event(data: bytes, session_id: str) -> Event:
     except OverflowError as exc:
         msg = f"malformed event (time {micros} µs since the epoch is out of range)"
         raise SnapshotError(msg) from exc
-    return Event(seq, type_, session_id, at, path, payload)
+    return Event(seq, type_, session_id, at, tuple(path), payload)
 
 
 def path_key(path: tuple[Any, ...]) -> str:

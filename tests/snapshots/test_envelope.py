@@ -273,6 +273,18 @@ def test_event_time_in_another_zone_comes_back_as_the_same_instant_in_utc() -> N
     assert back.at == at and back.at.utcoffset() == dt.timedelta(0)
 
 
+def test_event_written_as_plain_msgpack_is_read() -> None:
+    back = decode_event(msgpack.packb([3, "run.started", 1_000_001, ["a", 2], {"k": [1]}]), "s")
+    assert back == Event(
+        3,
+        "run.started",
+        "s",
+        dt.datetime(1970, 1, 1, 0, 0, 1, 1, tzinfo=dt.UTC),
+        ("a", 2),
+        {"k": [1]},
+    )
+
+
 def test_event_before_the_epoch_round_trips() -> None:
     at = dt.datetime(1969, 7, 20, 20, 17, 40, 999999, tzinfo=dt.UTC)
     assert decode_event(encode_event(make_event(at=at)), "s-1").at == at
