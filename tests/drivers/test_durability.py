@@ -59,13 +59,18 @@ def crash_trial(tmp_path: Path, trial: int, n: int = 200) -> None:
         if log.read_text().count("start") >= target:
             break
         time.sleep(0.001)
-    os.kill(proc.pid, signal.SIGKILL)
+    finished_first = proc.poll() is not None  # a loaded machine may let the child finish
+    if not finished_first:
+        os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
 
     rt = Runtime(store=f"sqlite:///{db}", durability="step", flows=[batch(n)], clock=Later())
     outcomes = rt.recover()
-    assert [o.status for o in outcomes] == ["ok"], proc.stderr.read() if proc.stderr else ""
-    assert outcomes[0].output == [i * 2 for i in range(n)]
+    if finished_first:
+        assert outcomes == [] and rt.session("crash").state.output == [i * 2 for i in range(n)]
+    else:
+        assert [o.status for o in outcomes] == ["ok"], proc.stderr.read() if proc.stderr else ""
+        assert outcomes[0].output == [i * 2 for i in range(n)]
 
     seen = counts(log)
     assert sorted(seen["end"]) == list(range(n))  # none lost

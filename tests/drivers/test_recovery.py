@@ -103,12 +103,12 @@ def test_a_live_run_renews_its_lease_and_is_never_taken_over(tmp_path) -> None:
 
     def slow(ctx):
         ran.append(ctx.item)
-        time.sleep(0.03)
+        time.sleep(0.05)
         return ctx.item
 
     flow = Flow("slow", [ForEach("items", list(range(12)), slow)])
-    rt = Runtime(store=store, durability="step", lease=0.1)  # the run lasts ~0.36 s
-    other = Runtime(store=store, durability="step", lease=0.1, flows=[flow])
+    rt = Runtime(store=store, durability="step", lease=0.5)  # the run lasts ~0.6 s
+    other = Runtime(store=store, durability="step", lease=0.5, flows=[flow])
     stolen: list = []
     done = threading.Event()
 
