@@ -11,6 +11,7 @@ from tarry.engine import events as ev
 from tarry.engine.errors import NotSerializable
 from tarry.engine.events import Event
 from tarry.engine.execution import Execution
+from tarry.engine.failure import fail
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
 from tarry.engine.signals import Checkpoint, Pause
@@ -174,8 +175,6 @@ class Drive:
         try:
             check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
-            from tarry.engine.failure import fail
-
             self._fail(fail(self.ex, signal.path, exc).error)
             return
         self.ex.emit(ev.RUN_PAUSED, signal.path, data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from typing import Any
 
 import attrs
@@ -117,5 +117,3 @@ def run_body(
         prev = result.value if type(result) is Route else result
     return result
 
-
-Predicate = Callable[[Any], Any]

@@ -482,4 +482,3 @@ def unpack_record(data: bytes, cls: type[Any]) -> Any:
         raise SnapshotError(msg) from exc
 
 
-Hook = Callable[[Any], Any]

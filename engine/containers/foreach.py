@@ -6,7 +6,7 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from .. import events as ev
-from ..context import Scope
+from ..context import Outputs, Scope
 from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow, NotSerializable
 from ..execution import Execution
@@ -41,8 +41,6 @@ class ForEach(Element):
     ) -> Generator[Signal, Any, list[Any]]:
         source = self.items
         if isinstance(source, str):
-            from ..context import Outputs
-
             try:
                 value = Outputs(ex)[source]
             except KeyError:

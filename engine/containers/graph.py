@@ -8,7 +8,7 @@ from typing import Any
 from .. import events as ev
 from ..context import Scope
 from ..element import Element, Route, Signal, as_element, check_name
-from ..errors import InvalidFlow
+from ..errors import InvalidFlow, UnknownRoute
 from ..execution import Execution
 from ..failure import fail
 from ..signals import Checkpoint
@@ -79,8 +79,6 @@ class Graph(Element):
         if table is None:
             return None
         if action not in table:
-            from ..errors import UnknownRoute
-
             exc = UnknownRoute(self.name, node, action, sorted(table))
             raise fail(ex, path, exc)
         return table[action]
