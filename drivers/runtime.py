@@ -404,12 +404,15 @@ def _check_position(flow: Flow, state: SessionState) -> None:
         if flow.find((name,)) is None:
             msg = f"the repaired flow has no top-level element {name!r}, which already completed"
             raise FlowMismatch(msg)
-    at = state.pause.path if state.pause else state.error.path if state.error else ()
-    if at and flow.find(at) is None and state.pause is not None and state.pause.awaits_value:
-        msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run waits"
-        raise FlowMismatch(msg)
-    if state.error is not None and at and flow.find(at) is None:
-        msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run failed"
+    # The element where the run waits for a value, or where it failed, must still be there.
+    if state.pause is not None and state.pause.awaits_value:
+        at, where = state.pause.path, "waits"
+    elif state.error is not None:
+        at, where = state.error.path, "failed"
+    else:
+        return
+    if at and flow.find(at) is None:
+        msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run {where}"
         raise FlowMismatch(msg)
 
 

@@ -71,25 +71,27 @@ def as_element(obj: Any) -> Element:
 
 
 def as_body(body: Any, owner: str) -> tuple[Element, ...]:
-    """Normalize a body (an element, a callable, or a list of them) to a tuple of elements."""
-    items = list(body) if isinstance(body, list | tuple) else [body]
-    elements = tuple(as_element(x) for x in items)
-    seen: set[str] = set()
-    lambdas = 0
-    for i, el in enumerate(elements):
-        if el.name == "<lambda>" and type(el).__name__ == "Step" and not el.named:
-            # Anonymous steps are named by their order among the body's lambdas.
-            lambdas += 1
-            if lambdas > 1:
-                from .step import Step
+    """Normalize a body (an element, a callable, or a list of them) to a tuple of elements.
 
-                el = Step(el.fn, f"<lambda>_{lambdas}", retry=el.retry, timeout=el.timeout)
-                elements = elements[:i] + (el,) + elements[i + 1 :]
+    Bare lambdas are named by their order among the body's lambdas: `<lambda>`, `<lambda>_2`...
+    """
+    items = list(body) if isinstance(body, list | tuple) else [body]
+    elements: list[Element] = []
+    lambdas = 0
+    for item in items:
+        if not isinstance(item, Element) and getattr(item, "__name__", None) == "<lambda>":
+            from .step import Step
+
+            lambdas += 1
+            item = Step(item, "<lambda>" if lambdas == 1 else f"<lambda>_{lambdas}")
+        elements.append(as_element(item))
+    seen: set[str] = set()
+    for el in elements:
         if el.name in seen:
             msg = f"names in the body of {owner!r} must be unique ({el.name!r} appears twice)"
             raise InvalidFlow(msg)
         seen.add(el.name)
-    return elements
+    return tuple(elements)
 
 
 def resume_prev(body: tuple[Element, ...], child: int, outputs: dict[str, Any], first: Any) -> Any:

@@ -39,7 +39,6 @@ class Step(Element):
             msg = f"a step must wrap a callable (got {fn!r})"
             raise InvalidFlow(msg)
         self.fn = fn
-        self.named = name is not None
         self.name = check_name(name if name is not None else getattr(fn, "__name__", None), "step")
         self.retry = retry
         if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
