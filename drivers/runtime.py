@@ -104,11 +104,25 @@ class Runtime:
 
     # -- running -------------------------------------------------------------------------------
     def run(
-        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+        self,
+        flow: Flow,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> AwaitableOrValue[Outcome]:
-        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met."""
+        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met.
+
+        `meta`: a small dict kept with the session record (not in its state or events), e.g.
+        where the flow is defined (`{"flow_ref": "module:name"}`, as the CLI records it).
+        """
         self.register(flow)
         check(input, "input")
+        if meta is not None:
+            if not isinstance(meta, dict):
+                msg = f"meta must be a dict (got {meta!r})"
+                raise ValueError(msg)
+            check(meta, "meta")
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             msg = f"session_id must be a non-empty str (got {session_id!r})"
             raise ValueError(msg)
@@ -125,6 +139,7 @@ class Runtime:
             lease_until=now + timedelta(seconds=self.lease),
             created_at=now,
             updated_at=now,
+            meta=dict(meta or {}),
         )
         initial = SessionState(session_id=sid, flow=flow.name)
         state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])
@@ -141,17 +156,27 @@ class Runtime:
         return Drive(self, flow, record, state).start()
 
     def run_sync(
-        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+        self,
+        flow: Flow,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         _refuse_in_loop("run_sync", "arun")
-        return _settle(self.run(flow, input, session_id=session_id))
+        return _settle(self.run(flow, input, session_id=session_id, meta=meta))
 
     async def arun(
-        self, flow: Flow, input: Any = None, *, session_id: str | None = None
+        self,
+        flow: Flow,
+        input: Any = None,
+        *,
+        session_id: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable."""
-        result = self.run(flow, input, session_id=session_id)
+        result = self.run(flow, input, session_id=session_id, meta=meta)
         if _is_awaitable(result):
             result = await result
         return result

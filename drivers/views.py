@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import attrs
 from tarry.engine.events import Event
@@ -63,6 +64,11 @@ class SessionView:
     @property
     def status(self) -> str:
         return self._record.status
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The dict given to `Runtime.run(meta=...)`."""
+        return dict(self._record.meta)
 
     @property
     def created_at(self) -> datetime:
