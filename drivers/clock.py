@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
+    """What a Runtime reads the time from. `sleep(seconds)` and `async asleep(seconds)` are
+    optional: a clock without them waits on the machine's time."""
+
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
 
@@ -17,6 +23,17 @@ class SystemClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def sleepers(clock: Any) -> tuple[Callable[[float], None], Callable[[float], Awaitable[None]]]:
+    """The clock's (sleep, asleep), falling back to the machine's for a clock without them."""
+    return getattr(clock, "sleep", time.sleep), getattr(clock, "asleep", asyncio.sleep)
 
 
 class ManualClock:
@@ -40,6 +57,14 @@ class ManualClock:
         with self._lock:
             self._now = self._now + timedelta(seconds=seconds)
             return self._now
+
+    def sleep(self, seconds: float) -> None:
+        """Waiting on a manual clock moves it: a back-off of 4 s advances it by 4 s at once."""
+        self.advance(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
 
     def set(self, when: datetime) -> None:
         if when.tzinfo is None:

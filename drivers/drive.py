@@ -11,7 +11,7 @@ from tarry.engine import events as ev
 from tarry.engine.errors import NotSerializable
 from tarry.engine.events import Event
 from tarry.engine.execution import Execution
-from tarry.engine.failure import fail
+from tarry.engine.failure import fail, record_failure
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
 from tarry.engine.signals import Checkpoint, Pause
@@ -19,6 +19,7 @@ from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check as _codec_check
 from tarry.snapshots.records import SessionRecord, encode_state
 
+from .clock import sleepers
 from .ledger import StoreLedger
 from .outcome import ERROR, Outcome, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
@@ -69,17 +70,31 @@ class Drive:
 
     __slots__ = (
         "rt", "flow", "record", "ex", "ledger", "flushed", "step_durable", "aborts",
-        "renew_at", "lost",
+        "renew_at", "lost", "asynchronous", "meta",
     )
 
-    def __init__(self, rt: Runtime, flow: Flow, record: SessionRecord, state: SessionState):
+    def __init__(
+        self,
+        rt: Runtime,
+        flow: Flow,
+        record: SessionRecord,
+        state: SessionState,
+        *,
+        asynchronous: bool = False,
+        meta: dict[str, Any] | None = None,
+    ):
         self.rt = rt
         self.flow = flow
         self.record = record
         self.ledger = StoreLedger(rt.store, state.session_id)
         listener: Callable[[Event], None] | None = rt._notify if rt._subscribers else None
         self.ex = Execution(
-            state, now=rt.clock.now, ledger=self.ledger, check=check, listener=listener
+            state,
+            now=rt.clock.now,
+            ledger=self.ledger,
+            check=check,
+            listener=listener,
+            retry=rt.retry,
         )
         self.flushed = 0  # how many of ex.log are written
         self.step_durable = rt.durability == "step"
@@ -88,20 +103,43 @@ class Drive:
         # monotonic clock makes that check cheap enough for every checkpoint.
         self.renew_at = time.monotonic() + rt.lease / 3
         self.lost = False
+        #: Called from an async API (`arun`/`aresume`): back-offs await instead of blocking.
+        self.asynchronous = asynchronous
+        #: What the outcome's `meta` says of how this drive began (the pause kind resumed).
+        self.meta = meta
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
         self.rt._running.add(self.ex.session_id)
         try:
             gen = self.flow._run(self.ex)
-            return drive(gen, self._on_checkpoint, self._finish)
+            _, asleep = sleepers(self.rt.clock)
+            return drive(
+                gen, self._on_checkpoint, self._finish, self._sleep, asleep, self.asynchronous
+            )
         except BaseException:
             self.rt._running.discard(self.ex.session_id)
             raise
 
+    def fail_now(self, error: ErrorInfo) -> Outcome:
+        """End the session as failed with `error` at `error.path` without running anything:
+        a Gate or Wait whose timeout passed with `on_timeout` set to fail."""
+        self.rt._running.add(self.ex.session_id)
+        record_failure(self.ex, error)
+        return self._finish((FAILED, error))
+
+    def _sleep(self, seconds: float) -> None:
+        """A short back-off in a sync run, on the Runtime's clock; the lease is kept."""
+        sleep, _ = sleepers(self.rt.clock)
+        sleep(seconds)
+        if time.monotonic() >= self.renew_at:
+            self._renew()
+
     def _on_checkpoint(self, signal: Checkpoint) -> bool:
         """Between steps: stop if an abort was requested; with durability="step", write."""
         if self.aborts and self.ex.session_id in self.aborts:
+            return True
+        if self.lost:
             return True
         if self.step_durable and len(self.ex.log) > self.flushed:
             self._flush_steps()
@@ -162,7 +200,12 @@ class Drive:
             # An abort that arrived too late to stop this drive must not stop the next one.
             self.aborts.pop(sid, None)
             self.rt._running.discard(sid)
-        return outcome_of(ex.state, token)
+        outcome = outcome_of(ex.state, token)
+        if self.meta:
+            outcome.meta.update(self.meta)
+            if outcome.pause is not None:  # a paused outcome names its own pause's kind
+                outcome.meta["pause_kind"] = outcome.pause.kind
+        return outcome
 
     def _pause(self, signal: Pause) -> None:
         data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
@@ -172,6 +215,8 @@ class Drive:
             data["wake_at"] = signal.wake_at
         if signal.expires_at is not None:
             data["expires_at"] = signal.expires_at
+        if not signal.awaits_value:
+            data["awaits_value"] = False
         try:
             check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:

@@ -2,7 +2,9 @@
 an async step hands it an awaitable (graphql-core's AwaitableOrValue pattern).
 
 `pump` is the only loop. The async path (`_pump_async`) only awaits what `pump` hands it and
-then calls `pump` again, so sync and async runs share every line of dispatch.
+then calls `pump` again, so sync and async runs share every line of dispatch. A short retry
+back-off (`Backoff`) is waited in place by whoever called `pump`: `sleep` in a sync run,
+`asleep` (an `asyncio.sleep`) in an async one.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, TypeVar
 
 from tarry.engine.context import Interrupted
 from tarry.engine.failure import NodeFailure
-from tarry.engine.signals import Await, Checkpoint, Pause
+from tarry.engine.signals import Await, Backoff, Checkpoint, Pause
 
 T = TypeVar("T")
 AwaitableOrValue = Awaitable[T] | T
@@ -27,9 +29,9 @@ def pump(
     value: Any,
     on_checkpoint: Callable[[Checkpoint], bool],
     throw: BaseException | None = None,
-) -> Result | Await:
+) -> Result | Await | Backoff:
     """Send `value` (or throw `throw`) into `gen` and keep going until it returns, fails,
-    pauses, is stopped at a checkpoint, or needs an awaitable awaited."""
+    pauses, is stopped at a checkpoint, or needs something awaited or waited for."""
     try:
         signal = gen.send(value) if throw is None else gen.throw(throw)
         while True:
@@ -40,12 +42,12 @@ def pump(
                 signal = gen.send(None)
             elif kind is Pause:
                 return (PAUSED, signal)
-            elif kind is Await:
+            elif kind is Await or kind is Backoff:
                 return signal
             else:
                 msg = (
-                    f"a flow element yielded {signal!r}; only Checkpoint, Pause and Await may "
-                    f"be yielded (is a step a generator function? steps must return values)"
+                    f"a flow element yielded {signal!r}; only Checkpoint, Pause, Await and "
+                    f"Backoff may be yielded (is a step a generator function? steps must return values)"
                 )
                 raise TypeError(msg)
     except StopIteration as stop:
@@ -58,31 +60,43 @@ def drive(
     gen: Generator[Any, Any, Any],
     on_checkpoint: Callable[[Checkpoint], bool],
     finish: Callable[[Result], T],
+    sleep: Callable[[float], None],
+    asleep: Callable[[float], Awaitable[None]],
+    asynchronous: bool = False,
 ) -> AwaitableOrValue[T]:
     """Run `gen` to a result and return `finish(result)`; an awaitable of it as soon as an
-    async step is met."""
+    async step is met (or a back-off, when the caller is `asynchronous`: it then waits with
+    `asleep` rather than blocking its event loop)."""
     result = pump(gen, None, on_checkpoint)
-    if type(result) is Await:
-        return _pump_async(gen, result, on_checkpoint, finish)
+    while type(result) is Backoff and not asynchronous:
+        sleep(result.seconds)
+        result = pump(gen, None, on_checkpoint)
+    if type(result) is Await or type(result) is Backoff:
+        return _pump_async(gen, result, on_checkpoint, finish, asleep)
     return finish(result)
 
 
 async def _pump_async(
     gen: Generator[Any, Any, Any],
-    signal: Await,
+    signal: Await | Backoff,
     on_checkpoint: Callable[[Checkpoint], bool],
     finish: Callable[[Result], T],
+    asleep: Callable[[float], Awaitable[None]],
 ) -> T:
     while True:
-        try:
-            if signal.timeout is not None:
-                value = await asyncio.wait_for(signal.awaitable, signal.timeout)
-            else:
-                value = await signal.awaitable
-        except (Exception, Interrupted) as exc:
-            result = pump(gen, None, on_checkpoint, throw=exc)
+        if type(signal) is Backoff:
+            await asleep(signal.seconds)
+            result = pump(gen, None, on_checkpoint)
         else:
-            result = pump(gen, value, on_checkpoint)
-        if type(result) is not Await:
+            try:
+                if signal.timeout is not None:
+                    value = await asyncio.wait_for(signal.awaitable, signal.timeout)
+                else:
+                    value = await signal.awaitable
+            except (Exception, Interrupted) as exc:
+                result = pump(gen, None, on_checkpoint, throw=exc)
+            else:
+                result = pump(gen, value, on_checkpoint)
+        if type(result) is not Await and type(result) is not Backoff:
             return finish(result)
         signal = result

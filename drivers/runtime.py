@@ -16,7 +16,10 @@ from tarry.engine import events as ev
 from tarry.engine.errors import (
     AsyncInSyncContext,
     FlowMismatch,
+    InvalidArgument,
     InvalidFlow,
+    InvalidResumeValue,
+    NotSerializable,
     SessionNotResumable,
     TokenAlreadyUsed,
     UnknownFlow,
@@ -26,15 +29,19 @@ from tarry.engine.errors import (
 from tarry.engine.events import Event
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply
-from tarry.engine.state import SessionState
+from tarry.engine.retry import Retry
+from tarry.engine.state import STATUSES, ErrorInfo, SessionState
+from tarry.engine.waits import PAUSE_KINDS
 from tarry.snapshots._codec import check
 from tarry.snapshots.records import SessionRecord, encode_state
 from tarry.snapshots.store import SessionStore
 
+from .adapters import NOT_READY, ResumeRequest
 from .clock import Clock, SystemClock
 from .drive import Drive, fold
 from .outcome import Outcome, outcome_of
 from .pump import AwaitableOrValue
+from .stats import Stats, compute_stats
 from .stores import open_store
 from .tokens import looks_like_token
 from .views import SessionSummary, SessionView, state_of
@@ -66,13 +73,14 @@ class Runtime:
         durability: str = "pause",
         secret: str | bytes | None = None,
         lease: float = 30.0,
+        retry: Retry | None = None,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
-            raise ValueError(msg)
+            raise InvalidArgument(msg)
         if not (isinstance(lease, int | float) and lease > 0):
             msg = f"lease must be a positive number of seconds (got {lease!r})"
-            raise ValueError(msg)
+            raise InvalidArgument(msg)
         #: Seconds a running session's lease lasts; renewed at checkpoints. `recover()` in
         #: another process takes over sessions whose lease ran out.
         self.lease = float(lease)
@@ -81,7 +89,16 @@ class Runtime:
         self.store: SessionStore = open_store(store)
         self.clock: Clock = clock or SystemClock()
         self.durability = durability
+        if retry is not None and not isinstance(retry, Retry):
+            msg = f"retry= must be a tarry.Retry (got {retry!r})"
+            raise InvalidArgument(msg)
+        #: The retry policy of steps that have none of their own.
+        self.retry = retry
         self.adapters = dict(adapters or {})
+        for kind, adapter in self.adapters.items():
+            if kind not in PAUSE_KINDS or not callable(adapter):
+                msg = f"adapters maps a pause kind {PAUSE_KINDS} to a callable (got {kind!r}: {adapter!r})"
+                raise InvalidArgument(msg)
         self.secret = secret
         self._flows: dict[str, Flow] = {}
         for flow in flows:
@@ -116,16 +133,27 @@ class Runtime:
         `meta`: a small dict kept with the session record (not in its state or events), e.g.
         where the flow is defined (`{"flow_ref": "module:name"}`, as the CLI records it).
         """
+        return self._begin(flow, input, session_id, meta, asynchronous=False)
+
+    def _begin(
+        self,
+        flow: Flow,
+        input: Any,
+        session_id: str | None,
+        meta: dict[str, Any] | None,
+        *,
+        asynchronous: bool,
+    ) -> AwaitableOrValue[Outcome]:
         self.register(flow)
         check(input, "input")
         if meta is not None:
             if not isinstance(meta, dict):
                 msg = f"meta must be a dict (got {meta!r})"
-                raise ValueError(msg)
+                raise InvalidArgument(msg)
             check(meta, "meta")
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             msg = f"session_id must be a non-empty str (got {session_id!r})"
-            raise ValueError(msg)
+            raise InvalidArgument(msg)
         sid = session_id or uuid.uuid4().hex
         now = self.clock.now()
         record = SessionRecord(
@@ -144,16 +172,23 @@ class Runtime:
         initial = SessionState(session_id=sid, flow=flow.name)
         state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])
         self.store.create(record, events=events)  # SessionExists: nothing changed
-        return self._start(flow, record, state, events)
+        return self._start(flow, record, state, events, asynchronous=asynchronous)
 
     def _start(
-        self, flow: Flow, record: SessionRecord, state: SessionState, written: list[Event]
+        self,
+        flow: Flow,
+        record: SessionRecord,
+        state: SessionState,
+        written: list[Event],
+        *,
+        asynchronous: bool = False,
+        meta: dict[str, Any] | None = None,
     ) -> AwaitableOrValue[Outcome]:
         """Drive a session whose opening `written` events are already in the store."""
         if self._subscribers:
             for event in written:
                 self._notify(event)
-        return Drive(self, flow, record, state).start()
+        return Drive(self, flow, record, state, asynchronous=asynchronous, meta=meta).start()
 
     def run_sync(
         self,
@@ -175,8 +210,8 @@ class Runtime:
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> Outcome:
-        """Like `run`, always as an awaitable."""
-        result = self.run(flow, input, session_id=session_id, meta=meta)
+        """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
+        result = self._begin(flow, input, session_id, meta, asynchronous=True)
         if _is_awaitable(result):
             result = await result
         return result
@@ -203,7 +238,7 @@ class Runtime:
     async def aresume(
         self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
     ) -> Outcome:
-        result = self.resume(token, value, flow=flow, allow_changed=allow_changed)
+        result = self._prepare(token, flow, allow_changed, value=value, asynchronous=True)
         if _is_awaitable(result):
             result = await result
         return result
@@ -222,7 +257,14 @@ class Runtime:
         *,
         value: Any = None,
         skip: bool = False,
+        asynchronous: bool = False,
+        trigger: str = "resume",
+        expect: Callable[[SessionRecord], bool] | None = None,
     ) -> AwaitableOrValue[Outcome]:
+        """Check everything, then use the token and record the resume in one transaction.
+
+        `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
+        meta; `expect(record)` is a last check by a caller that read the record earlier."""
         info = self.store.find_token(token) if isinstance(token, str) else None
         if info is None:
             raise UnknownToken()
@@ -231,8 +273,13 @@ class Runtime:
         record = self.store.load(info.session_id)
         if record is None:
             raise UnknownToken()
+        if expect is not None and not expect(record):
+            raise TokenAlreadyUsed(record.session_id)
         state = state_of(record)
         flow = self._flow_for(record, flow, allow_changed, state)
+        meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
+        if state.pause is not None:
+            meta["pause_kind"] = meta["resumed_kind"] = state.pause.kind
         if skip:
             if state.status != "failed" or state.error is None:
                 raise SessionNotResumable(record.session_id, state.status, "skip")
@@ -264,7 +311,9 @@ class Runtime:
         # recorded, so a crash from here on leaves a session that recover() can continue.
         if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
             raise TokenAlreadyUsed(record.session_id)
-        return self._start(flow, record, state, events)
+        return self._start(
+            flow, record, state, events, asynchronous=asynchronous, meta=meta
+        )
 
     def _flow_for(
         self, record: SessionRecord, flow: Flow | None, allow_changed: bool, state: SessionState
@@ -287,6 +336,150 @@ class Runtime:
             raise FlowMismatch(msg)
         _check_position(flow, state)
         return flow
+
+    # -- timers and adapters -------------------------------------------------------------------
+    def resume_due(self, *, limit: int = 100) -> list[Outcome]:
+        """Resume every session whose time has come (by `clock`): a `Sleep` or a retry back-off
+        whose `wake_at` passed, and a Gate or Wait whose timeout passed (which then does what
+        its `on_timeout` says). Returns the outcomes of the sessions it resumed.
+
+        Each session is resumed by using its token, so of two callers (threads, processes,
+        machines) only one resumes it; the other skips it. A decision that used the token
+        first wins, and then the timer does nothing. Sessions of flows this Runtime does not
+        know are left for a Runtime that does. Async steps run on a private event loop.
+        """
+        _check_limit(limit)
+        now = self.clock.now()
+        outcomes = []
+        for record in self.store.due(now, limit):
+            outcome = self._fire(record, now)
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    def _fire(self, record: SessionRecord, now: Any) -> Outcome | None:
+        token = record.token
+        flow = self._flows.get(record.flow)
+        if token is None:
+            return None
+        if flow is None:
+            log.warning("resume_due: no flow %r registered for session %s", record.flow,
+                        record.session_id)
+            return None
+        state = state_of(record)
+        pause = state.pause
+        if state.status != "paused" or pause is None:
+            return None
+        version = record.version
+
+        def unchanged(current: SessionRecord) -> bool:
+            return current.version == version
+
+        try:
+            if pause.wake_at is not None and pause.wake_at <= now:
+                return _settle(self._prepare(token, None, False, trigger="timer", expect=unchanged))
+            if pause.expires_at is None or pause.expires_at > now:
+                return None
+            element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
+            expire = getattr(element, "expire", None)
+            if expire is None:
+                log.warning("resume_due: session %s waits at %s, which has no timeout in flow "
+                            "%r as registered", record.session_id, pause.path, record.flow)
+                return None
+            expiry = expire()
+            if expiry.error is None:
+                return _settle(self._prepare(
+                    token, None, False, value=expiry.value, trigger="timeout", expect=unchanged
+                ))
+            error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
+                              retryable=True, attempts=1)
+            return self._expire(token, record, state, flow, error)
+        except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+            return None  # resumed, cancelled or fired by someone else first
+
+    def _expire(
+        self, token: str, record: SessionRecord, state: SessionState, flow: Flow, error: ErrorInfo
+    ) -> Outcome:
+        """A timeout that fails the run: use the token, then record the failure."""
+        now = self.clock.now()
+        assert state.pause is not None
+        kind = state.pause.kind
+        state, events = fold(state, now, [(ev.RUN_RESUMED, state.pause.path, {"timeout": True})])
+        until = now + timedelta(seconds=self.lease)
+        if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
+            raise TokenAlreadyUsed(record.session_id)
+        if self._subscribers:
+            for event in events:
+                self._notify(event)
+        meta = {"trigger": "timeout", "pause_kind": kind, "resumed_kind": kind}
+        return Drive(self, flow, record, state, meta=meta).fail_now(error)
+
+    def poll(self, *, limit: int = 100) -> list[Outcome]:
+        """`resume_due()`, then ask the adapters: for each paused session whose pause kind has
+        an adapter, call `adapter(ResumeRequest(...))`; a value resumes the session with it,
+        `NOT_READY` leaves it paused. Returns the outcomes of every session resumed.
+
+        A session is claimed through the store before its adapter is asked, so two pollers
+        never ask about (or resume) the same session at once. An adapter that raises, or
+        returns a value the paused element refuses, is logged and the session stays paused.
+        """
+        outcomes = self.resume_due(limit=limit)
+        if not self.adapters:
+            return outcomes
+        for record in self._paused():
+            outcome = self._ask(record)
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    def _paused(self) -> list[SessionRecord]:
+        """Every paused session with a live token (read first, so resuming does not page)."""
+        rows: list[SessionRecord] = []
+        page = 500
+        while True:
+            batch = self.store.list(status="paused", limit=page, offset=len(rows))
+            rows.extend(batch)
+            if len(batch) < page:
+                return [r for r in rows if r.token is not None]
+
+    def _ask(self, record: SessionRecord) -> Outcome | None:
+        state = state_of(record)
+        pause = state.pause
+        if pause is None or state.status != "paused" or record.flow not in self._flows:
+            return None
+        adapter = self.adapters.get(pause.kind)
+        if adapter is None or record.token is None:
+            return None
+        sid = record.session_id
+        now = self.clock.now()
+        if not self.store.claim(sid, self.owner, now + timedelta(seconds=self.lease), now):
+            return None  # another poller is asking about it
+        try:
+            request = ResumeRequest(
+                record.token, sid, pause.kind, pause.reason, pause.payload, pause.path
+            )
+            try:
+                value = adapter(request)
+                if _is_awaitable(value):
+                    value = _settle(value)
+            except Exception:
+                log.exception("adapter %r failed for session %s", adapter, sid)
+                return None
+            if value is NOT_READY:
+                return None
+            version = record.version
+            try:
+                return _settle(self._prepare(
+                    record.token, None, False, value=value, trigger="adapter",
+                    expect=lambda current: current.version == version,
+                ))
+            except (InvalidResumeValue, NotSerializable) as exc:
+                log.error("adapter %r gave session %s a value it refused: %s", adapter, sid, exc)
+                return None
+            except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+                return None
+        finally:
+            self.store.release(sid, self.owner)
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> list[Outcome]:
@@ -320,7 +513,8 @@ class Runtime:
                 continue
             state, events = fold(state, now, [(ev.RUN_RESUMED, (), {"recovered": True})])
             self.store.append_events(sid, events)
-            outcomes.append(_settle(self._start(flow, record, state, events)))
+            meta = {"trigger": "recover"}
+            outcomes.append(_settle(self._start(flow, record, state, events, meta=meta)))
         return outcomes
 
     # -- control -------------------------------------------------------------------------------
@@ -390,8 +584,23 @@ class Runtime:
     ) -> list[SessionSummary]:
         """Sessions newest first, optionally filtered by status and flow (name or Flow)."""
         name = flow.name if isinstance(flow, Flow) else flow
+        _check_filters(status, name)
+        _check_limit(limit)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            msg = f"offset must be an int >= 0 (got {offset!r})"
+            raise InvalidArgument(msg)
         rows = self.store.list(status=status, flow=name, limit=limit, offset=offset)
         return [SessionSummary.of(r) for r in rows]
+
+    def stats(self, *, flow: str | Flow | None = None) -> Stats:
+        """Counts of sessions by status; per node (by name) executions, failures and mean
+        duration; and the sums of every `ctx.metric` — over all sessions, or one flow's.
+
+        Reads every session's events: a report, not something for a hot path.
+        """
+        name = flow.name if isinstance(flow, Flow) else flow
+        _check_filters(None, name)
+        return compute_stats(self.store, flow=name)
 
     def subscribe(
         self, callback: Callable[[Event], Any], *, session_id: str | None = None
@@ -439,6 +648,21 @@ def _check_position(flow: Flow, state: SessionState) -> None:
     if at and flow.find(at) is None:
         msg = f"the repaired flow has no element at {'/'.join(map(str, at))}, where the run {where}"
         raise FlowMismatch(msg)
+
+
+def _check_limit(limit: Any) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        msg = f"limit must be an int >= 1 (got {limit!r})"
+        raise InvalidArgument(msg)
+
+
+def _check_filters(status: Any, flow: Any) -> None:
+    if status is not None and status not in STATUSES:
+        msg = f"status must be one of {STATUSES} (got {status!r})"
+        raise InvalidArgument(msg)
+    if flow is not None and not isinstance(flow, str):
+        msg = f"flow must be a flow name or a tarry.Flow (got {flow!r})"
+        raise InvalidArgument(msg)
 
 
 def _refuse_in_loop(name: str, instead: str) -> None:

@@ -189,6 +189,12 @@ class Context:
 
     def metric(self, name: str, value: float) -> None:
         """Add `value` to the metric `name`, summed per node and per run."""
+        if not isinstance(name, str) or not name:
+            msg = f"ctx.metric name must be a non-empty str (got {name!r})"
+            raise TypeError(msg)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            msg = f"ctx.metric({name!r}, ...) takes a number (got {value!r})"
+            raise TypeError(msg)
         if self._metrics is None:
             self._metrics = {}
         self._metrics[name] = self._metrics.get(name, 0) + value

@@ -16,6 +16,10 @@ class InvalidFlow(TarryError):
     """A flow definition is malformed (duplicate names, unknown route target, bad argument)."""
 
 
+class InvalidArgument(TarryError, ValueError):
+    """A Runtime method or option was given a value it cannot take (also a ValueError)."""
+
+
 # --- starting and resuming -------------------------------------------------------------------
 
 

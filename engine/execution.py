@@ -32,7 +32,9 @@ def _no_check(value: Any, where: Any) -> None:
 class Execution:
     """The live side of a session while its generator tree runs."""
 
-    __slots__ = ("session_id", "state", "now", "log", "restoring", "ledger", "check", "listener")
+    __slots__ = (
+        "session_id", "state", "now", "log", "restoring", "ledger", "check", "listener", "retry",
+    )
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class Execution:
         ledger: Ledger,
         check: Callable[[Any, Any], None] = _no_check,
         listener: Callable[[Event], None] | None = None,
+        retry: Any = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = state
@@ -56,6 +59,8 @@ class Execution:
         #: `where` is a str, or a (path, key) pair formatted only if the check fails.
         self.check = check
         self.listener = listener
+        #: The retry policy of steps that have none of their own (the Runtime's default).
+        self.retry = retry
 
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> Event:
         """Record one event: fold it into the live state and keep it for the driver."""

@@ -31,19 +31,30 @@ def fail(
     *,
     attempt: int = 1,
     metrics: dict[str, float] | None = None,
+    retryable: bool | None = None,
 ) -> NodeFailure:
-    """Record `node.failed` for `exc` at `path` and return the exception to raise."""
+    """Record `node.failed` for `exc` at `path` and return the exception to raise.
+
+    `retryable` defaults to: a tarry error about the flow or a value will fail again
+    unchanged, user code may not.
+    """
     error = ErrorInfo(
         type=error_type(exc),
         message=str(exc),
         path=path,
-        # A tarry error about the flow or a value will fail again unchanged; user code may not.
-        retryable=not isinstance(exc, TarryError),
+        retryable=not isinstance(exc, TarryError) if retryable is None else retryable,
         attempts=attempt,
         traceback="".join(tb.format_exception(exc)),
     )
-    data: dict[str, Any] = {"error": error_to_data(error), "attempt": attempt}
+    return record_failure(ex, error, metrics=metrics)
+
+
+def record_failure(
+    ex: Execution, error: ErrorInfo, *, metrics: dict[str, float] | None = None
+) -> NodeFailure:
+    """Emit `node.failed` for `error` (at `error.path`) and return the exception to raise."""
+    data: dict[str, Any] = {"error": error_to_data(error), "attempt": max(error.attempts, 1)}
     if metrics:
         data["metrics"] = metrics
-    ex.emit(ev.NODE_FAILED, path, data)
+    ex.emit(ev.NODE_FAILED, error.path, data)
     return NodeFailure(error)

@@ -80,6 +80,8 @@ def _record_child(
         extra["outputs"] = outs
     extra["last_seq"] = seq
     extra["resume_values"] = ()
+    if state.retries:
+        extra["retries"] = 0
     return _evolve(state, **extra)
 
 
@@ -198,14 +200,23 @@ def apply(state: SessionState, event: Event) -> SessionState:
         )
 
     if t == ev.RUN_FAILED:
+        # A resume of the failed session starts the failed step's attempts afresh.
         return _evolve(
-            state, status="failed", error=error_from_data(data["error"]), pause=None, last_seq=seq
+            state,
+            status="failed",
+            error=error_from_data(data["error"]),
+            pause=None,
+            retries=0,
+            last_seq=seq,
         )
+
+    if t == ev.NODE_RETRYING:
+        return _evolve(state, retries=data["attempt"], last_seq=seq)
 
     if t == ev.RUN_CANCELLED:
         return _evolve(state, status="cancelled", pause=None, last_seq=seq)
 
-    # node.skipped, node.retrying: recorded in the log, no change of position.
+    # node.skipped: recorded in the log, no change of position.
     return _evolve(state, last_seq=seq)
 
 

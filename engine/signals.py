@@ -3,6 +3,8 @@
 Every element of a flow runs as a generator; containers drive their children with
 `yield from`, so whatever a step deep inside a loop yields reaches the driver directly.
 The driver dispatches on `type(signal) is X`; anything else is a bug and is reported as such.
+The engine never sleeps or awaits by itself: it yields `Await` and `Backoff`, and the driver
+(sync or async) does the waiting.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class Pause:
     payload: Any = None
     wake_at: datetime | None = None
     expires_at: datetime | None = None
+    #: False when the node does not take the resume value (a retry back-off, say).
+    awaits_value: bool = True
 
 
 @attrs.frozen(slots=True)
@@ -38,3 +42,13 @@ class Await:
 
     awaitable: Any
     timeout: float | None = None
+
+
+@attrs.frozen(slots=True)
+class Backoff:
+    """A step waits `seconds` in place before its next attempt (a short retry back-off).
+
+    The driver sleeps (`asyncio.sleep` in async runs) on the Runtime's clock, then sends None.
+    """
+
+    seconds: float

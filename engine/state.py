@@ -66,6 +66,8 @@ class SessionState:
 
     `resume_values` are the values the session was resumed with while the node now in progress
     waited; they are handed to that node's interrupts in order and cleared when it completes.
+    `retries` counts the failed attempts of the step in progress (so a back-off that paused the
+    session, and was resumed in another process, goes on with the right attempt number).
     """
 
     session_id: str
@@ -81,3 +83,4 @@ class SessionState:
     last_seq: int = 0
     metrics: dict[str, float] = attrs.field(factory=dict)
     resume_values: tuple[Any, ...] = ()
+    retries: int = 0

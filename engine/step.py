@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from datetime import timedelta
 from typing import Any
 
 from . import events as ev
@@ -11,7 +12,8 @@ from .element import Element, Route, Signal, check_name
 from .errors import InvalidFlow, NotSerializable
 from .execution import Execution
 from .failure import fail
-from .signals import Await, Pause
+from .retry import Retry
+from .signals import Await, Backoff, Pause
 
 _STARTED = {"kind": "step"}
 
@@ -32,7 +34,7 @@ class Step(Element):
         fn: Callable[[Context], Any],
         name: str | None = None,
         *,
-        retry: Any = None,
+        retry: Retry | None = None,
         timeout: float | None = None,
     ) -> None:
         if not callable(fn):
@@ -40,6 +42,9 @@ class Step(Element):
             raise InvalidFlow(msg)
         self.fn = fn
         self.name = check_name(name if name is not None else getattr(fn, "__name__", None), "step")
+        if retry is not None and not isinstance(retry, Retry):
+            msg = f"step retry= must be a tarry.Retry (got {retry!r})"
+            raise InvalidFlow(msg)
         self.retry = retry
         if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
             msg = f"step timeout must be a positive number of seconds (got {timeout!r})"
@@ -53,17 +58,41 @@ class Step(Element):
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
         ex.emit(ev.NODE_STARTED, path, _STARTED)
-        ctx = Context(ex, path, prev, scope)
-        try:
-            result = self.fn(ctx)
-            if is_awaitable(result):
-                result = yield Await(result, self.timeout)
-        except Interrupted as signal:
-            yield Pause(signal.kind, signal.reason, path, signal.payload)
-            msg = "a paused step was sent a value; resume builds a new run instead"
-            raise RuntimeError(msg) from None
-        except Exception as exc:
-            raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
+        attempt = ex.state.retries + 1
+        while True:
+            ctx = Context(ex, path, prev, scope, attempt)
+            try:
+                result = self.fn(ctx)
+                if is_awaitable(result):
+                    result = yield Await(result, self.timeout)
+                break
+            except Interrupted as signal:
+                yield Pause(signal.kind, signal.reason, path, signal.payload)
+                msg = "a paused step was sent a value; resume builds a new run instead"
+                raise RuntimeError(msg) from None
+            except Exception as exc:
+                policy = self.retry if self.retry is not None else ex.retry
+                if policy is None:
+                    raise fail(ex, path, exc, attempt=attempt, metrics=ctx._metrics) from exc
+                matches = policy.retries(exc)
+                if not matches or attempt >= policy.attempts:
+                    raise fail(
+                        ex, path, exc, attempt=attempt, metrics=ctx._metrics, retryable=matches
+                    ) from exc
+                fail(ex, path, exc, attempt=attempt, metrics=ctx._metrics, retryable=True)
+                delay = policy.delay(attempt)
+                ex.emit(ev.NODE_RETRYING, path, {"attempt": attempt, "delay": delay})
+                if delay >= policy.durable_after:
+                    # Too long to hold a process: pause until due (`Runtime.resume_due`).
+                    wake = ex.now() + timedelta(seconds=delay)
+                    payload = {"attempt": attempt + 1, "error": f"{type(exc).__name__}: {exc}"}
+                    yield Pause("system", "retry", path, payload, wake, None, awaits_value=False)
+                    msg = "a step paused for a back-off was sent a value; resume builds a new run"
+                    raise RuntimeError(msg) from None
+                if delay > 0:
+                    yield Backoff(delay)
+                attempt += 1
         data: dict[str, Any]
         if type(result) is Route:
             data = {"output": result.value, "action": result.action}

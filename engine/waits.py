@@ -6,6 +6,8 @@ from collections.abc import Generator
 from datetime import datetime, timedelta
 from typing import Any
 
+import attrs
+
 from . import events as ev
 from .context import Scope
 from .element import Element, Signal, check_name
@@ -27,10 +29,21 @@ def _check_timeout(owner: str, timeout: Any) -> float | None:
     return float(timeout)
 
 
+@attrs.frozen
+class Expiry:
+    """What happens when a waiting element's timeout passes: the run goes on with `value`, or,
+    when `error` is set, fails with an error of that type."""
+
+    value: Any = None
+    error: str | None = None
+    message: str = ""
+
+
 class _Waiting(Element):
     """Pauses once; on resume, completes with the (accepted) resume value."""
 
     pause_kind = "external"
+    timeout: float | None = None
 
     def _pause(self, ex: Execution, path: tuple[Any, ...]) -> Pause:
         raise NotImplementedError
@@ -38,6 +51,10 @@ class _Waiting(Element):
     def accept(self, value: Any) -> Any:
         """The output for a resume `value`, or InvalidResumeValue. Called before a resume commits."""
         return value
+
+    def expire(self) -> Expiry:
+        """What the element does when its timeout has passed (see `Expiry`)."""
+        return Expiry(None)
 
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
@@ -83,6 +100,12 @@ class Wait(_Waiting):
         expires = ex.now() + timedelta(seconds=self.timeout) if self.timeout else None
         return Pause(self.pause_kind, self.reason, path, self.payload, None, expires)
 
+    def expire(self) -> Expiry:
+        if isinstance(self.on_timeout, str) and self.on_timeout == "fail":
+            msg = f"Wait {self.name!r} timed out after {self.timeout:g} s with no value"
+            return Expiry(error="wait_timeout", message=msg)
+        return Expiry(self.on_timeout)
+
 
 class Gate(_Waiting):
     """Pause for a human decision: `{"approved": bool, "by": str?, "comment": str?}` or a bool."""
@@ -112,6 +135,12 @@ class Gate(_Waiting):
         expires = ex.now() + timedelta(seconds=self.timeout) if self.timeout else None
         payload = {"message": self.message, "assignee": self.assignee}
         return Pause("human", self.message, path, payload, None, expires)
+
+    def expire(self) -> Expiry:
+        if self.on_timeout == "approve":
+            return Expiry({"approved": True, "by": "timeout"})
+        msg = f"Gate {self.name!r} got no decision within {self.timeout:g} s"
+        return Expiry(error="gate_timeout", message=msg)
 
     def accept(self, value: Any) -> dict[str, Any]:
         if isinstance(value, bool):

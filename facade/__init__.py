@@ -14,12 +14,15 @@ from typing import Any
 from tarry.drivers import (
     NOT_READY,
     ManualClock,
+    NodeStats,
     Outcome,
     PauseInfo,
     ResumeRequest,
     Runtime,
     SessionSummary,
     SessionView,
+    Stats,
+    export_events,
 )
 from tarry.drivers.pump import AwaitableOrValue
 from tarry.engine import (
@@ -53,7 +56,7 @@ from tarry.engine import (
     Wait,
     step,
 )
-from tarry.engine.errors import ConcurrentUpdate
+from tarry.engine.errors import ConcurrentUpdate, InvalidArgument
 from tarry.engine.retry import Retry
 
 __version__ = "0.1.0"
@@ -99,10 +102,12 @@ __all__ = [
     "ForEach",
     "Gate",
     "Graph",
+    "InvalidArgument",
     "InvalidFlow",
     "InvalidResumeValue",
     "Loop",
     "ManualClock",
+    "NodeStats",
     "NotSerializable",
     "Outcome",
     "PauseInfo",
@@ -117,6 +122,7 @@ __all__ = [
     "SessionView",
     "Sleep",
     "SnapshotError",
+    "Stats",
     "TarryError",
     "TokenAlreadyUsed",
     "UnknownFlow",
@@ -125,6 +131,7 @@ __all__ = [
     "UnknownToken",
     "Wait",
     "default_runtime",
+    "export_events",
     "resume",
     "run",
     "step",

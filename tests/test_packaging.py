@@ -53,6 +53,8 @@ PUBLIC = {
     "SessionState", "SessionSummary", "SessionView", "Sleep", "SnapshotError", "TarryError",
     "TokenAlreadyUsed", "UnknownFlow", "UnknownRoute", "UnknownSession", "UnknownToken", "Wait",
     "default_runtime", "resume", "run", "step",
+    # time and failure
+    "InvalidArgument", "NodeStats", "Stats", "export_events",
 }
 
 

@@ -1,7 +1,8 @@
 """Property tests of the resume invariants over random flows.
 
-For random trees of ForEach / Loop / Branch / Graph / Gate / interrupting steps, with aborts
-requested at random moments, every pause and the end satisfy: the state equals the fold of
+For random trees of ForEach / Loop / Branch / Graph / Gate / interrupting steps / steps that
+fail and are retried (in place, or after a back-off that pauses the session until
+`resume_due`), with aborts requested at random moments, every pause and the end satisfy: the state equals the fold of
 the event log, seq is gap-free, no element completes twice, and the output equals that of the
 same flow run without interruptions.
 """
@@ -13,7 +14,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Route, Runtime, step
+from tarry import (
+    Branch, Flow, ForEach, Gate, Graph, Loop, ManualClock, Retry, Route, Runtime, step,
+)
 
 _names = itertools.count()
 
@@ -29,6 +32,7 @@ class Harness:
         self.abort_at = abort_at
         self.executions = 0
         self.rt: Runtime | None = None
+        self.failures: dict[tuple[str, tuple[object, ...]], int] = {}
 
     def leaf(self, pauses: bool) -> Any:
         name = _name("s")
@@ -44,11 +48,28 @@ class Harness:
 
         return step(fn, name)
 
+    def flaky(self, fails: int, durable: bool) -> Any:
+        """A step that fails its first `fails` attempts at each position of each session."""
+        name = _name("f")
+
+        def fn(ctx):
+            key = (ctx.session_id, ctx.path)
+            seen = self.failures.get(key, 0)
+            if seen < fails:
+                self.failures[key] = seen + 1
+                raise ConnectionError(f"{name} attempt {ctx.attempt}")
+            return [name, ctx.attempt, ctx.index]
+
+        initial = 600.0 if durable else 0.0
+        policy = Retry(attempts=fails + 1, initial=initial, jitter=False, durable_after=60)
+        return step(fn, name, retry=policy)
+
 
 def elements(h: Harness, depth: int) -> st.SearchStrategy[Any]:
     leaves = st.one_of(
         st.booleans().map(lambda p: h.leaf(p)),
         st.just(None).map(lambda _: Gate(_name("g"))),
+        st.tuples(st.integers(1, 2), st.booleans()).map(lambda t: h.flaky(*t)),
     )
     if depth == 0:
         return leaves
@@ -105,13 +126,19 @@ def test_state_is_the_fold_of_events_at_every_pause_and_the_end(scenario) -> Non
     while reference.paused:
         reference = reference_rt.resume(reference.token, True)
 
-    rt = Runtime()
+    clock = ManualClock()
+    rt = Runtime(clock=clock)
     h.rt, h.executions = rt, 0
     out = rt.run(flow)
     rounds = 0
     while out.paused:
         check_invariants(rt, out.session_id)
-        out = rt.resume(out.token, True)
+        if out.pause.reason == "retry":  # a back-off: its timer resumes it
+            assert rt.resume_due() == []
+            clock.advance(3600)
+            [out] = rt.resume_due()
+        else:
+            out = rt.resume(out.token, True)
         rounds += 1
         assert rounds < 500
     h.rt = None

@@ -1,0 +1,162 @@
+"""Resume adapters and poll(): a batch job's completion detected without a human."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tarry
+from tarry import NOT_READY, Flow, Gate, ManualClock, ResumeRequest, Runtime, Sleep, Wait
+
+
+class Batch:
+    """An external batch job: not ready `polls` times, then its results."""
+
+    def __init__(self, polls: int = 2) -> None:
+        self.polls = polls
+        self.requests: list[ResumeRequest] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: ResumeRequest) -> Any:
+        with self.lock:
+            self.requests.append(request)
+            if len(self.requests) <= self.polls:
+                return NOT_READY
+            return {"batch": request.payload["batch_id"], "results": [1, 2, 3]}
+
+
+def batch_flow() -> Flow:
+    return Flow("eval", [
+        lambda ctx: "submitted",
+        Wait("results", reason="batch", payload={"batch_id": "b-7"}),
+        lambda ctx: sum(ctx.prev["results"]),
+    ])
+
+
+def test_not_ready_twice_then_a_value_resumes_exactly_once() -> None:
+    batch = Batch(polls=2)
+    rt = Runtime(adapters={"external": batch})
+    out = rt.run(batch_flow())
+    assert out.paused and out.meta["pause_kind"] == "external"
+    assert rt.poll() == []
+    assert rt.poll() == []
+    [done] = rt.poll()
+    assert done.ok and done.output == 6
+    assert done.meta["pause_kind"] == "external" and done.meta["trigger"] == "adapter"
+    assert rt.poll() == []
+    assert len(batch.requests) == 3
+    request = batch.requests[0]
+    assert request.token == out.token
+    assert request.session_id == out.session_id
+    assert (request.kind, request.reason, request.path) == ("external", "batch", ("results",))
+    assert request.payload == {"batch_id": "b-7"}
+    resumed = [e for e in rt.session(out.session_id).events() if e.type == "run.resumed"]
+    assert len(resumed) == 1
+
+
+def test_adapters_are_asked_only_about_their_pause_kind() -> None:
+    asked: list[str] = []
+
+    def human(request: ResumeRequest) -> Any:
+        asked.append(request.kind)
+        return {"approved": True, "by": "bot"}
+
+    rt = Runtime(adapters={"human": human})
+    gate = rt.run(Flow("g", [Gate("g")]))
+    wait = rt.run(Flow("w", [Wait("w")]))
+    [done] = rt.poll()
+    assert done.session_id == gate.session_id and done.output == {"approved": True, "by": "bot"}
+    assert asked == ["human"]
+    assert rt.session(wait.session_id).status == "paused"
+
+
+def test_poll_also_resumes_due_timers() -> None:
+    clock = ManualClock()
+    rt = Runtime(clock=clock, adapters={"external": Batch(polls=0)})
+    sleeper = rt.run(Flow("s", [Sleep("s", 5), lambda ctx: "slept"]))
+    waiter = rt.run(batch_flow())
+    clock.advance(5)
+    outs = {o.session_id: o for o in rt.poll()}
+    assert outs[sleeper.session_id].output == "slept"
+    assert outs[waiter.session_id].output == 6
+
+
+def test_a_failing_adapter_is_logged_and_the_session_stays_paused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(request: ResumeRequest) -> Any:
+        raise RuntimeError("batch API down")
+
+    rt = Runtime(adapters={"external": broken})
+    out = rt.run(batch_flow())
+    with caplog.at_level(logging.ERROR, logger="tarry"):
+        assert rt.poll() == []
+    assert "batch API down" in caplog.text
+    assert rt.session(out.session_id).status == "paused"
+    assert rt.resume(out.token, {"results": [1]}).output == 1  # the token still works
+
+
+def test_a_value_the_element_refuses_leaves_the_session_paused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rt = Runtime(adapters={"human": lambda request: "yes please"})
+    out = rt.run(Flow("g", [Gate("g")]))
+    with caplog.at_level(logging.ERROR, logger="tarry"):
+        assert rt.poll() == []
+    assert "refused" in caplog.text
+    view = rt.session(out.session_id)
+    assert view.status == "paused" and view.outcome.token == out.token
+
+
+def test_two_pollers_resume_a_ready_session_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    flow = batch_flow()
+    sids = [Runtime(store=url).run(flow).session_id for _ in range(12)]
+    batch = Batch(polls=0)
+    pollers = [Runtime(store=url, flows=[flow], adapters={"external": batch}) for _ in range(3)]
+    results: list[tarry.Outcome] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(pollers))
+
+    def work(rt: Runtime) -> None:
+        barrier.wait()
+        for _ in range(3):
+            got = rt.poll()
+            with lock:
+                results.extend(got)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in pollers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(o.session_id for o in results) == sorted(sids)
+    for sid in sids:
+        kinds = [e.type for e in pollers[0].session(sid).events()]
+        assert kinds.count("run.resumed") == 1 and kinds[-1] == "run.completed"
+
+
+def test_adapters_must_map_pause_kinds_to_callables() -> None:
+    with pytest.raises(tarry.InvalidArgument):
+        Runtime(adapters={"robot": lambda request: None})
+    with pytest.raises(tarry.InvalidArgument):
+        Runtime(adapters={"external": "not callable"})
+
+
+def test_every_resume_path_reports_the_pause_kind() -> None:
+    clock = ManualClock()
+    rt = Runtime(clock=clock)
+    human = rt.run(Flow("h", [Gate("g")]))
+    assert rt.resume(human.token, True).meta["pause_kind"] == "human"
+    external = rt.run(Flow("e", [Wait("w")]))
+    assert rt.resume(external.token, 1).meta["pause_kind"] == "external"
+    system = rt.run(Flow("s", [Sleep("s", 1)]))
+    clock.advance(1)
+    assert rt.resume_due()[0].meta["pause_kind"] == "system"
+    # A resume that pauses again names the new pause's kind, and the kind it resumed.
+    two = rt.run(Flow("two", [Wait("w"), Gate("g")]))
+    again = rt.resume(two.token, 1)
+    assert again.meta["pause_kind"] == "human" and again.meta["resumed_kind"] == "external"
