@@ -1,32 +1,522 @@
-"""The `tarry` command reads sessions from a store."""
+"""The `tarry` command end to end: every call is its own process, as a user's shell would run it.
+
+The flows live in a module written to the test's folder (`jobs.py`), which is also the
+current directory of every call, so `tarry run jobs:approval` imports it as `python -m` would.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import queue
+import select
+import signal
 import subprocess
 import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from tarry import Flow, ForEach, Gate, Runtime
 
+TARRY = str(Path(sys.executable).parent / "tarry")
 
-def tarry(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tarry", *args], capture_output=True, text=True,
-                          timeout=60, cwd="/")
+JOBS = """
+import time
+from pathlib import Path
+
+from tarry import Flow, ForEach, Gate, Sleep, step
+
+
+def double(ctx):
+    return ctx.item * 2
+
+
+def finish(ctx):
+    return {"doubled": ctx.outputs["items"], "by": ctx.prev.get("by")}
+
+
+approval = Flow("approval", [ForEach("items", lambda ctx: ctx.input["xs"], double),
+                             Gate("ok", "Ship it?"), finish])
+
+
+def fragile(ctx):
+    raise ValueError("no luck")
+
+
+broken = Flow("broken", [fragile, lambda ctx: {"after": ctx.prev}])
+
+napper = Flow("napper", [Sleep("nap", seconds=1), lambda ctx: "awake"])
+instant = Flow("instant", [Sleep("nap", seconds=0), lambda ctx: "awake"])
+
+
+def slow_once(ctx):
+    # The first run of this step waits to be killed; the one after recovery is quick.
+    marker = Path(ctx.input["marker"])
+    with marker.open("a") as f:
+        f.write("started\\n")
+    if marker.read_text().count("started") == 1:
+        time.sleep(60)
+    return ctx.item
+
+
+crashy = Flow("crashy", [ForEach("items", [1, 2], slow_once)])
+
+
+def tick(ctx):
+    time.sleep(ctx.input.get("delay", 0))
+    ctx.metric("ticks", 1)
+    return ctx.item
+
+
+ticker = Flow("ticker", [ForEach("items", lambda ctx: list(range(ctx.input["n"])), tick)])
+
+not_a_flow = 42
+"""
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Path:
+    (tmp_path / "jobs.py").write_text(textwrap.dedent(JOBS))
+    return tmp_path
+
+
+@pytest.fixture
+def jobs_here(jobs: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`jobs` as the current directory of this process, importable as `jobs` (and forgotten
+    afterwards, with sys.path as it was)."""
+    monkeypatch.chdir(jobs)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    sys.modules.pop("jobs", None)
+    yield jobs
+    sys.modules.pop("jobs", None)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TARRY_STORE", "TARRY_TOKEN")}
+    env.update(extra)
+    return env
+
+
+def tarry(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [TARRY, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env=env or _env(),
+        input=stdin,
+    )
+
+
+def start(*args: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [TARRY, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=_env(),
+    )
+
+
+class Lines:
+    """Reads a process's stdout on a thread, so a test can wait for a line with a timeout."""
+
+    def __init__(self, stream) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self._queue.put(line)
+
+    def wait_for(self, text: str, timeout: float = 15) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if text in line:
+                return line
+        raise AssertionError(f"no line with {text!r} within {timeout} s; saw {self.seen!r}")
+
+
+def field(stdout: str, name: str) -> str:
+    """The value of a `name VALUE` line of the plain output."""
+    for line in stdout.splitlines():
+        if line.startswith(name + " "):
+            return line.split()[1]
+    raise AssertionError(f"no {name!r} line in {stdout!r}")
+
+
+def db(folder: Path) -> str:
+    return f"sqlite:///{folder / 'runs.db'}"
+
+
+# --- run and resume ----------------------------------------------------------------------------
+
+
+def test_run_pauses_and_another_process_resumes(jobs: Path) -> None:
+    (jobs / "in.json").write_text('{"xs": [1, 2, 3]}')
+    ran = tarry("run", "jobs:approval", "--input", "@in.json", "--store", db(jobs), cwd=jobs)
+    assert ran.returncode == 3, ran.stderr
+    assert "paused (human) at ok: Ship it?" in ran.stdout
+    token, session = field(ran.stdout, "token"), field(ran.stdout, "session")
+    assert f"tarry resume {token}" in ran.stdout  # how to go on
+
+    done = tarry(
+        "resume", token, "--value", '{"approved": true, "by": "ann"}', "--store", db(jobs), cwd=jobs
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.split("output ", 1)[1]) == {"doubled": [2, 4, 6], "by": "ann"}
+    view = Runtime(store=db(jobs)).session(session)
+    assert view.status == "completed" and view.meta == {"flow_ref": "jobs:approval"}
+
+    again = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs)
+    assert again.returncode == 2 and "already used" in again.stderr
+
+
+def test_json_output_values_from_stdin_and_the_default_store(jobs: Path) -> None:
+    ran = tarry("run", "jobs:approval", "--input", '{"xs": [5]}', "--json", cwd=jobs)
+    assert ran.returncode == 3 and (jobs / "tarry.db").exists()  # sqlite:///tarry.db, here
+    out = json.loads(ran.stdout)
+    assert out["status"] == "paused" and out["pause"]["kind"] == "human"
+    done = tarry(
+        "resume", out["token"], "--value", "@-", "--json", cwd=jobs, stdin='{"approved": true}'
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"] == {"doubled": [10], "by": None}
+
+
+def test_tarry_store_variable_and_python_dash_m(jobs: Path) -> None:
+    env = _env(TARRY_STORE=db(jobs))
+    ran = subprocess.run(
+        [sys.executable, "-m", "tarry", "run", "jobs:approval", "--input", '{"xs": []}'],
+        capture_output=True,
+        text=True,
+        cwd=jobs,
+        env=env,
+        timeout=60,
+    )
+    assert ran.returncode == 3, ran.stderr
+    assert not (jobs / "tarry.db").exists()
+    listed = tarry("ls", "--json", cwd=jobs, env=env)
+    [row] = json.loads(listed.stdout)
+    assert row["flow"] == "approval" and row["status"] == "paused"
+
+
+def test_resume_a_session_started_from_python_needs_the_flow(jobs_here: Path) -> None:
+    from tarry.drivers.worker import load_flow
+
+    jobs = jobs_here
+    flow = load_flow("jobs:approval")
+    out = Runtime(store=db(jobs)).run(flow, {"xs": [4]})  # records no MODULE:FLOW
+    refused = tarry("resume", out.token, "--value", "true", "--store", db(jobs), cwd=jobs)
+    assert refused.returncode == 2 and "pass --flow MODULE:FLOW" in refused.stderr
+    done = tarry(
+        "resume",
+        out.token,
+        "--value",
+        "true",
+        "--flow",
+        "jobs:approval",
+        "--store",
+        db(jobs),
+        cwd=jobs,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_failing_flow_exits_1_and_skip_goes_on(jobs: Path) -> None:
+    ran = tarry("run", "jobs:broken", "--store", db(jobs), cwd=jobs)
+    assert ran.returncode == 1
+    assert "failed at fragile: ValueError: no luck" in ran.stdout
+    assert "ValueError: no luck" in ran.stderr  # the traceback
+    token = field(ran.stdout, "token")
+    skipped = tarry("skip", token, "--output", "5", "--store", db(jobs), cwd=jobs)
+    assert skipped.returncode == 0, skipped.stderr
+    assert json.loads(skipped.stdout.split("output ", 1)[1]) == {"after": 5}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "jobs"], "expected MODULE:FLOW"),
+        (["run", "nowhere:flow"], "no module named 'nowhere'"),
+        (["run", "jobs:missing"], "has no attribute 'missing'"),
+        (["run", "jobs:not_a_flow"], "must be a tarry.Flow"),
+        (["run", "jobs:approval", "--input", "{"], "--input is not valid JSON"),
+        (["run", "jobs:approval", "--input", "@nope.json"], "cannot read"),
+        (["resume", "tk_nope", "--value", "true"], "unknown resume token"),
+        (["show", "nope"], "no session 'nope'"),
+        (["run", "jobs:approval", "--store", "ftp://x"], "unknown store URL"),
+        (["ls", "--status", "sleeping"], "status must be one of"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2(
+    jobs_here: Path, args: list[str], message: str, monkeypatch, capsys
+) -> None:
+    # In this process, to keep the file fast: the exit code's way out of a process is covered
+    # by the end-to-end tests above and below.
+    from tarry.drivers.cli import main
+
+    monkeypatch.delenv("TARRY_STORE", raising=False)
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_refused_resume_value_exits_2_and_leaves_the_session_paused(jobs: Path) -> None:
+    ran = tarry("run", "jobs:approval", "--input", '{"xs": [1]}', cwd=jobs)
+    token = field(ran.stdout, "token")
+    refused = tarry("resume", token, "--value", '"maybe"', cwd=jobs)
+    assert refused.returncode == 2 and "decision must be a bool" in refused.stderr
+    assert tarry("resume", token, "--value", "true", cwd=jobs).returncode == 0
+
+
+def test_progress_is_plain_lines_when_not_a_terminal(jobs: Path) -> None:
+    ran = tarry("run", "jobs:ticker", "--input", '{"n": 20}', cwd=jobs)
+    assert ran.returncode == 0, ran.stderr
+    lines = [line for line in ran.stderr.splitlines() if line.startswith("items ")]
+    assert lines[0] == "items 0/20" and lines[-1] == "items 20/20 done"
+    assert len(lines) == 11  # the start, every tenth, the end
+    quiet = tarry("run", "jobs:ticker", "--input", '{"n": 3}', "--no-progress", cwd=jobs)
+    assert quiet.returncode == 0 and "items" not in quiet.stderr
+
+
+def test_plain_progress_leaves_out_loops_nested_in_a_running_foreach(capsys) -> None:
+    from tarry.drivers.progress import show_progress
+
+    inner = ForEach("inner", [1, 2, 3], lambda ctx: ctx.item)
+    flow = Flow("nested", [ForEach("outer", [1, 2], [inner])])
+    rt = Runtime()
+    with show_progress(rt, "s1"):
+        assert rt.run(flow, session_id="s1").ok
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["outer 0/2", "outer 1/2", "outer 2/2 done"]
+
+
+def test_progress_bars_in_a_terminal(jobs: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [TARRY, "run", "jobs:ticker", "--input", '{"n": 30, "delay": 0.01}'],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=jobs,
+        env=_env(),
+    )
+    os.close(follower)
+    screen = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not select.select([leader], [], [], 0.2)[0]:
+            continue
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=30) == 0
+    text = screen.decode(errors="replace")
+    assert "items" in text and "30/30" in text and "\x1b[" in text  # drawn, not printed
+
+
+def test_ctrl_c_pauses_the_run_where_it_stands(jobs: Path) -> None:
+    proc = start("run", "jobs:ticker", "--input", '{"n": 100, "delay": 0.02}', cwd=jobs)
+    Lines(proc.stderr).wait_for("items 20/100")
+    proc.send_signal(signal.SIGINT)
+    stdout = proc.stdout.read()
+    assert proc.wait(timeout=30) == 3
+    assert "paused (system) at items" in stdout and "aborted" in stdout
+    done = tarry("resume", field(stdout, "token"), cwd=jobs)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.split("output ", 1)[1]) == list(range(100))
+
+
+# --- inspecting and managing -----------------------------------------------------------------
 
 
 def test_ls_show_events(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     out = Runtime(store=url).run(Flow("cli", [ForEach("f", [1, 2], Gate("g"))]))
-    listed = tarry("--store", url, "ls")
+    listed = tarry("--store", url, "ls", cwd=tmp_path)
     assert listed.returncode == 0 and out.session_id in listed.stdout and "paused" in listed.stdout
-    shown = tarry("--store", url, "show", out.session_id)
+    shown = tarry("--store", url, "show", out.session_id, cwd=tmp_path)
     assert "in foreach f: iteration 0, child 0" in shown.stdout
     assert "paused (human) at f/0/g" in shown.stdout
-    lines = tarry("--store", url, "events", out.session_id, "--jsonl").stdout.splitlines()
-    assert [json.loads(line)["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    assert f"token {out.token}" in shown.stdout
+    as_json = json.loads(
+        tarry("show", out.session_id, "--json", "--store", url, cwd=tmp_path).stdout
+    )
+    assert as_json["status"] == "paused" and as_json["container_stack"][0]["node"] == "f"
+    lines = tarry(
+        "--store", url, "events", out.session_id, "--jsonl", cwd=tmp_path
+    ).stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["seq"] for e in events] == list(range(1, len(lines) + 1))
+    assert events[0]["type"] == "run.started" and events[-1]["type"] == "run.paused"
 
 
-def test_unknown_session_is_a_usage_error(tmp_path: Path) -> None:
-    result = tarry("--store", f"sqlite:///{tmp_path / 'x.db'}", "show", "nope")
-    assert result.returncode == 2 and "no session 'nope'" in result.stderr
+def test_cancel_by_token_or_session(jobs: Path) -> None:
+    first = tarry("run", "jobs:approval", "--input", '{"xs": [1]}', cwd=jobs)
+    second = tarry("run", "jobs:approval", "--input", '{"xs": [2]}', cwd=jobs)
+    by_token = tarry("cancel", field(first.stdout, "token"), cwd=jobs)
+    assert by_token.returncode == 0 and "cancelled" in by_token.stdout
+    by_id = tarry("cancel", field(second.stdout, "session"), cwd=jobs)
+    assert by_id.returncode == 0
+    listed = tarry("ls", "--status", "cancelled", cwd=jobs)
+    assert listed.stdout.count("cancelled") == 2
+    again = tarry("cancel", field(second.stdout, "session"), cwd=jobs)
+    assert again.returncode == 2 and "it is cancelled" in again.stderr
+
+
+def test_events_follow_stops_when_the_session_ends(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    flow = Flow("follow", [Gate("g"), lambda ctx: "done"])
+    rt = Runtime(store=url)
+    out = rt.run(flow)
+    follower = start(
+        "events",
+        out.session_id,
+        "--follow",
+        "--jsonl",
+        "--interval",
+        "0.1",
+        "--store",
+        url,
+        cwd=tmp_path,
+    )
+    lines = Lines(follower.stdout)
+    lines.wait_for('"run.paused"')
+    assert follower.poll() is None  # still following
+    assert rt.resume(out.token, True).ok
+    lines.wait_for('"run.completed"')
+    assert follower.wait(timeout=10) == 0
+
+
+def test_stats(jobs: Path) -> None:
+    assert tarry("run", "jobs:ticker", "--input", '{"n": 3}', cwd=jobs).returncode == 0
+    assert tarry("run", "jobs:approval", "--input", '{"xs": [1]}', cwd=jobs).returncode == 3
+    shown = tarry("stats", cwd=jobs)
+    assert shown.returncode == 0
+    assert "completed 1" in shown.stdout and "paused 1" in shown.stdout
+    assert "ticks 3" in shown.stdout
+    as_json = json.loads(tarry("stats", "--json", "--flow", "ticker", cwd=jobs).stdout)
+    assert as_json["by_status"] == {"completed": 1}
+    assert as_json["nodes"]["tick"]["executions"] == 3
+
+
+def test_due_lists_and_runs_sessions_whose_time_has_come(jobs: Path) -> None:
+    ran = tarry("run", "jobs:instant", cwd=jobs)
+    assert ran.returncode == 3 and "paused (system) at nap: sleep" in ran.stdout
+    session = field(ran.stdout, "session")
+    listed = tarry("due", cwd=jobs)
+    assert listed.returncode == 0 and session in listed.stdout
+    resumed = tarry("due", "--run", cwd=jobs)
+    assert resumed.returncode == 0 and f"resumed {session}: ok" in resumed.stdout
+    assert session not in tarry("due", cwd=jobs).stdout
+
+
+def test_db_upgrade_of_a_store_without_migrations(jobs: Path) -> None:
+    result = tarry("db", "upgrade", "--store", db(jobs), cwd=jobs)
+    assert result.returncode == 0 and "needs no migration" in result.stdout
+
+
+def test_db_upgrade_calls_the_stores_upgrade(monkeypatch, capsys) -> None:
+    from tarry.drivers import cli
+
+    class Migrating:
+        def upgrade(self) -> list[int]:
+            return [1, 2]
+
+        def schema_version(self) -> int:
+            return 2
+
+    monkeypatch.setattr(cli, "open_store", lambda url: Migrating())
+    assert cli.main(["db", "upgrade", "--store", "memory://"]) == 0
+    assert capsys.readouterr().out == "applied migrations 1, 2: schema version 2\n"
+
+
+def test_db_upgrade_of_postgresql(tmp_path: Path) -> None:
+    from pgserver import schema_dsn, scratch_schema
+
+    with scratch_schema() as schema:
+        url = schema_dsn(schema)
+        first = tarry("db", "upgrade", "--store", url, cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith("applied migrations 1")
+        again = tarry("db", "upgrade", "--store", url, cwd=tmp_path)
+        assert again.returncode == 0 and again.stdout.startswith("up to date: schema version")
+
+
+def test_serve_needs_a_token_beyond_loopback(jobs: Path) -> None:
+    helped = tarry("serve", "--help", cwd=jobs)
+    assert helped.returncode == 0 and "--port" in helped.stdout
+    refused = tarry("serve", "--host", "0.0.0.0", "--port", "0", cwd=jobs)
+    assert refused.returncode == 2 and "token" in refused.stderr
+
+
+# --- the worker --------------------------------------------------------------------------------
+
+
+def test_worker_wakes_a_sleeping_session_and_stops_on_sigterm(jobs: Path) -> None:
+    ran = tarry("run", "jobs:napper", "--store", db(jobs), cwd=jobs)
+    assert ran.returncode == 3
+    session = field(ran.stdout, "session")
+    worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
+    lines = Lines(worker.stdout)
+    assert "ok" in lines.wait_for(f"resumed {session}")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 0
+    assert Runtime(store=db(jobs)).session(session).outcome.output == "awake"
+
+
+def test_worker_recovers_a_run_whose_process_was_killed(jobs: Path) -> None:
+    marker = jobs / "marker"
+    run = start(
+        "run",
+        "jobs:crashy",
+        "--input",
+        json.dumps({"marker": str(marker)}),
+        "--durability",
+        "step",
+        "--lease",
+        "1",
+        "--store",
+        db(jobs),
+        cwd=jobs,
+    )
+    deadline = time.monotonic() + 15
+    while not (marker.exists() and "started" in marker.read_text()):
+        assert time.monotonic() < deadline and run.poll() is None, "the run never started"
+        time.sleep(0.05)
+    run.kill()  # SIGKILL, mid-step
+    run.wait(timeout=10)
+    [session] = [s.session_id for s in Runtime(store=db(jobs)).sessions(status="running")]
+
+    worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
+    lines = Lines(worker.stdout)
+    assert "ok" in lines.wait_for(f"recovered {session}")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) == 0
+    assert Runtime(store=db(jobs)).session(session).outcome.output == [1, 2]
+    assert marker.read_text().count("started") == 3  # item 1 twice (killed, then again), item 2

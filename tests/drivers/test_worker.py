@@ -1,0 +1,157 @@
+"""The worker loop from Python, and flow references `MODULE:FLOW`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from tarry import NOT_READY, Flow, ManualClock, Runtime, Sleep, Wait
+from tarry.drivers.worker import FlowRefError, Worker, load_flow
+from tarry.snapshots import SQLiteStore
+
+
+@pytest.fixture
+def module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Write a module into a fresh current directory; returns a function that writes one and
+    gives its (unique) name. sys.path is restored afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+
+    def write(source: str) -> str:
+        name = f"flows_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.py").write_text(source)
+        return name
+
+    return write
+
+
+def waiting_flow() -> Flow:
+    return Flow("waiting", [Wait("batch", reason="the batch job"), lambda ctx: ctx.prev["rows"]])
+
+
+def test_run_once_resumes_sessions_whose_adapter_is_ready() -> None:
+    ready: dict[str, int] = {}
+    asked: list[str] = []
+
+    def batch_done(request):
+        asked.append(request.reason)
+        return {"rows": ready["rows"]} if ready else NOT_READY
+
+    rt = Runtime(adapters={"external": batch_done})
+    out = rt.run(waiting_flow())
+    reported: list[tuple[str, str]] = []
+    worker = Worker(rt, report=lambda source, o: reported.append((source, o.status)))
+    assert worker.run_once() == [] and asked == ["the batch job"]
+    ready["rows"] = 7
+    [done] = worker.run_once()
+    assert done.session_id == out.session_id and done.ok and done.output == 7
+    assert reported == [("resumed", "ok")]
+    assert worker.run_once() == []
+
+
+def test_run_forever_stops_between_rounds() -> None:
+    rt = Runtime(adapters={"external": lambda request: {"rows": 1}})
+    out = rt.run(waiting_flow())
+    resumed = threading.Event()
+    worker = Worker(rt, interval=0.05, report=lambda source, o: resumed.set())
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    assert resumed.wait(10)
+    worker.stop()
+    thread.join(5)
+    assert not thread.is_alive() and worker.stopping
+    assert rt.session(out.session_id).status == "completed"
+
+
+def test_a_failing_round_is_logged_and_the_loop_goes_on(caplog) -> None:
+    rt = Runtime()
+    rounds: list[int] = []
+    worker = Worker(rt, interval=0.01)
+
+    def flaky() -> list:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise OSError("store briefly away")
+        worker.stop()
+        return []
+
+    rt.poll = flaky  # type: ignore[method-assign]
+    worker.run_forever()
+    assert len(rounds) == 2 and "a round failed" in caplog.text
+
+
+def test_the_worker_imports_the_flows_its_sessions_recorded(tmp_path: Path, module) -> None:
+    name = module(
+        "from tarry import Flow, Sleep\n"
+        "nap = Flow('nap', [Sleep('s', seconds=60), lambda ctx: 'up'])\n"
+    )
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "w.db")
+    starter = Runtime(store=store, clock=clock)
+    out = starter.run(load_flow(f"{name}:nap"), meta={"flow_ref": f"{name}:nap"})
+    assert out.paused
+
+    other = Runtime(store=store, clock=clock)  # knows no flows
+    worker = Worker(other)
+    assert worker.run_once() == []  # not due yet
+    clock.advance(61)
+    [done] = worker.run_once()
+    assert done.ok and done.output == "up"
+
+    clock.advance(61)
+    assert Worker(other, import_flows=False).run_once() == []  # nothing else due
+
+
+def test_a_session_of_a_flow_it_cannot_import_is_left_alone(tmp_path: Path, caplog) -> None:
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "w.db")
+    flow = Flow("nap", [Sleep("s", seconds=1)])
+    Runtime(store=store, clock=clock).run(flow, meta={"flow_ref": "gone_module:nap"})
+    clock.advance(2)
+    worker = Worker(Runtime(store=store, clock=clock))
+    assert worker.run_once() == [] and worker.run_once() == []
+    assert caplog.text.count("no module named 'gone_module'") == 1  # tried once, not per round
+    assert Runtime(store=store, clock=clock, flows=[flow]).resume_due()[0].ok
+
+
+def test_load_flow_explains_each_bad_reference(module) -> None:
+    name = module(
+        "from tarry import Flow\n"
+        "class Box:\n"
+        "    flow = Flow('boxed', [lambda ctx: 1])\n"
+        "number = 42\n"
+    )
+    broken = module("raise RuntimeError('half-written module')\n")
+    assert load_flow(f"{name}:Box.flow").name == "boxed"
+    cases = {
+        name: "expected MODULE:FLOW",
+        f"{name}:": "expected MODULE:FLOW",
+        "no_such_module_x:flow": "no module named 'no_such_module_x'",
+        f"{name}:missing": "has no attribute 'missing'",
+        f"{name}:number": "must be a tarry.Flow (got int 42)",
+        f"{broken}:flow": "RuntimeError: half-written module",
+    }
+    for ref, message in cases.items():
+        with pytest.raises(FlowRefError) as info:
+            load_flow(ref)
+        assert message in str(info.value) and info.value.ref == ref
+
+
+def test_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="interval must be a positive number"):
+        Worker(Runtime(), interval=0)
+
+
+def test_stop_from_another_thread_wakes_a_long_wait() -> None:
+    worker = Worker(Runtime(), interval=60)
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    worker.stop()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 2
