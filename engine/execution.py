@@ -66,7 +66,8 @@ class Execution:
         """Record one event: fold it into the live state and keep it for the driver."""
         state = self.state
         event = Event(state.last_seq + 1, type, self.session_id, self.now(), path, data)
-        self.state = apply(state, event)
+        # The live state is ours alone: the reducer may update its dicts in place.
+        self.state = apply(state, event, True)
         self.log.append(event)
         if self.listener is not None:
             self.listener(event)

@@ -1,14 +1,14 @@
 """The one pure reducer: `apply(state, event) -> state`, and `derive_state(events)`.
 
 The live run and `derive_state` use this same function, so the derived state equals the live
-one by construction. Every branch costs O(depth of the container stack + size of one body),
-never O(history): no list of iterations, results or events is ever copied here.
+one by construction. Every branch costs O(depth of the container stack), never O(history): no
+list of iterations, results or events is ever copied here, and the live run (`owned=True`)
+does not copy the outputs recorded so far either.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,39 +17,18 @@ from .events import Event
 from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
 
 
-class _Copier:
-    """Copies one frozen slotted record class with some fields changed, fast.
-
-    The reducer makes a new state for every event (twice per step), so this is the hottest
-    function in tarry. `attrs.evolve` re-runs `__init__` through keyword plumbing; here one
-    C-level attrgetter reads every slot and the slots' own descriptors write them.
-    """
-
-    __slots__ = ("cls", "names", "read", "index", "writers")
-
-    def __init__(self, cls: type) -> None:
-        self.cls = cls
-        self.names = tuple(n for n in cls.__slots__ if n != "__weakref__")
-        self.read = operator.attrgetter(*self.names)
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.writers = tuple(getattr(cls, n).__set__ for n in self.names)
-
-    def __call__(self, inst: Any, changes: dict[str, Any]) -> Any:
-        values = list(self.read(inst))
-        index = self.index
-        for name, value in changes.items():
-            values[index[name]] = value
-        new = object.__new__(self.cls)
-        for write, value in zip(self.writers, values, strict=True):
-            write(new, value)
-        return new
-
-
-_COPIERS = {cls: _Copier(cls) for cls in (SessionState, ContainerFrame)}
-
-
 def _evolve(inst: Any, **changes: Any) -> Any:
-    return _COPIERS[type(inst)](inst, changes)
+    """A copy of a frozen record (SessionState, ContainerFrame) with `changes`.
+
+    The reducer makes a new state for every event, so this is the hottest function in tarry.
+    `attrs.evolve` re-runs `__init__` through keyword plumbing; these records keep their
+    fields in a `__dict__`, so a copy is one C-level dict copy and update.
+    """
+    new = object.__new__(type(inst))
+    fields = new.__dict__
+    fields.update(inst.__dict__)
+    fields.update(changes)
+    return new
 
 
 def _replace_top(state: SessionState, seq: int, **changes: Any) -> SessionState:
@@ -59,14 +38,19 @@ def _replace_top(state: SessionState, seq: int, **changes: Any) -> SessionState:
 
 
 def _record_child(
-    state: SessionState, seq: int, name: str, data: dict[str, Any], extra: dict[str, Any]
+    state: SessionState,
+    seq: int,
+    name: str,
+    data: dict[str, Any],
+    extra: dict[str, Any],
+    owned: bool,
 ) -> SessionState:
     """A child finished: record its output in the innermost open scope."""
     output = data.get("output")
     stack = state.container_stack
     if stack:
         top = stack[-1]
-        outs = dict(top.child_outputs)
+        outs = top.child_outputs if owned else dict(top.child_outputs)
         outs[name] = output
         if top.kind == "graph":
             action = data.get("action", "default")
@@ -75,7 +59,7 @@ def _record_child(
             top = _evolve(top, child_outputs=outs, child=top.child + 1)
         extra["container_stack"] = stack[:-1] + (top,)
     else:
-        outs = dict(state.outputs)
+        outs = state.outputs if owned else dict(state.outputs)
         outs[name] = output
         extra["outputs"] = outs
     extra["last_seq"] = seq
@@ -85,26 +69,34 @@ def _record_child(
     return _evolve(state, **extra)
 
 
-def _merge_effects(state: SessionState, data: dict[str, Any], extra: dict[str, Any]) -> None:
+def _merge_effects(
+    state: SessionState, data: dict[str, Any], extra: dict[str, Any], owned: bool
+) -> None:
     """Fold a node's `ctx.state` changes and metrics into `extra` (the fields to change)."""
     deleted = data.get("state_deleted")
     changed = data.get("state")
     if changed or deleted:
-        shared = dict(state.shared)
+        shared = state.shared if owned else dict(state.shared)
         for key in deleted or ():
             shared.pop(key, None)
         shared.update(changed or {})
         extra["shared"] = shared
     metrics = data.get("metrics")
     if metrics:
-        totals = dict(state.metrics)
+        totals = state.metrics if owned else dict(state.metrics)
         for name, value in metrics.items():
             totals[name] = totals.get(name, 0) + value
         extra["metrics"] = totals
 
 
-def apply(state: SessionState, event: Event) -> SessionState:
-    """Return the state after `event`. Pure: `state` is never modified."""
+def apply(state: SessionState, event: Event, owned: bool = False) -> SessionState:
+    """Return the state after `event`. Pure: `state` is never modified.
+
+    `owned=True` is for a caller that owns `state` and drops it for the result (the live
+    Execution): the dicts of outputs, `ctx.state` and metrics are then updated in place rather
+    than copied, so recording an output costs O(1) however many came before. The result is
+    equal either way; only the old state, which nobody reads again, differs.
+    """
     t = event.type
     data = event.data
     seq = event.seq
@@ -116,8 +108,8 @@ def apply(state: SessionState, event: Event) -> SessionState:
         if stack and stack[-1].path == path:
             state = _evolve(state, container_stack=stack[:-1])
         if "state" in data or "metrics" in data or "state_deleted" in data:
-            _merge_effects(state, data, extra)
-        return _record_child(state, seq, path[-1], data, extra)
+            _merge_effects(state, data, extra, owned)
+        return _record_child(state, seq, path[-1], data, extra, owned)
 
     if t == ev.NODE_STARTED:
         kind = data.get("kind")
@@ -156,7 +148,7 @@ def apply(state: SessionState, event: Event) -> SessionState:
     if t == ev.NODE_FAILED:
         extra = {"last_seq": seq}
         if "metrics" in data:
-            _merge_effects(state, {"metrics": data["metrics"]}, extra)
+            _merge_effects(state, {"metrics": data["metrics"]}, extra, owned)
         return _evolve(state, **extra)
 
     if t == ev.RUN_STARTED:

@@ -11,7 +11,9 @@ CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph"})
 STATUSES = ("running", "paused", "completed", "failed", "cancelled")
 
 
-@attrs.frozen(slots=True)
+# The two records the reducer copies on every event keep their fields in a __dict__ (not
+# slots): a new record is then one C-level dict copy, several times faster than slot writes.
+@attrs.frozen(slots=False)
 class ContainerFrame:
     """Where one entered, unfinished container stands.
 
@@ -60,7 +62,7 @@ class ErrorInfo:
     traceback: str | None = None
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=False)
 class SessionState:
     """Everything needed to continue a session: a pure fold of its events.
 

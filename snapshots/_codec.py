@@ -21,6 +21,7 @@ import datetime as dt
 import enum
 import functools
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
@@ -124,9 +125,37 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
 # --- encoding ------------------------------------------------------------------------------------
 
 
+class _Packers(threading.local):
+    """One msgpack Packer per nesting depth and thread, made on first use.
+
+    `msgpack.packb` builds a new Packer (and its buffer) on every call, which costs more than
+    packing a small value; events and results are small and many. Each depth has its own
+    Packer because packing an ext value packs its payload while the outer pack is in progress.
+    """
+
+    def __init__(self) -> None:
+        self.by_depth: list[msgpack.Packer | None] = [None] * (MAX_DEPTH + 1)
+
+    def get(self, depth: int) -> msgpack.Packer:
+        packer = self.by_depth[depth]
+        if packer is None:
+            packer = msgpack.Packer(
+                default=_DEFAULTS[depth], strict_types=True, use_bin_type=True, autoreset=True
+            )
+            self.by_depth[depth] = packer
+        return packer
+
+
+_packers = _Packers()
+
+
 def _pack(value: Any, depth: int = 0) -> bytes:
     """`value` as msgpack; `depth` is how many ext values enclose it."""
-    return msgpack.packb(value, default=_DEFAULTS[depth], strict_types=True, use_bin_type=True)
+    try:
+        return _packers.get(depth).pack(value)
+    except BaseException:
+        _packers.by_depth[depth] = None  # never reuse a packer whose buffer may be half-written
+        raise
 
 
 def _ext(code: int, payload: Any, depth: int) -> msgpack.ExtType:
@@ -176,7 +205,7 @@ def _default(depth: int, obj: Any) -> Any:
     if t is dt.time:
         return msgpack.ExtType(EXT_TIME, obj.isoformat().encode())
     if t is dt.timedelta:
-        return msgpack.ExtType(EXT_TIMEDELTA, _pack([obj.days, obj.seconds, obj.microseconds]))
+        return msgpack.ExtType(EXT_TIMEDELTA, msgpack.packb([obj.days, obj.seconds, obj.microseconds]))
     if t is uuid.UUID:
         return msgpack.ExtType(EXT_UUID, obj.bytes)
     if t is Decimal:

@@ -117,7 +117,8 @@ def _micros(at: dt.datetime) -> int:
 
 def encode_event(event: Event) -> bytes:
     """An event as a compact msgpack array: [seq, type, at (µs since epoch, UTC), path, data]."""
-    return dumps([event.seq, event.type, _micros(event.at), event.path, event.data])
+    # The path as a plain array (decoded back to a tuple): no nested ext document per event.
+    return dumps([event.seq, event.type, _micros(event.at), list(event.path), event.data])
 
 
 def decode_event(data: bytes, session_id: str) -> Event:

@@ -106,7 +106,11 @@ def test_the_worker_imports_the_flows_its_sessions_recorded(tmp_path: Path, modu
     assert Worker(other, import_flows=False).run_once() == []  # nothing else due
 
 
-def test_a_session_of_a_flow_it_cannot_import_is_left_alone(tmp_path: Path, caplog) -> None:
+def test_a_session_of_a_flow_it_cannot_import_is_left_alone(
+    tmp_path: Path, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # importing puts the current folder on sys.path: keep it clean
+    monkeypatch.setattr(sys, "path", list(sys.path))
     clock = ManualClock()
     store = SQLiteStore(tmp_path / "w.db")
     flow = Flow("nap", [Sleep("s", seconds=1)])
