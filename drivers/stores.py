@@ -18,7 +18,9 @@ def open_store(store: None | str | SessionStore) -> SessionStore:
 
         return SQLiteStore(store[len("sqlite:///") :])
     if store.startswith(("postgresql://", "postgres://")):
-        msg = "PostgresStore is not available yet (it comes with the 'postgres' extra)"
-        raise ValueError(msg)
+        # Imported here: psycopg is an optional dependency (the 'postgres' extra).
+        from tarry.snapshots.postgres import PostgresStore
+
+        return PostgresStore(store)
     msg = f"unknown store URL {store!r} (expected memory://, sqlite:///path.db or postgresql://...)"
     raise ValueError(msg)
