@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -28,12 +27,20 @@ class SystemClock:
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
+        import asyncio  # imported when first needed: it costs tens of ms at `import tarry`
+
         await asyncio.sleep(seconds)
 
 
 def sleepers(clock: Any) -> tuple[Callable[[float], None], Callable[[float], Awaitable[None]]]:
     """The clock's (sleep, asleep), falling back to the machine's for a clock without them."""
-    return getattr(clock, "sleep", time.sleep), getattr(clock, "asleep", asyncio.sleep)
+    return getattr(clock, "sleep", time.sleep), getattr(clock, "asleep", _asleep)
+
+
+async def _asleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
 
 
 class ManualClock:
@@ -64,6 +71,8 @@ class ManualClock:
 
     async def asleep(self, seconds: float) -> None:
         self.advance(seconds)
+        import asyncio
+
         await asyncio.sleep(0)
 
     def set(self, when: datetime) -> None:

@@ -9,7 +9,6 @@ back-off (`Backoff`) is waited in place by whoever called `pump`: `sleep` in a s
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
@@ -90,6 +89,8 @@ async def _pump_async(
         else:
             try:
                 if signal.timeout is not None:
+                    import asyncio  # only async runs need it; `import tarry` stays light
+
                     value = await asyncio.wait_for(signal.awaitable, signal.timeout)
                 else:
                     value = await signal.awaitable

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -666,6 +666,10 @@ def _check_filters(status: Any, flow: Any) -> None:
 
 
 def _refuse_in_loop(name: str, instead: str) -> None:
+    if "asyncio" not in sys.modules:
+        return  # no event loop can be running in a process that never imported asyncio
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -677,6 +681,8 @@ def _refuse_in_loop(name: str, instead: str) -> None:
 def _settle(result: AwaitableOrValue[Outcome]) -> Outcome:
     if not _is_awaitable(result):
         return result  # type: ignore[return-value]
+    import asyncio
+
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(result)  # type: ignore[arg-type]
