@@ -1,0 +1,558 @@
+"""Write docs/performance.md from one run of the benchmarks (pytest-benchmark's JSON).
+
+    python benchmarks/report.py BENCH.json PEERS.json docs/performance.md
+
+Every number and every ratio comes from BENCH.json, so tarry, the peers and the floor are
+compared within one run on one machine; only the targets (from issue 5) are written here.
+PEERS.json is what install_peers.py recorded: a peer that failed to install gets a line saying
+so and "not installed" in its cells, never a silent gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+# Columns: the peers, by the distribution that provides them.
+PEERS = {"langgraph": "LangGraph", "pocketflow": "PocketFlow"}
+# Distributions of the bench extra that belong to a peer column.
+PEER_OF = {
+    "langgraph": "langgraph",
+    "langgraph-checkpoint-sqlite": "langgraph",
+    "pocketflow": "pocketflow",
+}
+VERSIONS = [
+    "tarry",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "pocketflow",
+    "pytest-benchmark",
+    "attrs",
+    "cattrs",
+    "msgpack",
+]
+NO_PAUSE = "n/a (no persistence)"
+
+
+@attrs.frozen
+class Bench:
+    name: str
+    system: str
+    workload: str
+    variant: str | None
+    median: float  # seconds per timed call
+    minimum: float
+    rounds: int
+    extra: dict[str, Any]
+
+    @property
+    def per_unit(self) -> float:
+        return self.median / self.extra.get("per", 1)
+
+
+@attrs.frozen
+class Row:
+    """One line of the main table: how to find each system's number in the run."""
+
+    title: str
+    unit: str
+    value: Callable[[list[Bench], str], float | None]  # (benchmarks, system) -> number
+    target: float | None = None
+    fmt: str = "{:,.2f}"
+    floor: Callable[[list[Bench]], float | None] | None = None
+    floor_note: str = ""
+    no_peer: dict[str, str] = attrs.field(factory=dict)  # peer -> why it has no number
+
+
+def load(path: Path) -> tuple[list[Bench], dict[str, Any]]:
+    data = json.loads(path.read_text())
+    found = []
+    for b in data["benchmarks"]:
+        extra = dict(b.get("extra_info") or {})
+        # A benchmark that did not label itself is listed in the details only.
+        found.append(
+            Bench(
+                name=b["name"],
+                system=extra.get("system", "?"),
+                workload=extra.get("workload", "(unlabelled)"),
+                variant=extra.get("variant"),
+                median=b["stats"]["median"],
+                minimum=b["stats"]["min"],
+                rounds=b["stats"]["rounds"],
+                extra=extra,
+            )
+        )
+    return found, data
+
+
+def pick(
+    benches: list[Bench], workload: str, system: str, variant: str | None = None, **match: Any
+) -> Bench | None:
+    for b in benches:
+        if (
+            b.workload == workload
+            and b.system == system
+            and b.variant == variant
+            and all(b.extra.get(key) == value for key, value in match.items())
+        ):
+            return b
+    return None
+
+
+# -- how each row reads the run -------------------------------------------------------------
+
+
+def per_unit_us(workload: str, variants: dict[str, str] | None = None) -> Callable[..., Any]:
+    def value(benches: list[Bench], system: str) -> float | None:
+        b = pick(benches, workload, system, (variants or {}).get(system))
+        return None if b is None else b.per_unit * 1e6
+
+    return value
+
+
+def floor_us(workload: str, variant: str) -> Callable[[list[Bench]], float | None]:
+    def value(benches: list[Bench]) -> float | None:
+        b = pick(benches, workload, "floor", variant)
+        return None if b is None else b.per_unit * 1e6
+
+    return value
+
+
+def ks(benches: list[Bench]) -> tuple[int, int]:
+    found = sorted(
+        {b.extra["k"] for b in benches if b.workload.startswith("pause_") and "k" in b.extra}
+    )
+    return (found[0], found[-1]) if found else (10, 9000)
+
+
+def pause_us(kind: str, at: int) -> Callable[..., Any]:
+    def value(benches: list[Bench], system: str) -> float | None:
+        b = pick(benches, f"pause_{kind}", system, k=ks(benches)[at])
+        return None if b is None else b.median * 1e6
+
+    return value
+
+
+def pause_ratio(kind: str) -> Callable[..., Any]:
+    """From the round trips taken in turns at both k (test_resume_cost_flat_in_k); failing
+    that, from the medians of the two separate benchmarks."""
+
+    def value(benches: list[Bench], system: str) -> float | None:
+        paired = pick(benches, f"pause_ratio_{kind}", system)
+        if paired is not None:
+            return paired.extra["ratio"]
+        early, late = pause_us(kind, 0)(benches, system), pause_us(kind, 1)(benches, system)
+        return None if early is None or late is None else late / early
+
+    return value
+
+
+def pause_extra(key: str, at: int) -> Callable[..., Any]:
+    def value(benches: list[Bench], system: str) -> float | None:
+        b = pick(benches, "pause_sqlite", system, k=ks(benches)[at])
+        return None if b is None else b.extra.get(key)
+
+    return value
+
+
+def wall_ms(workload: str, variant: str | None = None) -> Callable[..., Any]:
+    def value(benches: list[Bench], system: str) -> float | None:
+        b = pick(benches, workload, system, variant)
+        return None if b is None else b.median * 1e3
+
+    return value
+
+
+def import_ms(benches: list[Bench], system: str) -> float | None:
+    b = pick(benches, "import", system)
+    return None if b is None else b.extra["importtime_us"] / 1e3
+
+
+def rss_sessions_mb(benches: list[Bench], system: str) -> float | None:
+    """MB per 10,000 paused sessions (LangGraph is measured over fewer and scaled)."""
+    b = pick(benches, "rss_sessions", system)
+    return None if b is None else b.extra["rss_kb"] / b.extra["sessions"] * 10_000 / 1024
+
+
+def rss_worker_mb(benches: list[Bench], system: str) -> float | None:
+    """MB the worker grew over the second half of its resumes (flat: no leak)."""
+    b = pick(benches, "rss_worker", system)
+    return None if b is None else b.extra["late_growth_kb"] / 1024
+
+
+def sqlite_floor(benches: list[Bench]) -> float | None:
+    return floor_us("durable_chain", "one WAL commit")(benches)
+
+
+def rows(benches: list[Bench]) -> list[Row]:
+    k0, k1 = ks(benches)
+    steps = next((b.extra["per"] for b in benches if b.workload == "chain"), 1000)
+    worker = pick(benches, "rss_worker", "tarry")
+    resumes = worker.extra["resumes"] if worker else 100_000
+    pause = {"pocketflow": NO_PAUSE}
+    out = [
+        Row(
+            f"step overhead: chain of {steps:,} no-op steps, in memory",
+            "µs/step",
+            per_unit_us("chain"),
+            2.0,
+            floor=floor_us("chain", "3-deep yield from"),
+            floor_note="3-deep yield from",
+        ),
+        Row(
+            f"step overhead: ForEach / batch over {steps:,} items, in memory",
+            "µs/item",
+            per_unit_us("foreach", {"pocketflow": "BatchFlow"}),
+            2.0,
+            floor=floor_us("chain", "3-deep yield from"),
+            floor_note="3-deep yield from",
+        ),
+        Row(
+            "durable step: the chain, every step persisted to SQLite",
+            "µs/step",
+            per_unit_us("durable_chain"),
+            60.0,
+            floor=sqlite_floor,
+            floor_note="one WAL commit",
+            no_peer=pause,
+        ),
+    ]
+    for kind, target in (("memory", 50.0), ("sqlite", 400.0)):
+        where = "in memory" if kind == "memory" else "SQLite"
+        floor = sqlite_floor if kind == "sqlite" else None
+        for at, k in enumerate((k0, k1)):
+            out.append(
+                Row(
+                    f"pause → resume, {where}, k = {k:,}",
+                    "µs",
+                    pause_us(kind, at),
+                    target,
+                    floor=floor,
+                    floor_note="one WAL commit" if floor else "",
+                    no_peer=pause,
+                )
+            )
+    for kind in ("memory", "sqlite"):
+        where = "in memory" if kind == "memory" else "SQLite"
+        out.append(
+            Row(
+                f"resume at k = {k1:,} ÷ at k = {k0:,}, {where} (round trips in turns)",
+                "ratio",
+                pause_ratio(kind),
+                1.10,
+                floor=lambda _: 1.0,
+                no_peer=pause,
+            )
+        )
+    out += [
+        Row(
+            "fresh process: spawn, import, resume from SQLite, exit",
+            "ms",
+            wall_ms("fresh_resume"),
+            150.0,
+            fmt="{:,.0f}",
+            floor=lambda bs: wall_ms("fresh_resume", "python -c pass")(bs, "floor"),
+            floor_note="python -c pass",
+            no_peer=pause,
+        ),
+        Row("import (-X importtime, cumulative)", "ms", import_ms, 40.0, fmt="{:,.1f}"),
+        Row(
+            f"snapshot size at k = {k0:,}, SQLite",
+            "bytes",
+            pause_extra("snapshot_bytes", 0),
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"snapshot size at k = {k1:,}, SQLite",
+            "bytes",
+            pause_extra("snapshot_bytes", 1),
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"bytes written per pause at k = {k0:,}, SQLite",
+            "bytes",
+            pause_extra("bytes_written", 0),
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"bytes written per pause at k = {k1:,}, SQLite",
+            "bytes",
+            pause_extra("bytes_written", 1),
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            "RSS per 10,000 sessions paused in memory",
+            "MB",
+            rss_sessions_mb,
+            fmt="{:,.1f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"worker RSS growth over the 2nd half of {resumes:,} resumes",
+            "MB",
+            rss_worker_mb,
+            fmt="{:,.1f}",
+            no_peer=pause,
+        ),
+    ]
+    return out
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def peer_status(path: Path | None) -> dict[str, dict[str, Any]]:
+    """Per peer column: installed or not, and why not (from install_peers.py, else probed)."""
+    recorded = json.loads(path.read_text()) if path is not None and path.exists() else {}
+    status: dict[str, dict[str, Any]] = {p: {"installed": True, "missing": []} for p in PEERS}
+    names = recorded or {d: None for d in PEER_OF}
+    for dist in names:
+        peer = PEER_OF.get(dist)
+        if peer is None:
+            continue
+        info = recorded.get(dist)
+        if info is None:
+            try:
+                metadata.version(dist)
+                info = {"installed": True}
+            except metadata.PackageNotFoundError:
+                info = {"installed": False, "error": "not installed in this environment"}
+        if not info["installed"]:
+            # Without its main distribution a peer has no results at all; without another
+            # part (e.g. its SQLite saver) only the workloads that need that part are missing.
+            if dist == peer:
+                status[peer]["installed"] = False
+            status[peer]["missing"].append((dist, info.get("error", "")))
+    return status
+
+
+def cell(row: Row, value: float | None) -> str:
+    return "—" if value is None else row.fmt.format(value)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "—"
+    r = a / b
+    return f"{r:,.3f}" if r < 0.1 else f"{r:,.2f}"
+
+
+def main_table(benches: list[Bench], status: dict[str, dict[str, Any]]) -> list[str]:
+    peers = list(PEERS)
+    head = (
+        ["workload", "unit", "floor", "tarry"]
+        + [PEERS[p] for p in peers]
+        + ["tarry ÷ floor"]
+        + [f"tarry ÷ {PEERS[p]}" for p in peers]
+        + ["target", "met"]
+    )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows(benches):
+        tarry = row.value(benches, "tarry")
+        floor = row.floor(benches) if row.floor else None
+        floor_cell = cell(row, floor) + (
+            f" ({row.floor_note})" if row.floor_note and floor is not None else ""
+        )
+        cells = [row.title, row.unit, floor_cell, cell(row, tarry)]
+        values = {}
+        for p in peers:
+            if not status[p]["installed"]:
+                cells.append("not installed")
+                values[p] = None
+            elif p in row.no_peer:
+                cells.append(row.no_peer[p])
+                values[p] = None
+            else:
+                values[p] = row.value(benches, p)
+                if values[p] is not None:
+                    cells.append(cell(row, values[p]))
+                elif status[p]["missing"]:  # a part of the peer failed to install
+                    cells.append("not installed")
+                else:
+                    cells.append("no result")
+        cells.append(ratio(tarry, floor))
+        cells += [ratio(tarry, values[p]) for p in peers]
+        if row.target is None:
+            cells += ["—", ""]
+        else:
+            met = "" if tarry is None else ("yes" if tarry <= row.target else "**no**")
+            cells += [f"≤ {row.target:,g}", met]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def detail_table(benches: list[Bench]) -> list[str]:
+    lines = [
+        "| benchmark | system | variant | median | min | per unit | rounds | extra |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    hidden = {"workload", "system", "variant", "per", "rss_samples_kb", "load1"}
+    for b in sorted(benches, key=lambda b: (b.workload, b.system, b.name)):
+        extra = ", ".join(
+            f"{k}={v}" for k, v in b.extra.items() if k not in hidden and v is not None
+        )
+        per = b.extra.get("per", 1)
+        lines.append(
+            f"| `{b.name}` | {b.system} | {b.variant or ''} | {human(b.median)} | "
+            f"{human(b.minimum)} | {human(b.per_unit) + f' (÷{per:,})' if per > 1 else ''} | "
+            f"{b.rounds} | {extra} |"
+        )
+    return lines
+
+
+def human(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:,.2f} {unit}"
+    return f"{seconds * 1e9:,.0f} ns"
+
+
+def load_average(benches: list[Bench]) -> str:
+    """The 1-minute load average seen by the benchmarks: above the core count, numbers are
+    noisy (other processes shared the cores)."""
+    seen = sorted(b.extra["load1"] for b in benches if "load1" in b.extra)
+    if not seen:
+        return "load average not recorded"
+    return (
+        f"1-minute load average during the run: {seen[0]:.2f} to {seen[-1]:.2f} "
+        f"(median {seen[len(seen) // 2]:.2f})"
+    )
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model(data: dict[str, Any]) -> str:
+    brand = (data.get("machine_info", {}).get("cpu") or {}).get("brand_raw")
+    if brand:
+        return brand
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def worker_samples(benches: list[Bench]) -> list[str]:
+    lines = []
+    for b in benches:
+        if b.workload == "rss_worker":
+            samples = b.extra.get("rss_samples_kb", [])
+            mb = ", ".join(f"{s / 1024:,.1f}" for s in samples)
+            lines.append(
+                f"- {b.system}, {b.extra['resumes']:,} resumes, RSS (MB) every tenth: {mb}"
+            )
+    return lines
+
+
+def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
+    benches, data = load(bench_json)
+    status = peer_status(peers_json)
+    machine = data.get("machine_info", {})
+    lines = [
+        "# Performance",
+        "",
+        "Written by `make bench` (`benchmarks/report.py`) from one run of `benchmarks/`: tarry,",
+        "the peers and the plain-Python floor are measured side by side in the same run, and",
+        "every ratio below comes from that run. Do not edit by hand.",
+        "",
+        f"- Run: {data.get('datetime', '?')} (report written "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')})",
+        f"- Machine: {cpu_model(data)}, {os.cpu_count()} logical cores, "
+        f"{platform.system()} {platform.release()}; {load_average(benches)}",
+        f"- Python {machine.get('python_version', platform.python_version())} "
+        f"({machine.get('python_implementation', platform.python_implementation())}), "
+        f"SQLite {sqlite3.sqlite_version}",
+        "- Versions: " + ", ".join(f"{d} {version(d)}" for d in VERSIONS),
+    ]
+    for peer, info in status.items():
+        for dist, error in info["missing"]:
+            why = " ".join(error.split())[-300:] if error else "no reason recorded"
+            lines.append(
+                f"- **{PEERS[peer]}: `{dist}` failed to install** — the cells that need it "
+                f'read "not installed". pip said: {why}'
+            )
+    lines += [
+        "",
+        "## Results",
+        "",
+        "Medians. Ratios are tarry ÷ the other (below 1: tarry is faster or smaller).",
+        "",
+        *main_table(benches, status),
+        "",
+        "## How each workload is measured",
+        "",
+        "- **Step overhead**: tarry `Flow` of no-op steps and a `ForEach` over the items "
+        "(body: one no-op step); PocketFlow `Node`s chained with `>>` and a `BatchFlow` (a "
+        "sub-flow per item; its `BatchNode` is in the details); LangGraph `StateGraph` of "
+        "no-op nodes and one node looped by a conditional edge, compiled without a "
+        "checkpointer. Floor: the same calls through a 3-deep `yield from` chain (tarry's "
+        "flow → container → step nesting); a plain loop is in the details.",
+        "- **Durable step**: the same chain with SQLite persistence of every step: tarry "
+        '`durability="step"` on `SQLiteStore`; LangGraph `SqliteSaver` with '
+        '`durability="sync"`. Every SQLite file, the floor\'s included, is WAL with '
+        "`synchronous=NORMAL` (tarry's setting; LangGraph's connection is given the same). "
+        "Floor: one stdlib `sqlite3` transaction inserting one row per step.",
+        "- **Pause → resume**: a loop over 10,000 items (tarry `ForEach`, LangGraph one node "
+        "looped by a conditional edge collecting a result per item) whose step interrupts "
+        "(`ctx.interrupt` / `interrupt()`) at every item from k on. One round trip is one "
+        "resume from item i to the pause at item i + 1. Persistence at the pause: tarry "
+        '`durability="pause"`, LangGraph `durability="exit"`; in memory is tarry\'s '
+        "`MemoryStore` and LangGraph's `InMemorySaver`. The same loop paused by a `Gate` is "
+        "in the details (tarry only).",
+        "- **Fresh process**: `python -c` that imports the library, opens the SQLite file, "
+        "resumes one session paused at k = 10 up to its next pause, and exits; one prepared "
+        "session per process. Floor: `python -c pass`.",
+        '- **Import**: `python -X importtime -c "import ..."`: the cumulative time of the '
+        "top-level imports the statement adds to `python -c pass` (LangGraph: "
+        "`langgraph.graph`, `langgraph.types`, `langgraph.checkpoint.sqlite`), median of 5. "
+        "The wall time of the whole process is in the details.",
+        "- **Bytes**: the store's own count of bytes written by one round trip and the size "
+        "of the session's snapshot (tarry `bytes_written` / the state blob; LangGraph the "
+        "checkpoint, metadata and write blobs in its tables).",
+        "- **Memory**: separate processes reading VmRSS after `gc.collect()`. Paused sessions: "
+        "RSS growth while starting sessions of a small flow (three steps, a pause, a step) "
+        "that all stay paused, per 10,000 (LangGraph is measured over fewer and scaled). "
+        "Worker: start, pause, resume and finish such sessions over and over, keeping at "
+        "most 1,000 ended ones (`MemoryStore(max_sessions=1000)`; LangGraph deletes the "
+        "oldest thread); growth over the second half means a leak.",
+        "",
+        *worker_samples(benches),
+        "",
+        "## Every benchmark",
+        "",
+        *detail_table(benches),
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if len(args) != 3:
+        sys.exit("usage: report.py BENCH.json PEERS.json OUT.md")
+    write(Path(args[0]), Path(args[1]), Path(args[2]))
+    print(f"report.py: wrote {args[2]}", file=sys.stderr)
