@@ -45,6 +45,8 @@ def check(value: Any, where: Any) -> None:
     _codec_check(value, where)
 
 
+_OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
+
 LEASE_LOST = ErrorInfo(
     type="lease_lost",
     message="another worker took over this session after its lease expired; this run stopped",
@@ -141,8 +143,12 @@ class Drive:
             return True
         if self.lost:
             return True
-        if self.step_durable and len(self.ex.log) > self.flushed:
-            self._flush_steps()
+        if self.step_durable:
+            log = self.ex.log
+            # Write when something completed since the last write; an iteration or container
+            # that only started waits for its first step, so an item costs one commit, not two.
+            if len(log) > self.flushed and log[-1].type not in _OPENINGS:
+                self._flush_steps()
         if time.monotonic() >= self.renew_at:
             return not self._renew()
         return False
