@@ -48,8 +48,8 @@ SLEEPER = Flow("pg_bench_sleep", [step(noop, "before"), Sleep("s", 1), step(noop
 
 
 @pytest.fixture
-def dsn() -> Iterator[str]:
-    """A URL whose search_path is a fresh schema, dropped afterwards; skip without a server."""
+def server_schema() -> Iterator[tuple[str, str]]:
+    """(the server's DSN, a fresh schema on it), dropped afterwards; skip without a server."""
     psycopg = pytest.importorskip("psycopg")
     server = os.environ.get("TARRY_TEST_POSTGRES") or DEFAULT_DSN
     try:
@@ -58,12 +58,22 @@ def dsn() -> Iterator[str]:
         pytest.skip(f"PostgreSQL not reachable ({type(exc).__name__}): set TARRY_TEST_POSTGRES")
     schema = f"tarry_bench_{uuid.uuid4().hex[:12]}"
     with admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-        option = quote(f"-csearch_path={schema}", safe="")
         try:
-            yield f"{server}{'&' if '?' in server else '?'}options={option}"
+            yield server, schema  # the store (or `dsn`) creates the schema
         finally:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def dsn(server_schema: tuple[str, str]) -> str:
+    """A URL whose search_path is a fresh schema (dropped afterwards); skip without a server."""
+    import psycopg
+
+    server, schema = server_schema
+    with psycopg.connect(server, autocommit=True, connect_timeout=3) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+    option = quote(f"-csearch_path={schema}", safe="")
+    return f"{server}{'&' if '?' in server else '?'}options={option}"
 
 
 def _full(request: pytest.FixtureRequest) -> bool:
@@ -112,23 +122,6 @@ def test_postgres_resumes_from_threads(benchmark, dsn: str, request) -> None:
     benchmark.extra_info["store"] = "postgres"
     benchmark.extra_info["threads"] = THREADS
     rt.store.close()
-
-
-@pytest.fixture
-def server_schema() -> Iterator[tuple[str, str]]:
-    """(the server's DSN, a fresh schema on it), dropped afterwards; skip without a server."""
-    psycopg = pytest.importorskip("psycopg")
-    server = os.environ.get("TARRY_TEST_POSTGRES") or DEFAULT_DSN
-    try:
-        admin = psycopg.connect(server, autocommit=True, connect_timeout=3)
-    except psycopg.Error as exc:
-        pytest.skip(f"PostgreSQL not reachable ({type(exc).__name__}): set TARRY_TEST_POSTGRES")
-    schema = f"tarry_bench_{uuid.uuid4().hex[:12]}"
-    with admin:
-        try:
-            yield server, schema  # the store creates the schema
-        finally:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])

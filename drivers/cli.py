@@ -31,7 +31,7 @@ from tarry.engine.errors import (
 )
 from tarry.engine.flow import Flow
 
-from .jsonable import dumps, event_to_dict
+from .jsonable import dumps, event_to_dict, session_to_dict
 from .outcome import Outcome
 from .progress import path_text, show_progress
 from .runtime import Runtime
@@ -441,7 +441,8 @@ def _ls(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(dumps(rows))
-    for s in [] if args.json else rows:
+        return EXIT_OK
+    for s in rows:
         print(f"{s.session_id}  {s.flow:<20} {s.status:<10} {s.updated_at:%Y-%m-%d %H:%M:%S}")
     return EXIT_OK
 
@@ -451,23 +452,7 @@ def _show(args: argparse.Namespace) -> int:
     state = view.state
     out = view.outcome
     if args.json:
-        print(
-            dumps(
-                {
-                    "session_id": view.session_id,
-                    "flow": view.flow,
-                    "status": view.status,
-                    "meta": view.meta,
-                    "created_at": view.created_at,
-                    "updated_at": view.updated_at,
-                    "container_stack": state.container_stack,
-                    "pause": state.pause,
-                    "error": state.error,
-                    "output": state.output,
-                    "token": out.token,
-                }
-            )
-        )
+        print(dumps(session_to_dict(view)))
         return EXIT_OK
     print(f"session {view.session_id}  flow {view.flow}  status {view.status}")
     if view.meta.get(FLOW_REF):

@@ -115,9 +115,16 @@ class Drive:
         self.rt._running.add(self.ex.session_id)
         try:
             gen = self.flow._run(self.ex)
-            _, asleep = sleepers(self.rt.clock)
+            sleep, asleep = sleepers(self.rt.clock)
+
+            def backoff(seconds: float) -> None:
+                # A short back-off in a sync run, on the Runtime's clock; the lease is kept.
+                sleep(seconds)
+                if time.monotonic() >= self.renew_at:
+                    self._renew()
+
             return drive(
-                gen, self._on_checkpoint, self._finish, self._sleep, asleep, self.asynchronous
+                gen, self._on_checkpoint, self._finish, backoff, asleep, self.asynchronous
             )
         except BaseException:
             self.rt._running.discard(self.ex.session_id)
@@ -129,13 +136,6 @@ class Drive:
         self.rt._running.add(self.ex.session_id)
         record_failure(self.ex, error)
         return self._finish((FAILED, error))
-
-    def _sleep(self, seconds: float) -> None:
-        """A short back-off in a sync run, on the Runtime's clock; the lease is kept."""
-        sleep, _ = sleepers(self.rt.clock)
-        sleep(seconds)
-        if time.monotonic() >= self.renew_at:
-            self._renew()
 
     def _on_checkpoint(self, signal: Checkpoint) -> bool:
         """Between steps: stop if an abort was requested; with durability="step", write."""
@@ -206,12 +206,7 @@ class Drive:
             # An abort that arrived too late to stop this drive must not stop the next one.
             self.aborts.pop(sid, None)
             self.rt._running.discard(sid)
-        outcome = outcome_of(ex.state, token)
-        if self.meta:
-            outcome.meta.update(self.meta)
-            if outcome.pause is not None:  # a paused outcome names its own pause's kind
-                outcome.meta["pause_kind"] = outcome.pause.kind
-        return outcome
+        return outcome_of(ex.state, token, self.meta)
 
     def _pause(self, signal: Pause) -> None:
         data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}

@@ -62,6 +62,30 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     }
 
 
+def session_to_dict(view: Any) -> dict[str, Any]:
+    """A `SessionView` as a dict (to pass to `dumps`): where it stands and its live token.
+    Only for callers who may see the token (the CLI's owner, an authorized API caller)."""
+    state = view.state
+    return {
+        "session_id": view.session_id,
+        "flow": view.flow,
+        "status": view.status,
+        "created_at": view.created_at,
+        "updated_at": view.updated_at,
+        "meta": view.meta,
+        "input": state.input,
+        "container_stack": state.container_stack,
+        "pause": state.pause,
+        "error": state.error,
+        "outputs": state.outputs,
+        "output": state.output,
+        "shared": state.shared,
+        "metrics": state.metrics,
+        "last_seq": state.last_seq,
+        "token": view.outcome.token,
+    }
+
+
 def dumps(value: Any) -> str:
     """Compact JSON of `to_jsonable(value)`."""
     return json.dumps(to_jsonable(value), separators=(",", ":"), ensure_ascii=False)

@@ -54,12 +54,16 @@ class Outcome:
 CANCELLED = ErrorInfo(type="cancelled", message="the session was cancelled", retryable=False)
 
 
-def outcome_of(state: SessionState, token: str | None) -> Outcome:
-    """The outcome a session's state stands for."""
+def outcome_of(
+    state: SessionState, token: str | None, meta: dict[str, Any] | None = None
+) -> Outcome:
+    """The outcome a session's state stands for; `meta` says how its drive began (a paused
+    outcome's own `pause_kind` takes precedence over the kind it resumed)."""
     status = state.status
     sid = state.session_id
+    meta = dict(meta or {})
     if status == "completed":
-        return Outcome(OK, sid, output=state.output)
+        return Outcome(OK, sid, output=state.output, meta=meta)
     if status == "paused" and state.pause is not None:
         p = state.pause
         info = PauseInfo(
@@ -71,9 +75,10 @@ def outcome_of(state: SessionState, token: str | None) -> Outcome:
             wake_at=p.wake_at,
             expires_at=p.expires_at,
         )
-        return Outcome(PAUSED, sid, token=token, pause=info, meta={"pause_kind": p.kind})
+        meta["pause_kind"] = p.kind
+        return Outcome(PAUSED, sid, token=token, pause=info, meta=meta)
     if status == "failed" and state.error is not None:
-        return Outcome(ERROR, sid, token=token, error=state.error)
+        return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
     if status == "cancelled":
-        return Outcome(ERROR, sid, error=CANCELLED)
-    return Outcome(status, sid)
+        return Outcome(ERROR, sid, error=CANCELLED, meta=meta)
+    return Outcome(status, sid, meta=meta)

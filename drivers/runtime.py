@@ -185,9 +185,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
     ) -> AwaitableOrValue[Outcome]:
         """Drive a session whose opening `written` events are already in the store."""
-        if self._subscribers:
-            for event in written:
-                self._notify(event)
+        self._announce(written)
         return Drive(self, flow, record, state, asynchronous=asynchronous, meta=meta).start()
 
     def run_sync(
@@ -259,12 +257,13 @@ class Runtime:
         skip: bool = False,
         asynchronous: bool = False,
         trigger: str = "resume",
-        expect: Callable[[SessionRecord], bool] | None = None,
+        failure: ErrorInfo | None = None,
     ) -> AwaitableOrValue[Outcome]:
         """Check everything, then use the token and record the resume in one transaction.
 
         `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
-        meta; `expect(record)` is a last check by a caller that read the record earlier."""
+        meta. With `failure`, a timeout that fails the run: the session is failed with it at
+        the paused element instead of being run."""
         info = self.store.find_token(token) if isinstance(token, str) else None
         if info is None:
             raise UnknownToken()
@@ -273,8 +272,6 @@ class Runtime:
         record = self.store.load(info.session_id)
         if record is None:
             raise UnknownToken()
-        if expect is not None and not expect(record):
-            raise TokenAlreadyUsed(record.session_id)
         state = state_of(record)
         flow = self._flow_for(record, flow, allow_changed, state)
         meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
@@ -284,6 +281,9 @@ class Runtime:
             if state.status != "failed" or state.error is None:
                 raise SessionNotResumable(record.session_id, state.status, "skip")
             check(value, "skip output")
+        elif failure is not None:
+            if state.status != "paused":
+                raise SessionNotResumable(record.session_id, state.status, "time out")
         else:
             if state.status not in ("paused", "failed"):
                 raise SessionNotResumable(record.session_id, state.status, "resume")
@@ -293,7 +293,9 @@ class Runtime:
                 if element is not None and hasattr(element, "accept"):
                     value = element.accept(value)  # InvalidResumeValue: nothing changed
                 check(value, "resume value")
-        if skip:
+        if failure is not None:
+            specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True})]
+        elif skip:
             path = state.error.path
             specs = [
                 (ev.RUN_RESUMED, path, {"skip": True}),
@@ -311,9 +313,10 @@ class Runtime:
         # recorded, so a crash from here on leaves a session that recover() can continue.
         if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
             raise TokenAlreadyUsed(record.session_id)
-        return self._start(
-            flow, record, state, events, asynchronous=asynchronous, meta=meta
-        )
+        if failure is not None:
+            self._announce(events)
+            return Drive(self, flow, record, state, meta=meta).fail_now(failure)
+        return self._start(flow, record, state, events, asynchronous=asynchronous, meta=meta)
 
     def _flow_for(
         self, record: SessionRecord, flow: Flow | None, allow_changed: bool, state: SessionState
@@ -370,14 +373,9 @@ class Runtime:
         pause = state.pause
         if state.status != "paused" or pause is None:
             return None
-        version = record.version
-
-        def unchanged(current: SessionRecord) -> bool:
-            return current.version == version
-
         try:
             if pause.wake_at is not None and pause.wake_at <= now:
-                return _settle(self._prepare(token, None, False, trigger="timer", expect=unchanged))
+                return _settle(self._prepare(token, None, False, trigger="timer"))
             if pause.expires_at is None or pause.expires_at > now:
                 return None
             element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
@@ -388,31 +386,14 @@ class Runtime:
                 return None
             expiry = expire()
             if expiry.error is None:
-                return _settle(self._prepare(
-                    token, None, False, value=expiry.value, trigger="timeout", expect=unchanged
-                ))
+                return _settle(
+                    self._prepare(token, None, False, value=expiry.value, trigger="timeout")
+                )
             error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
                               retryable=True, attempts=1)
-            return self._expire(token, record, state, flow, error)
+            return _settle(self._prepare(token, None, False, trigger="timeout", failure=error))
         except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
             return None  # resumed, cancelled or fired by someone else first
-
-    def _expire(
-        self, token: str, record: SessionRecord, state: SessionState, flow: Flow, error: ErrorInfo
-    ) -> Outcome:
-        """A timeout that fails the run: use the token, then record the failure."""
-        now = self.clock.now()
-        assert state.pause is not None
-        kind = state.pause.kind
-        state, events = fold(state, now, [(ev.RUN_RESUMED, state.pause.path, {"timeout": True})])
-        until = now + timedelta(seconds=self.lease)
-        if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
-            raise TokenAlreadyUsed(record.session_id)
-        if self._subscribers:
-            for event in events:
-                self._notify(event)
-        meta = {"trigger": "timeout", "pause_kind": kind, "resumed_kind": kind}
-        return Drive(self, flow, record, state, meta=meta).fail_now(error)
 
     def poll(self, *, limit: int = 100) -> list[Outcome]:
         """`resume_due()`, then ask the adapters: for each paused session whose pause kind has
@@ -467,12 +448,10 @@ class Runtime:
                 return None
             if value is NOT_READY:
                 return None
-            version = record.version
             try:
-                return _settle(self._prepare(
-                    record.token, None, False, value=value, trigger="adapter",
-                    expect=lambda current: current.version == version,
-                ))
+                return _settle(
+                    self._prepare(record.token, None, False, value=value, trigger="adapter")
+                )
             except (InvalidResumeValue, NotSerializable) as exc:
                 log.error("adapter %r gave session %s a value it refused: %s", adapter, sid, exc)
                 return None
@@ -617,6 +596,12 @@ class Runtime:
                 self._subscribers = [s for s in self._subscribers if s is not entry]
 
         return unsubscribe
+
+    def _announce(self, written: list[Event]) -> None:
+        """Tell the subscribers of events written outside a drive (start, resume)."""
+        if self._subscribers:
+            for event in written:
+                self._notify(event)
 
     def _notify(self, event: Event) -> None:
         for callback, sid in self._subscribers:

@@ -42,7 +42,7 @@ from tarry.engine.errors import (
 
 from .guard import COOKIE, PAGE_HEADERS, Guard, cookie_value, is_loopback_host, same
 from .journal import Journal, journal_feed
-from .jsonable import dumps, event_to_dict
+from .jsonable import dumps, event_to_dict, session_to_dict
 from .outcome import Outcome
 from .runtime import Runtime
 from .sse import EventStreamResponse, Streams, Wakeup, session_feed
@@ -338,32 +338,14 @@ class _Api:
 def _session_json(view: SessionView) -> dict[str, Any]:
     """A session for the API: where it stands, and what may be done with it next. The token is
     included: only callers who passed the guard get here."""
-    state = view.state
-    token = view.outcome.token
-    status = view.status
-    return {
-        "session_id": view.session_id,
-        "flow": view.flow,
-        "status": status,
-        "created_at": view.created_at,
-        "updated_at": view.updated_at,
-        "meta": view.meta,
-        "input": state.input,
-        "container_stack": state.container_stack,
-        "pause": state.pause,
-        "error": state.error,
-        "outputs": state.outputs,
-        "output": state.output,
-        "shared": state.shared,
-        "metrics": state.metrics,
-        "last_seq": state.last_seq,
-        "token": token,
-        "actions": {
-            "resume": token is not None and status in ("paused", "failed"),
-            "cancel": status in ("paused", "failed"),
-            "skip": token is not None and status == "failed",
-        },
+    data = session_to_dict(view)
+    token, status = data["token"], data["status"]
+    data["actions"] = {
+        "resume": token is not None and status in ("paused", "failed"),
+        "cancel": status in ("paused", "failed"),
+        "skip": token is not None and status == "failed",
     }
+    return data
 
 
 async def _body(request: Request, fields: set[str]) -> dict[str, Any]:

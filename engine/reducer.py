@@ -90,12 +90,12 @@ def _merge_effects(
 
 
 def apply(state: SessionState, event: Event, owned: bool = False) -> SessionState:
-    """Return the state after `event`. Pure: `state` is never modified.
+    """Return the state after `event`. Pure by default: `state` is never modified.
 
     `owned=True` is for a caller that owns `state` and drops it for the result (the live
     Execution): the dicts of outputs, `ctx.state` and metrics are then updated in place rather
     than copied, so recording an output costs O(1) however many came before. The result is
-    equal either way; only the old state, which nobody reads again, differs.
+    equal either way; only the old state, which nobody reads again, is changed.
     """
     t = event.type
     data = event.data

@@ -1,9 +1,14 @@
-"""Helpers for tests: drive sync-or-async outcomes to the end."""
+"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import tarry
@@ -25,3 +30,28 @@ def resume_all(rt: tarry.Runtime, out: tarry.Outcome, value: Any = None) -> tarr
     while out.paused:
         out = settle(rt.resume(out.token, value))
     return out
+
+
+@contextmanager
+def live(app: Any) -> Iterator[str]:
+    """Serve `app` with uvicorn on a free loopback port in a thread; yields its base URL."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

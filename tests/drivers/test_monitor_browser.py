@@ -4,16 +4,11 @@ it with a JSON value and shows the new events live; it also takes docs/monitor.p
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import tarry
+from support import live
 from tarry import Branch, Flow, ForEach, Gate
 
 CHROMIUM = "/usr/bin/chromium"
@@ -72,31 +67,6 @@ def explode(ctx):
 
 
 FRAGILE = Flow("sync_billing", [explode])
-
-
-@contextmanager
-def live(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: Path) -> None:

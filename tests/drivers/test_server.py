@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
 import tarry
+from support import live
 from tarry import Flow, ForEach, Gate
 
 pytest.importorskip("starlette")
@@ -475,29 +472,6 @@ def test_importing_tarry_does_not_import_the_server() -> None:
 
 
 # --- event streams over a real server ----------------------------------------------------------
-
-
-@contextmanager
-def live(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on a free loopback port in a thread; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 class Stream:
