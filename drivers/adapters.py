@@ -29,9 +29,10 @@ NOT_READY = _NotReady()
 
 @attrs.frozen
 class ResumeRequest:
-    """What an adapter is asked about: one paused session."""
+    """What an adapter is asked about: one paused session. The token is left out of the repr,
+    so an adapter that logs its request (or fails with it in a message) does not leak it."""
 
-    token: str
+    token: str = attrs.field(repr=False)
     session_id: str
     kind: str
     reason: str

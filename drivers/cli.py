@@ -228,10 +228,12 @@ def _err(text: str) -> None:
 
 
 def _runtime(args: argparse.Namespace) -> Runtime:
+    # The signing secret comes from the environment only: a flag would show it in `ps`.
     return Runtime(
         store=args.store,
         durability=getattr(args, "durability", "pause"),
         lease=getattr(args, "lease", 30.0),
+        secret=os.environ.get("TARRY_SECRET") or None,
     )
 
 
@@ -294,7 +296,8 @@ def _skip(args: argparse.Namespace) -> int:
 def _flow_of_token(rt: Runtime, token: str, ref: str | None) -> tuple[str, Flow]:
     """The session a token belongs to and the flow to continue it with: `--flow`, else the
     MODULE:FLOW the session recorded when `tarry run` started it."""
-    info = rt.store.find_token(token)
+    key = rt.tokens.key(token)
+    info = rt.store.find_token(key) if key is not None else None
     if info is None:
         raise UnknownToken()
     if info.used:

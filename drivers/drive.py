@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
-from tarry.engine.errors import NotSerializable
+from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.events import Event
 from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
@@ -23,26 +23,33 @@ from .clock import sleepers
 from .ledger import StoreLedger
 from .outcome import ERROR, Outcome, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
-from .tokens import new_token
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
 
-_SCALARS = frozenset({type(None), bool, float, str, bytes})
+_FIXED = frozenset({type(None), bool, float})
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can encode
 
 
-def check(value: Any, where: Any) -> None:
-    """The engine's encodability check: scalars pass at once; a `(path, key)` place is
-    formatted only when a value fails."""
-    kind = type(value)
-    if kind in _SCALARS or (kind is int and _INT_MIN <= value <= _INT_MAX):
-        return
-    if type(where) is tuple:
-        path, key = where
-        where = f"{'/'.join(map(str, path))}[{key!r}]"
-    _codec_check(value, where)
+def value_check(limit: int) -> Callable[[Any, Any], None]:
+    """The engine's check of a value an event will carry: encodable, and at most `limit` bytes
+    encoded. Numbers and short text pass at once; a `(path, key)` place is formatted only when
+    a value fails."""
+    short = limit // 4  # text of up to this many characters fits whatever its characters
+
+    def check(value: Any, where: Any) -> None:
+        kind = type(value)
+        if kind in _FIXED or (kind is int and _INT_MIN <= value <= _INT_MAX):
+            return
+        if (kind is str or kind is bytes) and len(value) <= short:
+            return
+        if type(where) is tuple:
+            path, key = where
+            where = f"{'/'.join(map(str, path))}[{key!r}]"
+        _codec_check(value, where, limit)
+
+    return check
 
 
 _OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
@@ -94,7 +101,7 @@ class Drive:
             state,
             now=rt.clock.now,
             ledger=self.ledger,
-            check=check,
+            check=rt._check,
             listener=listener,
             retry=rt.retry,
         )
@@ -189,24 +196,26 @@ class Drive:
                 self.ledger.discard()
             elif kind == PAUSED:
                 self._pause(value)
-                token = new_token()
+                token = self.rt.tokens.new_key()
             elif kind == STOPPED:
                 resumable = self.aborts.get(sid, True)
                 if resumable:
                     data = {"kind": "system", "reason": "aborted", "awaits_value": False}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
-                    token = new_token()
+                    token = self.rt.tokens.new_key()
                 else:
                     ex.emit(ev.RUN_CANCELLED, value.path, {})
             elif kind == FAILED:
                 self._fail(value)
-                token = new_token()  # a failed session can be retried, skipped or cancelled
-            self._write(token)
+                # A failed session can be retried, skipped or cancelled: it keeps a token.
+                token = self.rt.tokens.new_key()
+            token = self._write(token)
         finally:
             # An abort that arrived too late to stop this drive must not stop the next one.
             self.aborts.pop(sid, None)
             self.rt._running.discard(sid)
-        return outcome_of(ex.state, token, self.meta)
+        public = None if token is None else self.rt.tokens.token(token)  # token: the store key
+        return outcome_of(ex.state, public, self.meta)
 
     def _pause(self, signal: Pause) -> None:
         data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
@@ -219,7 +228,7 @@ class Drive:
         if not signal.awaits_value:
             data["awaits_value"] = False
         try:
-            check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+            self.rt._check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
             self._fail(fail(self.ex, signal.path, exc).error)
             return
@@ -228,8 +237,17 @@ class Drive:
     def _fail(self, error: ErrorInfo) -> None:
         self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})
 
-    def _write(self, token: str | None) -> None:
-        """One write: the state, the events since the last write, the unwritten values."""
+    def _write(self, token: str | None) -> str | None:
+        """One write: the state, the events since the last write, the unwritten values.
+
+        A session that stops to wait (paused, aborted) with a snapshot over
+        `max_snapshot_bytes` fails there instead, with SnapshotTooLarge; what it holds is
+        written all the same, so nothing is lost. A completed session's snapshot is final and
+        written whatever its size. Returns the token key the session keeps."""
+        blob = self._encode()
+        if len(blob) > self.rt.max_snapshot_bytes and self.ex.state.status == "paused":
+            self._fail(self._too_large(len(blob)))
+            blob = self._encode()
         state = self.ex.state
         pause = state.pause
         wake = None
@@ -240,8 +258,7 @@ class Drive:
             session_id=rec.session_id,
             flow=rec.flow,
             status=state.status,
-            state=encode_state(state, fingerprint=self.flow.fingerprint,
-                               flow_version=self.flow.version),
+            state=blob,
             version=rec.version,
             fingerprint=self.flow.fingerprint,
             flow_version=self.flow.version,
@@ -258,3 +275,15 @@ class Drive:
         record.version = self.rt.store.save(record, rec.version, events=events, values=values)
         self.flushed = len(self.ex.log)
         self.record = record
+        return token
+
+    def _encode(self) -> bytes:
+        return encode_state(
+            self.ex.state, fingerprint=self.flow.fingerprint, flow_version=self.flow.version
+        )
+
+    def _too_large(self, size: int) -> ErrorInfo:
+        state = self.ex.state
+        error = SnapshotTooLarge(state.session_id, size, self.rt.max_snapshot_bytes)
+        path = state.pause.path if state.pause is not None else ()
+        return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)

@@ -32,23 +32,27 @@ from tarry.engine.reducer import apply
 from tarry.engine.retry import Retry
 from tarry.engine.state import STATUSES, ErrorInfo, SessionState
 from tarry.engine.waits import PAUSE_KINDS
-from tarry.snapshots._codec import check
+from tarry.snapshots._codec import MAX_BLOB_BYTES, check
 from tarry.snapshots.records import SessionRecord, encode_state
 from tarry.snapshots.store import SessionStore
 
 from .adapters import NOT_READY, ResumeRequest
 from .clock import Clock, SystemClock
-from .drive import Drive, fold
+from .drive import Drive, fold, value_check
 from .outcome import Outcome, outcome_of
 from .pump import AwaitableOrValue
 from .stats import Stats, compute_stats
 from .stores import open_store
-from .tokens import looks_like_token
+from .tokens import Tokens, looks_like_token
 from .views import SessionSummary, SessionView, state_of
 
 log = logging.getLogger("tarry")
 
 DURABILITY = ("pause", "step")
+#: Default bounds (bytes, encoded). Generous for real work, such as a ForEach whose 10,000
+#: results of a few KiB each become one output, yet far below what a reader accepts.
+MAX_VALUE_BYTES = 32 * 1024 * 1024
+MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 
 
 def _is_awaitable(value: Any) -> bool:
@@ -74,6 +78,8 @@ class Runtime:
         secret: str | bytes | None = None,
         lease: float = 30.0,
         retry: Retry | None = None,
+        max_value_bytes: int = MAX_VALUE_BYTES,
+        max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -99,7 +105,19 @@ class Runtime:
             if kind not in PAUSE_KINDS or not callable(adapter):
                 msg = f"adapters maps a pause kind {PAUSE_KINDS} to a callable (got {kind!r}: {adapter!r})"
                 raise InvalidArgument(msg)
-        self.secret = secret
+        #: Bounds on what a session may hold: one value an event carries (an input, a step's
+        #: output, a ctx.state value, a resume value, a pause payload) and a whole snapshot.
+        self.max_value_bytes = _positive_int(max_value_bytes, "max_value_bytes")
+        self.max_snapshot_bytes = _positive_int(max_snapshot_bytes, "max_snapshot_bytes")
+        if self.max_snapshot_bytes > MAX_BLOB_BYTES:
+            msg = (
+                f"max_snapshot_bytes must be at most {MAX_BLOB_BYTES}, the largest snapshot "
+                f"tarry reads back (got {max_snapshot_bytes})"
+            )
+            raise InvalidArgument(msg)
+        self._check = value_check(self.max_value_bytes)
+        #: Mints tokens and checks them (signed with `secret` when one is given).
+        self.tokens = Tokens(secret)
         self._flows: dict[str, Flow] = {}
         for flow in flows:
             self.register(flow)
@@ -145,12 +163,12 @@ class Runtime:
         asynchronous: bool,
     ) -> AwaitableOrValue[Outcome]:
         self.register(flow)
-        check(input, "input")
+        check(input, "input", self.max_value_bytes)
         if meta is not None:
             if not isinstance(meta, dict):
                 msg = f"meta must be a dict (got {meta!r})"
                 raise InvalidArgument(msg)
-            check(meta, "meta")
+            check(meta, "meta", self.max_value_bytes)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             msg = f"session_id must be a non-empty str (got {session_id!r})"
             raise InvalidArgument(msg)
@@ -225,7 +243,7 @@ class Runtime:
     ) -> AwaitableOrValue[Outcome]:
         """Continue a paused (or failed) session where it stopped. Every check happens before
         the token is consumed: a rejected resume leaves the session exactly as it was."""
-        return self._prepare(token, flow, allow_changed, value=value)
+        return self._prepare(self._key_of(token), flow, allow_changed, value=value)
 
     def resume_sync(
         self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
@@ -236,7 +254,8 @@ class Runtime:
     async def aresume(
         self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
     ) -> Outcome:
-        result = self._prepare(token, flow, allow_changed, value=value, asynchronous=True)
+        key = self._key_of(token)
+        result = self._prepare(key, flow, allow_changed, value=value, asynchronous=True)
         if _is_awaitable(result):
             result = await result
         return result
@@ -245,11 +264,20 @@ class Runtime:
         self, token: str, output: Any = None, *, flow: Flow | None = None
     ) -> AwaitableOrValue[Outcome]:
         """On a failed session: record the failed element as completed with `output`, go on."""
-        return self._prepare(token, flow, allow_changed=flow is not None, skip=True, value=output)
+        key = self._key_of(token)
+        return self._prepare(key, flow, allow_changed=flow is not None, skip=True, value=output)
+
+    def _key_of(self, token: object) -> str:
+        """The store key of a caller's token; UnknownToken for anything that cannot be one
+        (including a signed token whose signature does not match)."""
+        key = self.tokens.key(token)
+        if key is None:
+            raise UnknownToken()
+        return key
 
     def _prepare(
         self,
-        token: str,
+        key: str,
         flow: Flow | None,
         allow_changed: bool,
         *,
@@ -259,12 +287,13 @@ class Runtime:
         trigger: str = "resume",
         failure: ErrorInfo | None = None,
     ) -> AwaitableOrValue[Outcome]:
-        """Check everything, then use the token and record the resume in one transaction.
+        """Check everything, then use the token (`key`: its store key) and record the resume
+        in one transaction.
 
         `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
         meta. With `failure`, a timeout that fails the run: the session is failed with it at
         the paused element instead of being run."""
-        info = self.store.find_token(token) if isinstance(token, str) else None
+        info = self.store.find_token(key)
         if info is None:
             raise UnknownToken()
         if info.used:
@@ -280,7 +309,7 @@ class Runtime:
         if skip:
             if state.status != "failed" or state.error is None:
                 raise SessionNotResumable(record.session_id, state.status, "skip")
-            check(value, "skip output")
+            check(value, "skip output", self.max_value_bytes)
         elif failure is not None:
             if state.status != "paused":
                 raise SessionNotResumable(record.session_id, state.status, "time out")
@@ -292,7 +321,7 @@ class Runtime:
                 element = flow.find(pause.path)
                 if element is not None and hasattr(element, "accept"):
                     value = element.accept(value)  # InvalidResumeValue: nothing changed
-                check(value, "resume value")
+                check(value, "resume value", self.max_value_bytes)
         if failure is not None:
             specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True})]
         elif skip:
@@ -311,7 +340,7 @@ class Runtime:
         until = now + timedelta(seconds=self.lease)
         # One transaction: the token is used, the lease taken and the resume (with its value)
         # recorded, so a crash from here on leaves a session that recover() can continue.
-        if not self.store.consume_token(token, owner=self.owner, until=until, events=events):
+        if not self.store.consume_token(key, owner=self.owner, until=until, events=events):
             raise TokenAlreadyUsed(record.session_id)
         if failure is not None:
             self._announce(events)
@@ -437,7 +466,8 @@ class Runtime:
             return None  # another poller is asking about it
         try:
             request = ResumeRequest(
-                record.token, sid, pause.kind, pause.reason, pause.payload, pause.path
+                self.tokens.token(record.token), sid, pause.kind, pause.reason, pause.payload,
+                pause.path,
             )
             try:
                 value = adapter(request)
@@ -515,16 +545,19 @@ class Runtime:
 
     def cancel(self, token_or_session_id: str) -> Outcome:
         """End a paused or failed session as cancelled."""
-        key = token_or_session_id
-        info = self.store.find_token(key) if looks_like_token(key) else None
-        if info is not None:
+        given = token_or_session_id
+        if looks_like_token(given):
+            info = self.store.find_token(self._key_of(given))
+            if info is None:
+                raise UnknownToken()
             if info.used:
                 raise TokenAlreadyUsed(info.session_id)
             sid = info.session_id
-        elif looks_like_token(key):
-            raise UnknownToken()
+        elif isinstance(given, str):
+            sid = given
         else:
-            sid = key
+            msg = f"cancel() takes a token or a session id (got {given!r})"
+            raise InvalidArgument(msg)
         record = self.store.load(sid)
         if record is None:
             raise UnknownSession(sid)
@@ -551,7 +584,7 @@ class Runtime:
         record = self.store.load(session_id)
         if record is None:
             raise UnknownSession(session_id)
-        return SessionView(self.store, record)
+        return SessionView(self.store, record, self.tokens)
 
     def sessions(
         self,
@@ -675,3 +708,8 @@ def _settle(result: AwaitableOrValue[Outcome]) -> Outcome:
         loop.close()
 
 
+def _positive_int(value: Any, name: str) -> int:
+    if type(value) is not int or value <= 0:
+        msg = f"{name} must be a positive int of bytes (got {value!r})"
+        raise InvalidArgument(msg)
+    return value

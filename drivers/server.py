@@ -291,7 +291,8 @@ class _Api:
         return _settle(result)
 
     def _import_flow_of(self, token: str) -> bool:
-        info = self.rt.store.find_token(token)
+        key = self.rt.tokens.key(token)
+        info = self.rt.store.find_token(key) if key is not None else None
         record = self.rt.store.load(info.session_id) if info is not None else None
         return record is not None and bool(register_recorded_flows(self.rt, [record]))
 

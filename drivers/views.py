@@ -13,6 +13,7 @@ from tarry.snapshots.records import SessionRecord, decode_state
 from tarry.snapshots.store import SessionStore
 
 from .outcome import Outcome, outcome_of
+from .tokens import Tokens
 
 
 def state_of(record: SessionRecord) -> SessionState:
@@ -48,9 +49,10 @@ class SessionSummary:
 class SessionView:
     """A session as stored: status, state, full event log, latest outcome."""
 
-    def __init__(self, store: SessionStore, record: SessionRecord) -> None:
+    def __init__(self, store: SessionStore, record: SessionRecord, tokens: Tokens) -> None:
         self._store = store
         self._record = record
+        self._tokens = tokens
         self._state: SessionState | None = None
 
     @property
@@ -95,11 +97,12 @@ class SessionView:
 
     @property
     def outcome(self) -> Outcome:
-        token = self._record.token
-        if token is not None:
-            info = self._store.find_token(token)
-            if info is None or info.used:
-                token = None
+        key = self._record.token
+        token = None
+        if key is not None:
+            info = self._store.find_token(key)
+            if info is not None and not info.used:
+                token = self._tokens.token(key)
         return outcome_of(self.state, token)
 
     def __repr__(self) -> str:

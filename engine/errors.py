@@ -106,6 +106,36 @@ class NotSerializable(TarryError):
         )
 
 
+class PayloadTooLarge(NotSerializable):
+    """A value is larger, encoded, than the runtime allows one value in an event
+    (`Runtime(max_value_bytes=...)`)."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        TarryError.__init__(
+            self,
+            f"{path} is {size} bytes encoded, more than the limit of {limit} bytes for one "
+            f"value (Runtime(max_value_bytes=...)); keep large data outside the session and "
+            f"pass a reference to it",
+        )
+        self.path = path
+        self.size = size
+        self.limit = limit
+        self.type_name = ""
+
+
+class SnapshotTooLarge(TarryError):
+    """A session's snapshot grew larger than the runtime allows (`Runtime(max_snapshot_bytes=...)`)."""
+
+    def __init__(self, session_id: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: its snapshot is {size} bytes, more than the limit of "
+            f"{limit} bytes (Runtime(max_snapshot_bytes=...)); the run stops here"
+        )
+        self.session_id = session_id
+        self.size = size
+        self.limit = limit
+
+
 class SnapshotError(TarryError):
     """Snapshot bytes are malformed, truncated, too large, or of an unknown version."""
 

@@ -56,7 +56,12 @@ from tarry.engine import (
     Wait,
     step,
 )
-from tarry.engine.errors import ConcurrentUpdate, InvalidArgument
+from tarry.engine.errors import (
+    ConcurrentUpdate,
+    InvalidArgument,
+    PayloadTooLarge,
+    SnapshotTooLarge,
+)
 from tarry.engine.retry import Retry
 
 __version__ = "0.1.0"
@@ -111,6 +116,7 @@ __all__ = [
     "NotSerializable",
     "Outcome",
     "PauseInfo",
+    "PayloadTooLarge",
     "ResumeRequest",
     "Retry",
     "Route",
@@ -122,6 +128,7 @@ __all__ = [
     "SessionView",
     "Sleep",
     "SnapshotError",
+    "SnapshotTooLarge",
     "Stats",
     "TarryError",
     "TokenAlreadyUsed",

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import msgpack
 from cattrs.preconf.msgpack import make_converter
-from tarry.engine.errors import NotSerializable, SnapshotError
+from tarry.engine.errors import NotSerializable, PayloadTooLarge, SnapshotError
 
 # --- ext codes: one number per type, never reused ------------------------------------------------
 EXT_TUPLE = 1
@@ -388,8 +388,9 @@ def loads(data: bytes | bytearray | memoryview) -> Any:
 _ALWAYS_OK = frozenset({type(None), bool, float})
 
 
-def check(value: Any, where: str = "value") -> None:
-    """Raise NotSerializable (naming the path and type) unless `value` can be encoded.
+def check(value: Any, where: str = "value", limit: int | None = None) -> None:
+    """Raise NotSerializable (naming the path and type) unless `value` can be encoded, and
+    PayloadTooLarge when `limit` is given and its encoding is longer than `limit` bytes.
 
     Scalars return at once; anything else is packed in C, which is faster than a Python walk.
     """
@@ -398,14 +399,17 @@ def check(value: Any, where: str = "value") -> None:
         return
     if t is int and _INT_MIN <= value <= _INT_MAX:
         return
-    if t is str and value.isascii():  # only non-ASCII text can fail (lone surrogates)
-        return
-    if t is bytes and len(value) < 2**32:
+    if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
+        # Only non-ASCII text can fail to encode (lone surrogates); ASCII is one byte a char.
+        if limit is not None and len(value) > limit:
+            raise PayloadTooLarge(where, len(value), limit)
         return
     try:
-        _pack(value)
+        size = len(_pack(value))
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise _explain(value, where) from exc
+    if limit is not None and size > limit:
+        raise PayloadTooLarge(where, size, limit)
 
 
 def _explain(value: Any, where: str) -> NotSerializable:

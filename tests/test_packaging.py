@@ -55,6 +55,8 @@ PUBLIC = {
     "default_runtime", "resume", "run", "step",
     # time and failure
     "InvalidArgument", "NodeStats", "Stats", "export_events",
+    # bounds
+    "PayloadTooLarge", "SnapshotTooLarge",
 }
 
 
