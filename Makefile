@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench proof venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ bench: $(STAMP)
 	status=$$?; \
 	$(PY) benchmarks/report.py .benchmarks/bench.json .benchmarks/peers.json docs/performance.md \
 		&& exit $$status
+
+# The reliability campaigns at full size (tests/proof/; their quick slices run in make test).
+# Every campaign runs even when one fails; docs/guarantees.md gets the figures of all of them.
+PROOF := crash fuzz stress limits
+proof: $(STAMP)
+	mkdir -p .proof
+	rm -f $(addprefix .proof/,$(addsuffix .json,$(PROOF)))
+	status=0; \
+	for c in $(PROOF); do \
+		$(PY) tests/proof/$$c.py --full --json .proof/$$c.json || status=1; \
+	done; \
+	$(PY) tests/proof/report.py .proof docs/guarantees.md || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

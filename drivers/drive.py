@@ -36,7 +36,9 @@ def value_check(limit: int) -> Callable[[Any, Any], None]:
     """The engine's check of a value an event will carry: encodable, and at most `limit` bytes
     encoded. Numbers and short text pass at once; a `(path, key)` place is formatted only when
     a value fails."""
-    short = limit // 4  # text of up to this many characters fits whatever its characters
+    # Text of up to this many characters fits whatever its characters: at most 4 bytes each,
+    # after a header of at most 5.
+    short = (limit - 5) // 4
 
     def check(value: Any, where: Any) -> None:
         kind = type(value)

@@ -401,8 +401,10 @@ def check(value: Any, where: str = "value", limit: int | None = None) -> None:
         return
     if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
         # Only non-ASCII text can fail to encode (lone surrogates); ASCII is one byte a char.
-        if limit is not None and len(value) > limit:
-            raise PayloadTooLarge(where, len(value), limit)
+        if limit is not None:
+            size = len(value) + _header(len(value), t is str)
+            if size > limit:
+                raise PayloadTooLarge(where, size, limit)
         return
     try:
         size = len(_pack(value))
@@ -410,6 +412,13 @@ def check(value: Any, where: str = "value", limit: int | None = None) -> None:
         raise _explain(value, where) from exc
     if limit is not None and size > limit:
         raise PayloadTooLarge(where, size, limit)
+
+
+def _header(n: int, text: bool) -> int:
+    """Bytes msgpack puts before a str (`text`) or bin of n bytes."""
+    if text and n < 32:
+        return 1
+    return 2 if n < 256 else 3 if n < 65536 else 5
 
 
 def _explain(value: Any, where: str) -> NotSerializable:
