@@ -6,7 +6,6 @@ pump here decides whether a run stays sync or becomes a coroutine.
 
 from .adapters import NOT_READY, ResumeRequest
 from .clock import Clock, ManualClock, SystemClock
-from .jsonable import export_events
 from .outcome import Outcome, PauseInfo
 from .runtime import Runtime
 from .stats import NodeStats, Stats
@@ -27,3 +26,13 @@ __all__ = [
     "SystemClock",
     "export_events",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The JSON form (and `json`) loads when first used, not with `import tarry`.
+    if name == "export_events":
+        from .jsonable import export_events
+
+        return export_events
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import threading
 import uuid
@@ -91,7 +90,7 @@ class Runtime:
         #: another process takes over sessions whose lease ran out.
         self.lease = float(lease)
         #: This runtime's name on the leases it holds.
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store: SessionStore = open_store(store)
         self.clock: Clock = clock or SystemClock()
         self.durability = durability

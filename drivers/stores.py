@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from tarry.snapshots.memory import MemoryStore
 from tarry.snapshots.store import SessionStore
 
 
 def open_store(store: None | str | SessionStore) -> SessionStore:
-    if store is None:
-        return MemoryStore()
-    if not isinstance(store, str):
+    # Each store's module is imported when it is opened, so `import tarry` loads none of them.
+    if not (store is None or isinstance(store, str)):
         return store
-    if store == "memory://" or store == "memory:":
+    if store is None or store == "memory://" or store == "memory:":
+        from tarry.snapshots.memory import MemoryStore
+
         return MemoryStore()
     if store.startswith("sqlite:///"):
         from tarry.snapshots.sqlite import SQLiteStore

@@ -22,7 +22,6 @@ from tarry.drivers import (
     SessionSummary,
     SessionView,
     Stats,
-    export_events,
 )
 from tarry.drivers.pump import AwaitableOrValue
 from tarry.engine import (
@@ -143,3 +142,13 @@ __all__ = [
     "run",
     "step",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use, so that `import tarry` does not load the JSON form.
+    if name == "export_events":
+        from tarry.drivers.jsonable import export_events
+
+        return export_events
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

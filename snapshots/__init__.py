@@ -1,17 +1,19 @@
 """How runs are saved: the msgpack codec, session records, and the session stores.
 
-`PostgresStore` is loaded on first use (`from tarry.snapshots import PostgresStore`), so that
-this package imports without its optional dependencies (the `postgres` extra). It is not in
-`__all__`: a star import must not need them either.
+The stores are loaded on first use (`from tarry.snapshots import SQLiteStore`): `import tarry`
+stays quick, and `PostgresStore` imports without its optional dependencies (the `postgres`
+extra) until it is asked for. `PostgresStore` is not in `__all__`: a star import must not need
+them either.
 """
 
+from importlib import import_module
 from typing import Any
 
 from ._codec import check, dumps, loads, register
-from .memory import MemoryStore
 from .records import SessionRecord, TokenInfo
-from .sqlite import SQLiteStore
 from .store import SessionStore
+
+_LAZY = {"MemoryStore": ".memory", "SQLiteStore": ".sqlite", "PostgresStore": ".postgres"}
 
 __all__ = [
     "MemoryStore",
@@ -27,10 +29,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "PostgresStore":
-        # ModuleNotFoundError naming the extra to install if psycopg is missing.
-        from .postgres import PostgresStore
-
-        return PostgresStore
+    module = _LAZY.get(name)
+    if module is not None:
+        # For PostgresStore: ModuleNotFoundError naming the extra to install if psycopg is
+        # missing.
+        value = getattr(import_module(module, __name__), name)
+        globals()[name] = value
+        return value
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

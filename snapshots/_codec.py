@@ -29,7 +29,6 @@ from typing import Any
 
 import attrs
 import msgpack
-from cattrs.preconf.msgpack import make_converter
 from tarry.engine.errors import NotSerializable, PayloadTooLarge, SnapshotError
 
 # --- ext codes: one number per type, never reused ------------------------------------------------
@@ -497,7 +496,13 @@ def _identity(value: Any) -> Any:
     return value
 
 
-def _make_converter() -> Any:
+@functools.cache
+def converter() -> Any:
+    """The one converter, built (with all its hooks) on first use: importing cattrs and
+    building it is a fifth of `import tarry`, and a process that never saves a state (a CLI
+    listing sessions, a flow that never pauses in memory) never needs it."""
+    from cattrs.preconf.msgpack import make_converter
+
     conv = make_converter()
     conv.register_unstructure_hook_func(lambda t: t is Any, _identity)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
@@ -506,17 +511,14 @@ def _make_converter() -> Any:
     return conv
 
 
-converter = _make_converter()
-
-
 def pack_record(record: Any) -> bytes:
     """A state record (attrs) as msgpack bytes, through the converter."""
-    return dumps(converter.unstructure(record))
+    return dumps(converter().unstructure(record))
 
 
 def unpack_record(data: bytes, cls: type[Any]) -> Any:
     try:
-        return converter.structure(loads(data), cls)
+        return converter().structure(loads(data), cls)
     except SnapshotError:
         raise
     except Exception as exc:

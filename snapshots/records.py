@@ -64,7 +64,7 @@ def encode_state(state: SessionState, *, fingerprint: str = "", flow_version: An
         "v": VERSION,
         "session": state.session_id,
         "flow": {"name": state.flow, "fingerprint": fingerprint, "version": flow_version},
-        "state": converter.unstructure(state),
+        "state": converter().unstructure(state),
     }
     return dumps(envelope)
 
@@ -85,7 +85,7 @@ def decode_state(data: bytes) -> SessionState:
         envelope = _migrate(envelope, version)
         version += 1
     try:
-        return converter.structure(envelope["state"], SessionState)
+        return converter().structure(envelope["state"], SessionState)
     except Exception as exc:
         msg = f"snapshot state is malformed ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc

@@ -79,3 +79,15 @@ def test_errors_are_tarry_errors() -> None:
         obj = getattr(tarry, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, tarry.TarryError), name
+
+
+def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
+    """`import tarry` stays quick: the stores, cattrs and the JSON form load on first use."""
+    heavy = ["cattrs", "sqlite3", "json", "socket", "asyncio", "tarry.snapshots.memory",
+             "tarry.snapshots.sqlite", "tarry.drivers.jsonable", "psycopg"]
+    code = f"import sys, tarry; print([m for m in {heavy!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    code = "import tarry; print(tarry.export_events.__module__, tarry.snapshots.SQLiteStore)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "tarry.drivers.jsonable" in done.stdout and "SQLiteStore" in done.stdout
