@@ -64,6 +64,13 @@ class Runtime:
     `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
     step is met; `run_sync`/`resume_sync` always return an Outcome; `arun`/`aresume` always
     return an awaitable.
+
+    Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
+    resume and recovery), `clock`, `adapters` ({pause kind: callable}), `durability`
+    ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
+    tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
+    `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
+    `max_snapshot_bytes` (largest snapshot of a waiting session). See docs/guarantees.md.
     """
 
     def __init__(

@@ -186,6 +186,22 @@ def test_run_pauses_and_another_process_resumes(jobs: Path) -> None:
     assert again.returncode == 2 and "already used" in again.stderr
 
 
+def test_tarry_secret_signs_tokens_for_every_command(jobs: Path) -> None:
+    signed = _env(TARRY_SECRET="a secret of at least sixteen bytes")
+    ran = tarry("run", "jobs:approval", "--input", '{"xs": [1]}', "--store", db(jobs), cwd=jobs,
+                env=signed)
+    assert ran.returncode == 3, ran.stderr
+    token = field(ran.stdout, "token")
+    key = Runtime(store=db(jobs)).store.load(field(ran.stdout, "session")).token
+    assert token.startswith(key + ".")  # the store holds the key, not the token
+
+    for env in (_env(), _env(TARRY_SECRET="another secret, sixteen bytes+")):
+        refused = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=env)
+        assert refused.returncode == 2 and "unknown resume token" in refused.stderr
+    done = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=signed)
+    assert done.returncode == 0, done.stderr
+
+
 def test_json_output_values_from_stdin_and_the_default_store(jobs: Path) -> None:
     ran = tarry("run", "jobs:approval", "--input", '{"xs": [5]}', "--json", cwd=jobs)
     assert ran.returncode == 3 and (jobs / "tarry.db").exists()  # sqlite:///tarry.db, here
