@@ -136,7 +136,7 @@ class Drive:
                 gen, self._on_checkpoint, self._finish, backoff, asleep, self.asynchronous
             )
         except BaseException:
-            self.rt._running.discard(self.ex.session_id)
+            self.rt._ended(self.ex.session_id)
             raise
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
@@ -190,7 +190,7 @@ class Drive:
         kind, value = result
         token: str | None = None
         if self.lost:  # another worker owns the session now: write nothing
-            self.rt._running.discard(sid)
+            self.rt._ended(sid)
             return Outcome(ERROR, sid, error=LEASE_LOST)
         try:
             if kind == DONE:
@@ -214,8 +214,7 @@ class Drive:
             token = self._write(token)
         finally:
             # An abort that arrived too late to stop this drive must not stop the next one.
-            self.aborts.pop(sid, None)
-            self.rt._running.discard(sid)
+            self.rt._ended(sid)
         public = None if token is None else self.rt.tokens.token(token)  # token: the store key
         return outcome_of(ex.state, public, self.meta)
 

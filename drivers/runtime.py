@@ -549,11 +549,21 @@ class Runtime:
             if record is not None and record.status in ("paused", "failed"):
                 self.cancel(session_id)
 
+    def _ended(self, session_id: str) -> None:
+        """A drive of `session_id` in this process is over. It leaves `_running` and drops any
+        abort asked of it in one step under the lock that `abort` takes: an abort landing
+        between the two would otherwise be kept and stop the session's next run."""
+        with self._lock:
+            self._running.discard(session_id)
+            self._aborts.pop(session_id, None)
+
     def cancel(self, token_or_session_id: str) -> Outcome:
         """End a paused or failed session as cancelled."""
         given = token_or_session_id
+        key = None  # the store key of the token given, if one was
         if looks_like_token(given):
-            info = self.store.find_token(self._key_of(given))
+            key = self._key_of(given)
+            info = self.store.find_token(key)
             if info is None:
                 raise UnknownToken()
             if info.used:
@@ -567,9 +577,14 @@ class Runtime:
         record = self.store.load(sid)
         if record is None:
             raise UnknownSession(sid)
+        if key is not None and record.token != key:
+            # Used by a resume since it was looked up: that resume won, the token is spent.
+            raise TokenAlreadyUsed(sid)
         if record.status not in ("paused", "failed"):
             raise SessionNotResumable(sid, record.status, "cancel")
         if record.token is not None and not self.store.consume_token(record.token):
+            if key is not None:
+                raise TokenAlreadyUsed(sid)
             raise SessionNotResumable(sid, "running", "cancel")
         state = state_of(record)
         event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, self.clock.now(), (), {})
