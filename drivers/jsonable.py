@@ -2,7 +2,8 @@
 
 Stored values are msgpack-encodable (bytes, datetimes, tuples, sets, registered attrs classes
 and dataclasses, enums); JSON has fewer types, so each is given a plain, documented form:
-datetimes as ISO 8601 strings, bytes as `{"$bytes": base64}`, tuples and sets as lists,
+datetimes as ISO 8601 strings, bytes as `{"$bytes": base64}`, an infinite or NaN float as
+`{"$float": "inf"}` (or "-inf", "nan"), tuples and sets as lists,
 records as dicts of their fields, enums as their value. The conversion is one way: it is for
 people and other programs to read, not for restoring sessions (snapshots do that).
 """
@@ -13,25 +14,39 @@ import base64
 import dataclasses
 import enum
 import json
+import math
 import os
 from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
 from typing import IO, Any
 
 import attrs
+from tarry.engine.describe import describe
 from tarry.engine.events import Event
 
+#: Deepest nesting shown; anything deeper becomes DEEP (a JSON writer, and Python's recursion
+#: limit, would fail on values that the codec stores).
+MAX_DEPTH = 200
+DEEP = "<nested too deeply to show>"
 
-def to_jsonable(value: Any) -> Any:
+
+def to_jsonable(value: Any, _depth: int = 0) -> Any:
     """`value` with every part turned into a JSON type (see the module docstring)."""
     kind = type(value)
-    if value is None or kind in (bool, int, float, str):
+    if value is None or kind in (bool, int, str):
         return value
+    if kind is float:
+        # JSON has no infinity or NaN; `json.dumps` would write a bare Infinity, which strict
+        # parsers refuse.
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if _depth >= MAX_DEPTH:
+        return DEEP
+    _depth += 1
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v, _depth) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        items = sorted(value, key=repr) if isinstance(value, set | frozenset) else value
-        return [to_jsonable(v) for v in items]
+        items = sorted(value, key=describe) if isinstance(value, set | frozenset) else value
+        return [to_jsonable(v, _depth) for v in items]
     if isinstance(value, datetime | date | time):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -39,15 +54,16 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, enum.Enum):
-        return to_jsonable(value.value)
+        return to_jsonable(value.value, _depth)
     if attrs.has(kind):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in attrs.fields(kind)}
+        return {f.name: to_jsonable(getattr(value, f.name), _depth) for f in attrs.fields(kind)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = dataclasses.fields(value)
+        return {f.name: to_jsonable(getattr(value, f.name), _depth) for f in fields}
     for plain in (bool, int, float, str):  # subclasses of the plain types
         if isinstance(value, plain):
-            return plain(value)
-    return repr(value)
+            return to_jsonable(plain(value), _depth)
+    return describe(value)
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.engine import events as ev
+from tarry.engine.describe import describe
 from tarry.engine.errors import (
     AsyncInSyncContext,
     FlowMismatch,
@@ -52,6 +53,8 @@ DURABILITY = ("pause", "step")
 #: results of a few KiB each become one output, yet far below what a reader accepts.
 MAX_VALUE_BYTES = 32 * 1024 * 1024
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
+#: Longest caller-chosen session id.
+MAX_SESSION_ID = 256
 
 
 def _is_awaitable(value: Any) -> bool:
@@ -172,11 +175,14 @@ class Runtime:
         check(input, "input", self.max_value_bytes)
         if meta is not None:
             if not isinstance(meta, dict):
-                msg = f"meta must be a dict (got {meta!r})"
+                msg = f"meta must be a dict (got {describe(meta)})"
                 raise InvalidArgument(msg)
             check(meta, "meta", self.max_value_bytes)
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            msg = f"session_id must be a non-empty str (got {session_id!r})"
+        if session_id is not None and not _valid_session_id(session_id):
+            msg = (
+                f"session_id must be a non-empty str of at most {MAX_SESSION_ID} characters, "
+                f"valid UTF-8 (got {describe(session_id)})"
+            )
             raise InvalidArgument(msg)
         sid = session_id or uuid.uuid4().hex
         now = self.clock.now()
@@ -544,7 +550,7 @@ class Runtime:
             if session_id in self._running:
                 self._aborts[session_id] = resumable
                 return
-        if not resumable:
+        if not resumable and _valid_session_id(session_id):
             record = self.store.load(session_id)
             if record is not None and record.status in ("paused", "failed"):
                 self.cancel(session_id)
@@ -569,10 +575,12 @@ class Runtime:
             if info.used:
                 raise TokenAlreadyUsed(info.session_id)
             sid = info.session_id
-        elif isinstance(given, str):
+        elif _valid_session_id(given):
             sid = given
+        elif isinstance(given, str):
+            raise UnknownSession(given)
         else:
-            msg = f"cancel() takes a token or a session id (got {given!r})"
+            msg = f"cancel() takes a token or a session id (got {describe(given)})"
             raise InvalidArgument(msg)
         record = self.store.load(sid)
         if record is None:
@@ -602,6 +610,8 @@ class Runtime:
 
     # -- inspecting ----------------------------------------------------------------------------
     def session(self, session_id: str) -> SessionView:
+        if not _valid_session_id(session_id):
+            raise UnknownSession(session_id)  # no such id can have been stored
         record = self.store.load(session_id)
         if record is None:
             raise UnknownSession(session_id)
@@ -620,7 +630,7 @@ class Runtime:
         _check_filters(status, name)
         _check_limit(limit)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            msg = f"offset must be an int >= 0 (got {offset!r})"
+            msg = f"offset must be an int >= 0 (got {describe(offset)})"
             raise InvalidArgument(msg)
         rows = self.store.list(status=status, flow=name, limit=limit, offset=offset)
         return [SessionSummary.of(r) for r in rows]
@@ -691,16 +701,16 @@ def _check_position(flow: Flow, state: SessionState) -> None:
 
 def _check_limit(limit: Any) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        msg = f"limit must be an int >= 1 (got {limit!r})"
+        msg = f"limit must be an int >= 1 (got {describe(limit)})"
         raise InvalidArgument(msg)
 
 
 def _check_filters(status: Any, flow: Any) -> None:
     if status is not None and status not in STATUSES:
-        msg = f"status must be one of {STATUSES} (got {status!r})"
+        msg = f"status must be one of {STATUSES} (got {describe(status)})"
         raise InvalidArgument(msg)
     if flow is not None and not isinstance(flow, str):
-        msg = f"flow must be a flow name or a tarry.Flow (got {flow!r})"
+        msg = f"flow must be a flow name or a tarry.Flow (got {describe(flow)})"
         raise InvalidArgument(msg)
 
 
@@ -734,3 +744,14 @@ def _positive_int(value: Any, name: str) -> int:
         msg = f"{name} must be a positive int of bytes (got {value!r})"
         raise InvalidArgument(msg)
     return value
+
+
+def _valid_session_id(value: Any) -> bool:
+    """A str a store can hold as a session id: non-empty, not too long, valid UTF-8."""
+    if type(value) is not str or not value or len(value) > MAX_SESSION_ID:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+    return True

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -361,7 +363,10 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError as exc:
+        raise BadRequest("MalformedJSON", "the request body nests arrays or objects too deeply "
+                                          f"(at most about {sys.getrecursionlimit()} levels)") from exc
     except UnicodeDecodeError as exc:
         raise BadRequest("MalformedJSON", f"the request body is not valid JSON: it is not UTF-8 "
                                           f"({exc.reason} at byte {exc.start})") from exc
@@ -385,6 +390,15 @@ async def _body(request: Request, fields: set[str]) -> dict[str, Any]:
 def _no_constant(name: str) -> Any:
     msg = f"{name} is not a JSON number"
     raise ValueError(msg)
+
+
+def _finite(text: str) -> float:
+    # 1e400 parses as inf, which no JSON answer could hold: refused like Infinity itself.
+    value = float(text)
+    if not math.isfinite(value):
+        msg = f"{text[:40]} is too large for a JSON number"
+        raise ValueError(msg)
+    return value
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

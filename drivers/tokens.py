@@ -67,7 +67,12 @@ class Tokens:
     def key(self, token: object) -> str | None:
         """The store key of `token`, or None when it cannot be one of ours (wrong type, shape or
         signature). Never raises: callers turn None into `UnknownToken`."""
-        if type(token) is not str or len(token) > MAX_LENGTH or not token.startswith(PREFIX):
+        if (
+            type(token) is not str
+            or len(token) > MAX_LENGTH
+            or not token.startswith(PREFIX)
+            or not token.isascii()  # ours are; and compare_digest takes only ASCII str
+        ):
             return None
         if not self._secrets:
             return token

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .describe import describe
+
 
 class TarryError(Exception):
     """Base of every error tarry raises on purpose."""
@@ -28,7 +30,7 @@ class SessionExists(TarryError):
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        super().__init__(f"session {session_id!r} already exists")
+        super().__init__(f"session {describe(session_id)} already exists")
 
 
 class UnknownSession(TarryError):
@@ -36,7 +38,7 @@ class UnknownSession(TarryError):
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        super().__init__(f"no session {session_id!r} in the store")
+        super().__init__(f"no session {describe(session_id)} in the store")
 
 
 class UnknownToken(TarryError):

@@ -10,6 +10,7 @@ import attrs
 
 from . import events as ev
 from .context import Scope
+from .describe import describe
 from .element import Element, Signal, check_name
 from .errors import InvalidFlow, InvalidResumeValue
 from .execution import Execution
@@ -148,16 +149,19 @@ class Gate(_Waiting):
         if not isinstance(value, dict) or not isinstance(value.get("approved"), bool):
             msg = (
                 f"Gate {self.name!r}: a decision must be a bool or a dict with a bool 'approved' "
-                f"(got {value!r})"
+                f"(got {describe(value)})"
             )
             raise InvalidResumeValue(msg)
         extra = set(value) - {"approved", "by", "comment"}
         if extra:
-            msg = f"Gate {self.name!r}: unknown decision keys {sorted(extra)!r} (allowed: approved, by, comment)"
+            msg = (
+                f"Gate {self.name!r}: unknown decision keys {describe(sorted(extra, key=describe))} "
+                f"(allowed: approved, by, comment)"
+            )
             raise InvalidResumeValue(msg)
         for key in ("by", "comment"):
             if key in value and value[key] is not None and not isinstance(value[key], str):
-                msg = f"Gate {self.name!r}: decision {key!r} must be a str (got {value[key]!r})"
+                msg = f"Gate {self.name!r}: decision {key!r} must be a str (got {describe(value[key])})"
                 raise InvalidResumeValue(msg)
         return dict(value)
 

@@ -56,6 +56,9 @@ MAX_DEPTH = 100
 _C_LEVELS = 4
 _PLAIN_LIMIT = 1024
 _DEEP_PLAIN_LIMIT = 32
+#: Lists and dicts a checked value leaves free for where it is stored: the envelope, the
+#: state, an event, and one level per container whose output holds it.
+_HEADROOM = 64
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -407,10 +410,21 @@ def check(value: Any, where: str = "value", limit: int | None = None) -> None:
         return
     try:
         size = len(_pack(value))
+        # Stored, a value sits a few lists and dicts deeper (in an event, the state, a
+        # container's outputs); one that only fits at the top would fail there, later, after
+        # the token was used. Only a value of this many bytes can nest this deep.
+        if size > _PLAIN_LIMIT - _HEADROOM:
+            _pack(_wrapped(value, _HEADROOM))
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise _explain(value, where) from exc
     if limit is not None and size > limit:
         raise PayloadTooLarge(where, size, limit)
+
+
+def _wrapped(value: Any, levels: int) -> Any:
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def _header(n: int, text: bool) -> int:
