@@ -42,6 +42,7 @@ PROOF := crash fuzz stress limits
 proof: $(STAMP)
 	mkdir -p .proof
 	rm -f $(addprefix .proof/,$(addsuffix .json,$(PROOF)))
+	$(PY) -m pip install -q atheris || echo "atheris did not install: fuzzing runs on hypothesis alone"
 	status=0; \
 	for c in $(PROOF); do \
 		$(PY) tests/proof/$$c.py --full --json .proof/$$c.json || status=1; \
