@@ -14,7 +14,7 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
-from tarry.engine.signals import Checkpoint, Pause
+from tarry.engine.signals import Pause
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check as _codec_check
 from tarry.snapshots.records import SessionRecord, encode_state
@@ -104,6 +104,7 @@ class Drive:
             now=rt.clock.now,
             ledger=self.ledger,
             check=rt._check,
+            stop=self._on_checkpoint,
             listener=listener,
             retry=rt.retry,
         )
@@ -132,9 +133,7 @@ class Drive:
                 if time.monotonic() >= self.renew_at:
                     self._renew()
 
-            return drive(
-                gen, self._on_checkpoint, self._finish, backoff, asleep, self.asynchronous
-            )
+            return drive(gen, self._finish, backoff, asleep, self.asynchronous)
         except BaseException:
             self.rt._ended(self.ex.session_id)
             raise
@@ -146,8 +145,9 @@ class Drive:
         record_failure(self.ex, error)
         return self._finish((FAILED, error))
 
-    def _on_checkpoint(self, signal: Checkpoint) -> bool:
-        """Between steps: stop if an abort was requested; with durability="step", write."""
+    def _on_checkpoint(self, path: tuple[Any, ...]) -> bool:
+        """Asked by the engine before every iteration and child (`Execution.stop`): stop if an
+        abort was requested or the lease is lost; with durability="step", write."""
         if self.aborts and self.ex.session_id in self.aborts:
             return True
         if self.lost:
@@ -167,6 +167,7 @@ class Drive:
         now = rt.clock.now()
         until = now + timedelta(seconds=rt.lease)
         self.renew_at = time.monotonic() + rt.lease / 3
+        self.ex.at = None  # the next event reads the clock again
         if rt.store.claim(self.ex.session_id, rt.owner, until, now):
             return True
         self.lost = True
@@ -182,6 +183,7 @@ class Drive:
             store.put_values(sid, values)
         store.append_events(sid, self.ex.log[self.flushed :])
         self.flushed = len(self.ex.log)
+        self.ex.at = None  # the write took its time: the next event reads the clock
 
     # -- ending ----------------------------------------------------------------------------
     def _finish(self, result: Result) -> Outcome:

@@ -6,18 +6,25 @@ import hashlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
-import attrs
-
 from .execution import Execution
 
 
-@attrs.frozen(slots=True)
 class Scope:
-    """The innermost ForEach item/index and Loop/ForEach iteration around an element."""
+    """The innermost ForEach item/index and Loop/ForEach iteration around an element.
 
-    item: Any = None
-    index: int | None = None
-    iteration: int | None = None
+    Read-only by convention. A plain class rather than a frozen attrs record: one is made per
+    iteration, it never reaches a snapshot, and frozen slots cost a call per field to set.
+    """
+
+    __slots__ = ("item", "index", "iteration")
+
+    def __init__(self, item: Any = None, index: int | None = None, iteration: int | None = None):
+        self.item = item
+        self.index = index
+        self.iteration = iteration
+
+    def __repr__(self) -> str:
+        return f"Scope(item={self.item!r}, index={self.index!r}, iteration={self.iteration!r})"
 
 
 ROOT = Scope()

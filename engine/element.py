@@ -114,7 +114,8 @@ def run_body(
     for index in range(start, len(body)):
         element = body[index]
         path = base + (element.name,)
-        yield Checkpoint(path)
+        if ex.stop(path):
+            yield Checkpoint(path)
         result = yield from element._run(ex, path, prev, scope)
         prev = result.value if type(result) is Route else result
     return result

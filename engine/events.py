@@ -50,3 +50,26 @@ class Event:
     at: datetime
     path: tuple[Any, ...]
     data: dict[str, Any]
+
+
+_new = object.__new__
+# The setters of the slots themselves. A frozen class's `__init__` goes through
+# `object.__setattr__` for each field, which looks the field up again every time.
+_seq, _type, _sid, _at, _path, _data = (
+    Event.__dict__[name].__set__ for name in ("seq", "type", "session_id", "at", "path", "data")
+)
+
+
+def new_event(
+    seq: int, type: str, session_id: str, at: datetime, path: tuple[Any, ...], data: dict[str, Any]
+) -> Event:
+    """`Event(seq, type, session_id, at, path, data)` for the engine's hot path (two events per
+    step): the same event, which has no validators or converters, for a quarter less."""
+    event = _new(Event)
+    _seq(event, seq)
+    _type(event, type)
+    _sid(event, session_id)
+    _at(event, at)
+    _path(event, path)
+    _data(event, data)
+    return event

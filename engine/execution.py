@@ -2,7 +2,8 @@
 
 `Execution` is the only object the element generators talk to. It turns what they report into
 events, folds each through the reducer and keeps them for the driver to persist. What touches
-storage or encoding (`ledger`, `check`) is injected by the driver: the engine imports neither.
+storage, encoding or control (`ledger`, `check`, `stop`) is injected by the driver: the engine
+imports none of it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from .events import Event
-from .reducer import apply
+from .events import Event, new_event
+from .reducer import apply, own
 from .state import ContainerFrame, SessionState
 
 
@@ -29,11 +30,20 @@ def _no_check(value: Any, where: Any) -> None:
     return None
 
 
+def _go_on(path: tuple[Any, ...]) -> bool:
+    return False
+
+
 class Execution:
-    """The live side of a session while its generator tree runs."""
+    """The live side of a session while its generator tree runs.
+
+    It owns `state`: the reducer updates the live state in place, so the state handed in must
+    be one nobody else reads afterwards (the driver builds it for this run).
+    """
 
     __slots__ = (
-        "session_id", "state", "now", "log", "restoring", "ledger", "check", "listener", "retry",
+        "session_id", "state", "now", "at", "log", "restoring", "ledger", "check", "stop",
+        "listener", "retry",
     )
 
     def __init__(
@@ -43,12 +53,17 @@ class Execution:
         now: Callable[[], datetime],
         ledger: Ledger,
         check: Callable[[Any, Any], None] = _no_check,
+        stop: Callable[[tuple[Any, ...]], bool] = _go_on,
         listener: Callable[[Event], None] | None = None,
         retry: Any = None,
     ) -> None:
         self.session_id = state.session_id
-        self.state = state
+        self.state = own(state)
         self.now = now
+        #: The time of the last event. The next event reuses it unless time may have passed
+        #: since: whoever runs user code, waits or writes sets it to None, and the next event
+        #: reads the clock. A step then costs one clock read, not one per event.
+        self.at: datetime | None = None
         self.log: list[Event] = []
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
@@ -58,6 +73,9 @@ class Execution:
         #: check(value, where) raises NotSerializable unless the codec can encode `value`;
         #: `where` is a str, or a (path, key) pair formatted only if the check fails.
         self.check = check
+        #: stop(path) is asked at every checkpoint (before each iteration and each child): True
+        #: stops the run there (an abort, a lost lease). The driver may also write there.
+        self.stop = stop
         self.listener = listener
         #: The retry policy of steps that have none of their own (the Runtime's default).
         self.retry = retry
@@ -65,16 +83,23 @@ class Execution:
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> Event:
         """Record one event: fold it into the live state and keep it for the driver."""
         state = self.state
-        event = Event(state.last_seq + 1, type, self.session_id, self.now(), path, data)
-        # The live state is ours alone: the reducer may update its dicts in place.
+        at = self.at
+        if at is None:
+            at = self.at = self.now()
+        event = new_event(state.last_seq + 1, type, self.session_id, at, path, data)
+        # The live state is ours alone: the reducer updates it in place.
         self.state = apply(state, event, True)
         self.log.append(event)
         if self.listener is not None:
             self.listener(event)
+            self.at = None  # a subscriber may take its time
         return event
 
     def take_frame(self, path: tuple[Any, ...]) -> ContainerFrame | None:
-        """The frame this container left when the run stopped, if it is being resumed."""
+        """The frame this container left when the run stopped, if it is being resumed.
+
+        Taken before the container emits anything: the frame is then changed in place.
+        """
         if self.restoring:
             return self.restoring.pop(path, None)
         return None

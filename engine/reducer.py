@@ -2,8 +2,8 @@
 
 The live run and `derive_state` use this same function, so the derived state equals the live
 one by construction. Every branch costs O(depth of the container stack), never O(history): no
-list of iterations, results or events is ever copied here, and the live run (`owned=True`)
-does not copy the outputs recorded so far either.
+list of iterations, results or events is ever copied here. The live run (`owned=True`) changes
+its state in place, so an event costs a few dict writes and no copy at all.
 """
 
 from __future__ import annotations
@@ -16,200 +16,235 @@ from . import events as ev
 from .events import Event
 from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
 
+# The records are frozen to everyone else. The reducer writes their fields through `__dict__`
+# (they keep their fields in one, see engine/state.py): on a copy it just made, or, when its
+# caller owns the state, on the state itself.
+#
+# Each record it changes gets a field dict of its own (`dict(...)`, assigned as `__dict__`).
+# The dict that attrs' `__init__` leaves shares its keys with the class, and CPython 3.11
+# reads attributes from such a dict through its slow generic lookup, ten times the cost.
 
-def _evolve(inst: Any, **changes: Any) -> Any:
-    """A copy of a frozen record (SessionState, ContainerFrame) with `changes`.
+_new = object.__new__
+_set_fields = object.__setattr__
+Fields = dict[str, Any]
 
-    The reducer makes a new state for every event, so this is the hottest function in tarry.
-    `attrs.evolve` re-runs `__init__` through keyword plumbing; these records keep their
-    fields in a `__dict__`, so a copy is one C-level dict copy and update.
-    """
-    new = object.__new__(type(inst))
-    fields = new.__dict__
-    fields.update(inst.__dict__)
-    fields.update(changes)
+
+def _copy(inst: Any) -> Any:
+    """A shallow copy of a record (SessionState, ContainerFrame): one C-level dict copy."""
+    new = _new(type(inst))
+    _set_fields(new, "__dict__", dict(inst.__dict__))
     return new
 
 
-def _replace_top(state: SessionState, seq: int, **changes: Any) -> SessionState:
-    stack = state.container_stack
-    top = _evolve(stack[-1], **changes)
-    return _evolve(state, container_stack=stack[:-1] + (top,), last_seq=seq)
+def _fields_of_its_own(inst: Any) -> Any:
+    _set_fields(inst, "__dict__", dict(inst.__dict__))
+    return inst
 
 
-def _record_child(
-    state: SessionState,
-    seq: int,
-    name: str,
-    data: dict[str, Any],
-    extra: dict[str, Any],
-    owned: bool,
-) -> SessionState:
-    """A child finished: record its output in the innermost open scope."""
-    output = data.get("output")
-    stack = state.container_stack
+def own(state: SessionState) -> SessionState:
+    """Make `state` the live state of a run, to be changed in place by `apply(..., owned=True)`:
+    nobody else may read it afterwards. Costs O(depth of the container stack)."""
+    for frame in state.container_stack:
+        _fields_of_its_own(frame)
+    return _fields_of_its_own(state)
+
+
+def _top(fields: Fields, owned: bool) -> Fields:
+    """The fields of the state's innermost frame, to change: those of the frame itself when
+    `owned`, else of a copy that replaces it in the state (itself a copy)."""
+    stack = fields["container_stack"]
+    top = stack[-1]
+    if not owned:
+        top = _copy(top)
+        fields["container_stack"] = stack[:-1] + (top,)
+    return top.__dict__
+
+
+# One function per event type, changing `fields` (the state's `__dict__`, where `last_seq` is
+# already set). With `owned` False the state is a fresh copy, and they copy whatever else they
+# change first.
+
+
+def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
+    """An element finished: close its frame if it is a container, record its effects, and
+    record its output in the innermost open scope."""
+    data = event.data
+    path = event.path
+    stack = fields["container_stack"]
+    if stack and stack[-1].path == path:
+        stack = fields["container_stack"] = stack[:-1]
+    if "state" in data or "metrics" in data or "state_deleted" in data:
+        _merge_effects(fields, data, owned)
     if stack:
-        top = stack[-1]
-        outs = top.child_outputs if owned else dict(top.child_outputs)
-        outs[name] = output
-        if top.kind == "graph":
-            action = data.get("action", "default")
-            top = _evolve(top, child_outputs=outs, child=top.child + 1, action=action)
-        else:
-            top = _evolve(top, child_outputs=outs, child=top.child + 1)
-        extra["container_stack"] = stack[:-1] + (top,)
+        top = _top(fields, owned)
+        outs = top["child_outputs"]
+        if not owned:
+            outs = top["child_outputs"] = dict(outs)
+        outs[path[-1]] = data.get("output")
+        top["child"] += 1
+        if top["kind"] == "graph":
+            top["action"] = data.get("action", "default")
     else:
-        outs = state.outputs if owned else dict(state.outputs)
-        outs[name] = output
-        extra["outputs"] = outs
-    extra["last_seq"] = seq
-    extra["resume_values"] = ()
-    if state.retries:
-        extra["retries"] = 0
-    return _evolve(state, **extra)
+        outs = fields["outputs"]
+        if not owned:
+            outs = fields["outputs"] = dict(outs)
+        outs[path[-1]] = data.get("output")
+    if fields["resume_values"]:
+        fields["resume_values"] = ()  # the values were for this element
+    if fields["retries"]:
+        fields["retries"] = 0
 
 
-def _merge_effects(
-    state: SessionState, data: dict[str, Any], extra: dict[str, Any], owned: bool
-) -> None:
-    """Fold a node's `ctx.state` changes and metrics into `extra` (the fields to change)."""
+def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
+    """Fold a node's `ctx.state` changes and metrics into the state's `fields`."""
     deleted = data.get("state_deleted")
     changed = data.get("state")
     if changed or deleted:
-        shared = state.shared if owned else dict(state.shared)
+        shared = fields["shared"] if owned else dict(fields["shared"])
         for key in deleted or ():
             shared.pop(key, None)
         shared.update(changed or {})
-        extra["shared"] = shared
+        fields["shared"] = shared
     metrics = data.get("metrics")
     if metrics:
-        totals = state.metrics if owned else dict(state.metrics)
+        totals = fields["metrics"] if owned else dict(fields["metrics"])
         for name, value in metrics.items():
             totals[name] = totals.get(name, 0) + value
-        extra["metrics"] = totals
+        fields["metrics"] = totals
+
+
+def _node_started(fields: Fields, event: Event, owned: bool) -> None:
+    """A step starts: nothing moves. A container starts: open its frame."""
+    kind = event.data.get("kind")
+    if kind in CONTAINER_KINDS:
+        path = event.path
+        frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=event.data.get("size"))
+        fields["container_stack"] = fields["container_stack"] + (_fields_of_its_own(frame),)
+
+
+def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
+    data = event.data
+    top = _top(fields, owned)
+    kind = top["kind"]
+    top["iteration"] = data["index"]
+    top["child"] = 0
+    top["started"] = True
+    if kind == "branch" or kind == "graph":
+        top["selected"] = data.get("item")
+        top["action"] = None
+    if kind != "graph" and kind != "loop":
+        top["child_outputs"] = {}
+
+
+def _iteration_completed(fields: Fields, event: Event, owned: bool) -> None:
+    data = event.data
+    top = _top(fields, owned)
+    kind = top["kind"]
+    top["iteration"] = data["index"] + 1
+    top["completed_iterations"] += 1
+    top["child"] = 0
+    top["started"] = False
+    top["last_output"] = data.get("output")
+    if kind == "graph":
+        top["selected"] = data.get("next")
+    elif kind == "foreach":
+        top["child_outputs"] = {}
+
+
+def _node_failed(fields: Fields, event: Event, owned: bool) -> None:
+    if "metrics" in event.data:
+        _merge_effects(fields, {"metrics": event.data["metrics"]}, owned)
+
+
+def _node_retrying(fields: Fields, event: Event, owned: bool) -> None:
+    fields["retries"] = event.data["attempt"]
+
+
+def _run_started(fields: Fields, event: Event, owned: bool) -> None:
+    data = event.data
+    fields["flow"] = data.get("flow", fields["flow"])
+    fields["input"] = data.get("input")
+    fields["shared"] = dict(data.get("state") or {})
+    fields["status"] = "running"
+
+
+def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
+    data = event.data
+    fields["status"] = "paused"
+    fields["pause"] = PauseState(
+        kind=data["kind"],
+        reason=data.get("reason", ""),
+        path=event.path,
+        payload=data.get("payload"),
+        wake_at=data.get("wake_at"),
+        expires_at=data.get("expires_at"),
+        awaits_value=data.get("awaits_value", True),
+    )
+
+
+def _run_resumed(fields: Fields, event: Event, owned: bool) -> None:
+    if "value" in event.data:
+        fields["resume_values"] = fields["resume_values"] + (event.data["value"],)
+    fields["status"] = "running"
+    fields["pause"] = None
+    fields["error"] = None
+
+
+def _run_completed(fields: Fields, event: Event, owned: bool) -> None:
+    fields["status"] = "completed"
+    fields["output"] = event.data.get("output")
+    fields["container_stack"] = ()
+    fields["pause"] = None
+
+
+def _run_failed(fields: Fields, event: Event, owned: bool) -> None:
+    fields["status"] = "failed"
+    fields["error"] = error_from_data(event.data["error"])
+    fields["pause"] = None
+    # A resume of the failed session starts the failed step's attempts afresh.
+    fields["retries"] = 0
+
+
+def _run_cancelled(fields: Fields, event: Event, owned: bool) -> None:
+    fields["status"] = "cancelled"
+    fields["pause"] = None
+
+
+_REDUCERS = {
+    ev.NODE_COMPLETED: _node_completed,
+    ev.NODE_STARTED: _node_started,
+    ev.ITERATION_STARTED: _iteration_started,
+    ev.ITERATION_COMPLETED: _iteration_completed,
+    ev.NODE_FAILED: _node_failed,
+    ev.NODE_RETRYING: _node_retrying,
+    ev.RUN_STARTED: _run_started,
+    ev.RUN_PAUSED: _run_paused,
+    ev.RUN_RESUMED: _run_resumed,
+    ev.RUN_COMPLETED: _run_completed,
+    ev.RUN_FAILED: _run_failed,
+    ev.RUN_CANCELLED: _run_cancelled,
+    # node.skipped is only recorded in the log.
+}
 
 
 def apply(state: SessionState, event: Event, owned: bool = False) -> SessionState:
     """Return the state after `event`. Pure by default: `state` is never modified.
 
     `owned=True` is for a caller that owns `state` and drops it for the result (the live
-    Execution): the dicts of outputs, `ctx.state` and metrics are then updated in place rather
-    than copied, so recording an output costs O(1) however many came before. The result is
-    equal either way; only the old state, which nobody reads again, is changed.
+    Execution, see `own`): the state, its innermost frame and its dicts of outputs,
+    `ctx.state` and metrics are then changed in place and `state` itself is returned, so an
+    event costs O(1) however many came before. The result is equal either way.
     """
-    t = event.type
-    data = event.data
-    seq = event.seq
-
-    if t == ev.NODE_COMPLETED:
-        path = event.path
-        stack = state.container_stack
-        extra: dict[str, Any] = {}
-        if stack and stack[-1].path == path:
-            state = _evolve(state, container_stack=stack[:-1])
-        if "state" in data or "metrics" in data or "state_deleted" in data:
-            _merge_effects(state, data, extra, owned)
-        return _record_child(state, seq, path[-1], data, extra, owned)
-
-    if t == ev.NODE_STARTED:
-        kind = data.get("kind")
-        if kind in CONTAINER_KINDS:
-            frame = ContainerFrame(
-                node=event.path[-1], kind=kind, path=event.path, size=data.get("size")
-            )
-            return _evolve(state, container_stack=state.container_stack + (frame,), last_seq=seq)
-        return _evolve(state, last_seq=seq)
-
-    if t == ev.ITERATION_STARTED:
-        top = state.container_stack[-1]
-        changes: dict[str, Any] = {"iteration": data["index"], "child": 0, "started": True}
-        if top.kind in ("branch", "graph"):
-            changes["selected"] = data.get("item")
-            changes["action"] = None
-        if top.kind != "graph" and top.kind != "loop":
-            changes["child_outputs"] = {}
-        return _replace_top(state, seq, **changes)
-
-    if t == ev.ITERATION_COMPLETED:
-        top = state.container_stack[-1]
-        changes = {
-            "iteration": data["index"] + 1,
-            "completed_iterations": top.completed_iterations + 1,
-            "child": 0,
-            "started": False,
-            "last_output": data.get("output"),
-        }
-        if top.kind == "graph":
-            changes["selected"] = data.get("next")
-        elif top.kind == "foreach":
-            changes["child_outputs"] = {}
-        return _replace_top(state, seq, **changes)
-
-    if t == ev.NODE_FAILED:
-        extra = {"last_seq": seq}
-        if "metrics" in data:
-            _merge_effects(state, {"metrics": data["metrics"]}, extra, owned)
-        return _evolve(state, **extra)
-
-    if t == ev.RUN_STARTED:
-        return _evolve(
-            state,
-            flow=data.get("flow", state.flow),
-            input=data.get("input"),
-            shared=dict(data.get("state") or {}),
-            status="running",
-            last_seq=seq,
-        )
-
-    if t == ev.RUN_PAUSED:
-        pause = PauseState(
-            kind=data["kind"],
-            reason=data.get("reason", ""),
-            path=event.path,
-            payload=data.get("payload"),
-            wake_at=data.get("wake_at"),
-            expires_at=data.get("expires_at"),
-            awaits_value=data.get("awaits_value", True),
-        )
-        return _evolve(state, status="paused", pause=pause, last_seq=seq)
-
-    if t == ev.RUN_RESUMED:
-        values = state.resume_values
-        if "value" in data:
-            values = values + (data["value"],)
-        return _evolve(
-            state, status="running", pause=None, error=None, resume_values=values, last_seq=seq
-        )
-
-    if t == ev.RUN_COMPLETED:
-        return _evolve(
-            state,
-            status="completed",
-            output=data.get("output"),
-            container_stack=(),
-            pause=None,
-            last_seq=seq,
-        )
-
-    if t == ev.RUN_FAILED:
-        # A resume of the failed session starts the failed step's attempts afresh.
-        return _evolve(
-            state,
-            status="failed",
-            error=error_from_data(data["error"]),
-            pause=None,
-            retries=0,
-            last_seq=seq,
-        )
-
-    if t == ev.NODE_RETRYING:
-        return _evolve(state, retries=data["attempt"], last_seq=seq)
-
-    if t == ev.RUN_CANCELLED:
-        return _evolve(state, status="cancelled", pause=None, last_seq=seq)
-
-    # node.skipped: recorded in the log, no change of position.
-    return _evolve(state, last_seq=seq)
+    if not owned:
+        state = _copy(state)
+    fields = state.__dict__
+    fields["last_seq"] = event.seq
+    try:
+        reduce = _REDUCERS[event.type]
+    except KeyError:
+        return state  # node.skipped, or a type this version does not know: no change
+    reduce(fields, event, owned)
+    return state
 
 
 def error_from_data(data: dict[str, Any]) -> ErrorInfo:

@@ -17,7 +17,12 @@ import attrs
 
 @attrs.frozen(slots=True)
 class Checkpoint:
-    """Yielded before every iteration and every child: the driver may stop the run here."""
+    """The run stops here, before an iteration or a child, because the driver said so.
+
+    At every checkpoint the engine asks the driver (`Execution.stop`) whether to go on, and
+    yields this only when the answer is to stop: a step that goes on costs a call, not a trip
+    up and down the generator chain.
+    """
 
     path: tuple[Any, ...]
 

@@ -16,6 +16,8 @@ from .retry import Retry
 from .signals import Await, Backoff, Pause
 
 _STARTED = {"kind": "step"}
+# Outputs of these types are never awaitable: the common case skips the attribute lookup.
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
 
 
 def is_awaitable(value: Any) -> bool:
@@ -64,41 +66,27 @@ class Step(Element):
             ctx = Context(ex, path, prev, scope, attempt)
             try:
                 result = self.fn(ctx)
-                if is_awaitable(result):
+                if type(result) not in _PLAIN and is_awaitable(result):
                     result = yield Await(result, self.timeout)
-                break
             except Interrupted as signal:
+                ex.at = None  # user code ran: the next event reads the clock
                 yield Pause(signal.kind, signal.reason, path, signal.payload)
                 msg = "a paused step was sent a value; resume builds a new run instead"
                 raise RuntimeError(msg) from None
             except Exception as exc:
-                policy = self.retry if self.retry is not None else ex.retry
-                if policy is None:
-                    raise fail(ex, path, exc, attempt=attempt, metrics=ctx._metrics) from exc
-                matches = policy.retries(exc)
-                if not matches or attempt >= policy.attempts:
-                    raise fail(
-                        ex, path, exc, attempt=attempt, metrics=ctx._metrics, retryable=matches
-                    ) from exc
-                fail(ex, path, exc, attempt=attempt, metrics=ctx._metrics, retryable=True)
-                delay = policy.delay(attempt)
-                ex.emit(ev.NODE_RETRYING, path, {"attempt": attempt, "delay": delay})
-                if delay >= policy.durable_after:
-                    # Too long to hold a process: pause until due (`Runtime.resume_due`).
-                    wake = ex.now() + timedelta(seconds=delay)
-                    payload = {"attempt": attempt + 1, "error": f"{type(exc).__name__}: {exc}"}
-                    yield Pause("system", "retry", path, payload, wake, None, awaits_value=False)
-                    msg = "a step paused for a back-off was sent a value; resume builds a new run"
-                    raise RuntimeError(msg) from None
-                if delay > 0:
-                    yield Backoff(delay)
+                ex.at = None
+                # Raises the NodeFailure, or returns when the next attempt may begin.
+                yield from self._retry(ex, path, exc, attempt, ctx._metrics)
                 attempt += 1
-        data: dict[str, Any]
+            else:
+                break
+        ex.at = None  # the step ran: its completion reads the clock
         if type(result) is Route:
             data = {"output": result.value, "action": result.action}
         else:
             data = {"output": result}
-        ctx.effects(data)
+        if ctx._state is not None or ctx._metrics:  # the step used ctx.state or ctx.metric
+            ctx.effects(data)
         try:
             # Each value on its own: most outputs are scalars, which the check passes at once.
             for key, value in data.items():
@@ -107,6 +95,37 @@ class Step(Element):
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
         ex.emit(ev.NODE_COMPLETED, path, data)
         return result
+
+    def _retry(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...],
+        exc: Exception,
+        attempt: int,
+        metrics: dict[str, float] | None,
+    ) -> Generator[Signal, Any, None]:
+        """After failed attempt number `attempt`: record it, and raise the NodeFailure that
+        fails the run unless the retry policy gives it another attempt; then wait the back-off
+        (in place, or paused until it is due) and return."""
+        policy = self.retry if self.retry is not None else ex.retry
+        if policy is None:
+            raise fail(ex, path, exc, attempt=attempt, metrics=metrics) from exc
+        matches = policy.retries(exc)
+        if not matches or attempt >= policy.attempts:
+            raise fail(ex, path, exc, attempt=attempt, metrics=metrics, retryable=matches) from exc
+        fail(ex, path, exc, attempt=attempt, metrics=metrics, retryable=True)
+        delay = policy.delay(attempt)
+        ex.emit(ev.NODE_RETRYING, path, {"attempt": attempt, "delay": delay})
+        if delay >= policy.durable_after:
+            # Too long to hold a process: pause until due (`Runtime.resume_due`).
+            wake = ex.now() + timedelta(seconds=delay)
+            payload = {"attempt": attempt + 1, "error": f"{type(exc).__name__}: {exc}"}
+            yield Pause("system", "retry", path, payload, wake, None, awaits_value=False)
+            msg = "a step paused for a back-off was sent a value; resume builds a new run"
+            raise RuntimeError(msg) from None
+        if delay > 0:
+            yield Backoff(delay)
+            ex.at = None  # the back-off took its time
 
 
 def step(

@@ -28,10 +28,13 @@ def evaluate(
         if is_awaitable(value):
             value = yield Await(value)
     except Interrupted:
+        ex.at = None  # user code ran: the next event reads the clock
         exc = InvalidFlow(f"{'/'.join(map(str, path))}: only steps may call ctx.interrupt")
         raise fail(ex, path, exc) from None
     except Exception as exc:
+        ex.at = None
         raise fail(ex, path, exc) from exc
+    ex.at = None
     return value
 
 

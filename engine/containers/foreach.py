@@ -82,7 +82,8 @@ class ForEach(Element):
                 child = frame.child
                 first = resume_prev(body, child, frame.child_outputs, item)
             else:
-                yield Checkpoint(ipath)
+                if ex.stop(ipath):
+                    yield Checkpoint(ipath)
                 item = items[index] if items is not None else ex.ledger.item(path, index)
                 ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": item})
                 child, first = 0, item

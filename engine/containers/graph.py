@@ -103,7 +103,8 @@ class Graph(Element):
                 action = frame.action or "default"
             else:
                 if frame is None or not frame.started:
-                    yield Checkpoint(ipath)
+                    if ex.stop(ipath):
+                        yield Checkpoint(ipath)
                     ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": current})
                 result = yield from node._run(ex, ipath + (node.name,), last, scope)
                 if type(result) is Route:

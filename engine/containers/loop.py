@@ -55,7 +55,8 @@ class Loop(Element):
                 child = frame.child
                 first = resume_prev(body, child, frame.child_outputs, last)
             else:
-                yield Checkpoint(ipath)
+                if ex.stop(ipath):
+                    yield Checkpoint(ipath)
                 ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": None})
                 child, first = 0, last
             frame = None

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tarry.engine import apply, derive_state
 from tarry.engine.events import Event
+from tarry.engine.reducer import own
 from tarry.engine.state import SessionState
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
@@ -106,3 +107,30 @@ def test_apply_never_changes_its_input(outputs: list) -> None:
         state = new
     assert state == derive_state(events)
     assert state.container_stack[0].child == len(outputs)
+
+
+BRANCH_AND_GRAPH = stream(
+    ("run.started", (), {"input": 1}),
+    ("node.started", ("b",), {"kind": "branch"}),
+    ("container.iteration_started", ("b",), {"index": 0, "item": "then"}),
+    ("node.skipped", ("b", "no"), {"reason": "branch_not_taken"}),
+    ("node.started", ("b", "g"), {"kind": "graph"}),
+    ("container.iteration_started", ("b", "g"), {"index": 0, "item": "n"}),
+    ("node.completed", ("b", "g", 0, "n"), {"output": 1, "action": "go"}),
+    ("container.iteration_completed", ("b", "g"), {"index": 0, "output": 1, "next": None}),
+    ("node.completed", ("b", "g"), {"output": 1, "selected": "n"}),
+    ("container.iteration_completed", ("b",), {"index": 0, "output": 1}),
+    ("node.completed", ("b",), {"output": 1, "selected": "then"}),
+    ("run.completed", (), {"output": 1}),
+)
+
+
+def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> None:
+    for events in (FOREACH_PAUSED, BRANCH_AND_GRAPH):
+        for cut in range(len(events)):
+            # A live run that starts from a restored state (the pure fold of the first events).
+            live = own(derive_state(events[:cut])) if cut else own(SessionState("s"))
+            start = live
+            for event in events[cut:]:
+                live = apply(live, event, True)
+            assert live is start and live == derive_state(events)
