@@ -524,7 +524,10 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "in the details (tarry only).",
         "- **Fresh process**: `python -c` that imports the library, opens the SQLite file, "
         "resumes one session paused at k = 10 up to its next pause, and exits; one prepared "
-        "session per process. Floor: `python -c pass`.",
+        "session per process. Floor: `python -c pass`. Every spawned process may use the "
+        "bytecode cache, as a library installed by pip does (a shell that sets "
+        "PYTHONDONTWRITEBYTECODE would time tarry compiling its source while the peers, "
+        "installed from wheels, load theirs).",
         '- **Import**: `python -X importtime -c "import ..."`: the cumulative time of the '
         "top-level imports the statement adds to `python -c pass` (LangGraph: "
         "`langgraph.graph`, `langgraph.types`, `langgraph.checkpoint.sqlite`), median of 5. "
