@@ -27,6 +27,14 @@ _NIL, _EMPTY_MAP = b"\xc0", b"\x80"
 
 # Datetimes are integer microseconds since the epoch (UTC): they compare correctly in SQL,
 # which ISO strings with mixed offsets would not.
+#: `list()` newest first without a status filter (the monitor's poll, `stats`) walks one of
+#: these backwards instead of sorting the whole table. Neither column changes after `create`,
+#: so pauses and resumes never touch them.
+_LATER_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
+    "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id   TEXT PRIMARY KEY,
@@ -215,6 +223,9 @@ class SQLiteStore:
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        # Indexes added since version 1 (idempotent, so files made before them get them too).
+        for statement in _LATER_INDEXES:
+            self._db.execute(statement)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:

@@ -358,3 +358,24 @@ def test_memory_forgets_used_tokens_with_their_session() -> None:
     store.delete("s1")
     assert store.find_token("tk_1") is None and store.find_token("tk_2") is None
     assert store._tokens == {} and store._used == set()
+
+
+def test_listing_newest_first_reads_an_index_not_the_whole_table(tmp_path) -> None:
+    import sqlite3
+
+    from tarry.snapshots import SQLiteStore
+
+    SQLiteStore(tmp_path / "s.db").close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    try:
+        for where in ("", "WHERE flow = ? "):
+            args = ("f",) if where else ()
+            plan = db.execute(
+                f"EXPLAIN QUERY PLAN SELECT session_id FROM sessions {where}"
+                "ORDER BY created_at DESC, session_id DESC LIMIT 5",
+                args,
+            ).fetchall()
+            text = " ".join(row[-1] for row in plan)
+            assert "INDEX" in text and "TEMP B-TREE" not in text, text
+    finally:
+        db.close()
