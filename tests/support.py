@@ -1,8 +1,10 @@
-"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback."""
+"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback; build
+store records."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import inspect
 import socket
 import threading
@@ -55,3 +57,27 @@ def live(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+# --- store records ---------------------------------------------------------------------------
+
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def rec(sid: str = "s1", **changes: Any) -> Any:
+    """A `SessionRecord` for store tests: a running session of flow "f" made at T0."""
+    from tarry.snapshots import SessionRecord
+
+    fields: dict[str, Any] = {
+        "flow": "f",
+        "status": "running",
+        "state": b"state",
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    fields.update(changes)
+    return SessionRecord(session_id=sid, **fields)

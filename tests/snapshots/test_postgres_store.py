@@ -16,11 +16,10 @@ from typing import Any
 
 import pgserver
 import pytest
+from support import T0, rec
 from tarry.drivers.stores import open_store
 from tarry.engine.errors import InvalidArgument, SnapshotError
-from tarry.snapshots import SessionRecord, SessionStore, TokenInfo
-
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+from tarry.snapshots import SessionStore, TokenInfo
 
 
 @pytest.fixture
@@ -45,17 +44,6 @@ def postgres(module: Any) -> Any:
     pgserver.server_dsn()
     return module
 
-
-def rec(sid: str = "s1", **changes: Any) -> SessionRecord:
-    fields: dict[str, Any] = {
-        "flow": "f",
-        "status": "running",
-        "state": b"state",
-        "created_at": T0,
-        "updated_at": T0,
-    }
-    fields.update(changes)
-    return SessionRecord(session_id=sid, **fields)
 
 
 def tables(schema: str) -> set[str]:

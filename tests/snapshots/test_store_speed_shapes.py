@@ -4,38 +4,20 @@ encoded blob per write), with the guarantees those shortcuts must not weaken."""
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import T0, at, rec
 from tarry import Flow, ForEach, Runtime, step
 from tarry.engine.errors import ConcurrentUpdate, NotSerializable
 from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
-from tarry.snapshots import MemoryStore, SessionRecord, SQLiteStore, TokenInfo
+from tarry.snapshots import MemoryStore, SQLiteStore, TokenInfo
 from tarry.snapshots import sqlite as sqlite_module
 from tarry.snapshots.memory import _decode_batch, _encode_batch
 from tarry.snapshots.records import encode_event
-
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
-
-
-def at(seconds: float) -> dt.datetime:
-    return T0 + dt.timedelta(seconds=seconds)
-
-
-def rec(sid: str = "s1", **changes: Any) -> SessionRecord:
-    fields: dict[str, Any] = {
-        "flow": "f",
-        "status": "running",
-        "state": b"state",
-        "created_at": T0,
-        "updated_at": T0,
-    }
-    fields.update(changes)
-    return SessionRecord(session_id=sid, **fields)
 
 
 def ev(seq: int, sid: str = "s1", **data: Any) -> Event:
