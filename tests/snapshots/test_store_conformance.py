@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import pgserver
 import pytest
+import support
+from support import at
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import MemoryStore, SessionRecord, SessionStore, SQLiteStore, TokenInfo
@@ -30,7 +32,6 @@ STORES: dict[str, Callable[[Path], Any]] = {
     "postgres": lambda tmp_path: pgserver.scratch_store(),
 }
 
-T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
 THREADS = 8
 
 
@@ -44,20 +45,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         close()
 
 
-def at(seconds: float) -> dt.datetime:
-    return T0 + dt.timedelta(seconds=seconds)
-
-
 def rec(sid: str = "s1", **changes: Any) -> SessionRecord:
-    fields: dict[str, Any] = {
-        "flow": "f",
-        "status": "running",
-        "state": b"state of " + sid.encode(),
-        "created_at": T0,
-        "updated_at": T0,
-    }
-    fields.update(changes)
-    return SessionRecord(session_id=sid, **fields)
+    """A record whose state names its session, so a mix-up between sessions shows."""
+    return support.rec(sid, **{"state": b"state of " + sid.encode(), **changes})
 
 
 def ev(seq: int, sid: str = "s1") -> Event:
