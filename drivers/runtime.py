@@ -32,7 +32,7 @@ from tarry.engine.reducer import apply
 from tarry.engine.retry import Retry
 from tarry.engine.state import STATUSES, ErrorInfo, SessionState
 from tarry.engine.waits import PAUSE_KINDS
-from tarry.snapshots._codec import MAX_BLOB_BYTES, check
+from tarry.snapshots._codec import MAX_BLOB_BYTES
 from tarry.snapshots.records import SessionRecord, encode_state
 from tarry.snapshots.store import SessionStore
 
@@ -124,6 +124,7 @@ class Runtime:
                 f"tarry reads back (got {max_snapshot_bytes})"
             )
             raise InvalidArgument(msg)
+        #: The check of every value a session takes in: encodable and within max_value_bytes.
         self._check = value_check(self.max_value_bytes)
         #: Mints tokens and checks them (signed with `secret` when one is given).
         self.tokens = Tokens(secret)
@@ -172,12 +173,12 @@ class Runtime:
         asynchronous: bool,
     ) -> AwaitableOrValue[Outcome]:
         self.register(flow)
-        check(input, "input", self.max_value_bytes)
+        self._check(input, "input")
         if meta is not None:
             if not isinstance(meta, dict):
                 msg = f"meta must be a dict (got {describe(meta)})"
                 raise InvalidArgument(msg)
-            check(meta, "meta", self.max_value_bytes)
+            self._check(meta, "meta")
         if session_id is not None and not _valid_session_id(session_id):
             msg = (
                 f"session_id must be a non-empty str of at most {MAX_SESSION_ID} characters, "
@@ -321,7 +322,7 @@ class Runtime:
         if skip:
             if state.status != "failed" or state.error is None:
                 raise SessionNotResumable(record.session_id, state.status, "skip")
-            check(value, "skip output", self.max_value_bytes)
+            self._check(value, "skip output")
         elif failure is not None:
             if state.status != "paused":
                 raise SessionNotResumable(record.session_id, state.status, "time out")
@@ -333,7 +334,7 @@ class Runtime:
                 element = flow.find(pause.path)
                 if element is not None and hasattr(element, "accept"):
                     value = element.accept(value)  # InvalidResumeValue: nothing changed
-                check(value, "resume value", self.max_value_bytes)
+                self._check(value, "resume value")
         if failure is not None:
             specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True})]
         elif skip:
