@@ -17,7 +17,7 @@ ITEMS, RESULTS = "i", "r"
 
 
 class StoreLedger:
-    __slots__ = ("_store", "_sid", "_items", "_unwritten", "_results", "_keys")
+    __slots__ = ("_store", "_sid", "_items", "_unwritten", "_results")
 
     def __init__(self, store: SessionStore, session_id: str) -> None:
         self._store = store
@@ -25,13 +25,9 @@ class StoreLedger:
         self._items: dict[tuple[Any, ...], list[Any]] = {}  # known this run, by container path
         self._unwritten: list[tuple[Any, ...]] = []  # paths whose items are not written yet
         self._results: list[tuple[tuple[Any, ...], int, Any]] = []  # unwritten
-        self._keys: dict[tuple[Any, ...], str] = {}
 
     def _key(self, kind: str, path: tuple[Any, ...]) -> str:
-        base = self._keys.get(path)
-        if base is None:
-            base = self._keys[path] = path_key(path)
-        return kind + base
+        return kind + path_key(path)
 
     def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None:
         self._items[path] = items

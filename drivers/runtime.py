@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
 from tarry.engine.describe import describe
@@ -46,7 +45,16 @@ from .stores import open_store
 from .tokens import Tokens, looks_like_token
 from .views import SessionSummary, SessionView, state_of
 
-log = logging.getLogger("tarry")
+if TYPE_CHECKING:
+    import logging
+
+
+def _log() -> logging.Logger:
+    """The "tarry" logger; the logging module is loaded when something is first logged."""
+    import logging
+
+    return logging.getLogger("tarry")
+
 
 DURABILITY = ("pause", "step")
 #: Default bounds (bytes, encoded). Generous for real work, such as a ForEach whose 10,000
@@ -408,7 +416,7 @@ class Runtime:
         if token is None:
             return None
         if flow is None:
-            log.warning("resume_due: no flow %r registered for session %s", record.flow,
+            _log().warning("resume_due: no flow %r registered for session %s", record.flow,
                         record.session_id)
             return None
         state = state_of(record)
@@ -423,7 +431,7 @@ class Runtime:
             element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
             expire = getattr(element, "expire", None)
             if expire is None:
-                log.warning("resume_due: session %s waits at %s, which has no timeout in flow "
+                _log().warning("resume_due: session %s waits at %s, which has no timeout in flow "
                             "%r as registered", record.session_id, pause.path, record.flow)
                 return None
             expiry = expire()
@@ -487,7 +495,7 @@ class Runtime:
                 if _is_awaitable(value):
                     value = _settle(value)
             except Exception:
-                log.exception("adapter %r failed for session %s", adapter, sid)
+                _log().exception("adapter %r failed for session %s", adapter, sid)
                 return None
             if value is NOT_READY:
                 return None
@@ -496,7 +504,7 @@ class Runtime:
                     self._prepare(record.token, None, False, value=value, trigger="adapter")
                 )
             except (InvalidResumeValue, NotSerializable) as exc:
-                log.error("adapter %r gave session %s a value it refused: %s", adapter, sid, exc)
+                _log().error("adapter %r gave session %s a value it refused: %s", adapter, sid, exc)
                 return None
             except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
                 return None
@@ -520,7 +528,7 @@ class Runtime:
             sid = stale.session_id
             flow = self._flows.get(stale.flow)
             if flow is None:
-                log.warning("recover: no flow %r registered for session %s", stale.flow, sid)
+                _log().warning("recover: no flow %r registered for session %s", stale.flow, sid)
                 continue
             if not self.store.claim(sid, self.owner, until, now):
                 continue  # another worker got there first
@@ -674,7 +682,7 @@ class Runtime:
                 try:
                     callback(event)
                 except Exception:
-                    log.exception("tarry subscriber %r failed on event %s", callback, event.seq)
+                    _log().exception("tarry subscriber %r failed on event %s", callback, event.seq)
 
 
 def _check_position(flow: Flow, state: SessionState) -> None:

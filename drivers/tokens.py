@@ -1,7 +1,7 @@
 """Resume tokens: opaque, unguessable, single-use, and optionally signed.
 
 A store keeps one *key* per live token. Without a secret the token is the key itself: 256
-random bits from `secrets`, found in the store by an index lookup. With a secret
+random bits from `os.urandom` (what `secrets` uses), found in the store by an index lookup. With a secret
 (`Runtime(secret=...)`) the token is the key plus an HMAC-SHA256 of it, and the store keeps
 only the key. Whoever reads the store (a leaked backup, a read-only database role) then holds
 keys, not tokens, and cannot compute a token without the secret; a token whose signature does
@@ -11,9 +11,7 @@ not match is refused, compared in constant time, before the store is asked at al
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
-import secrets
+import os
 from collections.abc import Sequence
 
 from tarry.engine.errors import InvalidArgument
@@ -30,7 +28,9 @@ _DOMAIN = b"tarry resume token v1\x00"
 
 
 def new_token() -> str:
-    return PREFIX + secrets.token_urlsafe(NBYTES)
+    # secrets.token_urlsafe(NBYTES) without importing secrets (and random, hmac, hashlib with
+    # it) into every process that imports tarry.
+    return PREFIX + base64.urlsafe_b64encode(os.urandom(NBYTES)).rstrip(b"=").decode("ascii")
 
 
 def looks_like_token(value: object) -> bool:
@@ -81,6 +81,8 @@ class Tokens:
             return None
         # Check against every secret without stopping early, so the time taken does not tell
         # which secret (if any) matched.
+        import hmac  # signed tokens only
+
         good = False
         for secret in self._secrets:
             good |= hmac.compare_digest(_mac(secret, key), mac)
@@ -89,6 +91,9 @@ class Tokens:
 
 def _mac(secret: bytes, key: str) -> str:
     # surrogatepass: a key is ASCII when we made it; anything else still signs as itself.
+    import hashlib  # signed tokens only (imported once; later imports are a dict lookup)
+    import hmac
+
     data = _DOMAIN + key.encode("utf-8", "surrogatepass")
     digest = hmac.new(secret, data, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")

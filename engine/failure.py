@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback as tb
 from typing import Any
 
 from . import events as ev
@@ -44,7 +43,7 @@ def fail(
         path=path,
         retryable=not isinstance(exc, TarryError) if retryable is None else retryable,
         attempts=attempt,
-        traceback="".join(tb.format_exception(exc)),
+        traceback="".join(_format(exc)),
     )
     return record_failure(ex, error, metrics=metrics)
 
@@ -58,3 +57,9 @@ def record_failure(
         data["metrics"] = metrics
     ex.emit(ev.NODE_FAILED, error.path, data)
     return NodeFailure(error)
+
+
+def _format(exc: BaseException) -> list[str]:
+    import traceback  # only when a step fails: `import tarry` does not load it
+
+    return traceback.format_exception(exc)

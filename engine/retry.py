@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .errors import InvalidFlow
+
+if TYPE_CHECKING:
+    import random
 
 BACKOFFS = ("exponential", "linear", "fixed")
 
@@ -64,5 +66,9 @@ class Retry:
             base = self.initial * self.multiplier ** (failed_attempt - 1)
         base = min(base, self.max_delay)
         if self.jitter and base > 0:
-            return (rng or random).uniform(base / 2, base)
+            if rng is None:
+                import random  # only for jitter: `import tarry` does not load it
+
+                return random.uniform(base / 2, base)
+            return rng.uniform(base / 2, base)
         return base

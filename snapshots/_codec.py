@@ -3,8 +3,8 @@
 User values are plain msgpack types plus the types below, each under an ext code of its own.
 Records (attrs classes, dataclasses) and enums are stored under the name they were registered
 with and restored only if that name is registered here: nothing is pickled and nothing is
-imported by name. State records go through the one cattrs converter; `Any`-typed fields pass
-through it untouched so the ext types carry them.
+imported by name. State records have one wire form (wire.py), registered as their hooks in the
+one cattrs converter; `Any`-typed fields pass through untouched so the ext types carry them.
 
 Each ext value (tuple, set, record, ...) holds a msgpack document of its own, packed and
 unpacked by a nested msgpack call. msgpack's C code uses the C stack for that nesting, which
@@ -21,10 +21,10 @@ import datetime as dt
 import enum
 import functools
 import re
+import sys
 import threading
 import uuid
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -210,7 +210,7 @@ def _default(depth: int, obj: Any) -> Any:
         return msgpack.ExtType(EXT_TIMEDELTA, msgpack.packb([obj.days, obj.seconds, obj.microseconds]))
     if t is uuid.UUID:
         return msgpack.ExtType(EXT_UUID, obj.bytes)
-    if t is Decimal:
+    if t is _decimal_type():
         return msgpack.ExtType(EXT_DECIMAL, str(obj).encode())
     if isinstance(obj, dict):  # dict subclasses (OrderedDict, defaultdict...) are stored as dicts
         return dict(obj)
@@ -219,6 +219,13 @@ def _default(depth: int, obj: Any) -> Any:
             if isinstance(obj, base):
                 return base(obj)
     raise TypeError(obj)
+
+
+def _decimal_type() -> type | None:
+    """decimal.Decimal if the decimal module is loaded: no Decimal exists before it is, so
+    `import tarry` need not load it (a few ms) to recognise one."""
+    module = sys.modules.get("decimal")
+    return None if module is None else module.Decimal
 
 
 # One `default` per nesting depth, made once: packing passes no closure per call.
@@ -296,6 +303,8 @@ def _decode_other(depth: int, code: int, data: bytes) -> Any:
     if code == EXT_UUID:
         return uuid.UUID(bytes=data)
     if code == EXT_DECIMAL:
+        from decimal import Decimal
+
         return Decimal(data.decode("ascii"))
     msg = f"unknown ext code {code}"
     raise SnapshotError(msg)
@@ -512,9 +521,10 @@ def _identity(value: Any) -> Any:
 
 @functools.cache
 def converter() -> Any:
-    """The one converter, built (with all its hooks) on first use: importing cattrs and
-    building it is a fifth of `import tarry`, and a process that never saves a state (a CLI
-    listing sessions, a flow that never pauses in memory) never needs it."""
+    """The one converter, built (with all its hooks) on first use. Its hooks for the state
+    records are wire.py's functions, which `encode_state`/`decode_state` call directly:
+    importing cattrs and building the converter takes about 20 ms, and a process that starts
+    to resume one session (a CLI call, a worker) should not pay that to decode it."""
     from cattrs.preconf.msgpack import make_converter
 
     conv = make_converter()
@@ -522,7 +532,17 @@ def converter() -> Any:
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     conv.register_unstructure_hook(dt.datetime, _identity)
     conv.register_structure_hook(dt.datetime, lambda v, _: v)
+    # The state records' own hooks, written by hand (see wire.py).
+    from .wire import HOOKS
+
+    for cls, write, read in HOOKS:
+        conv.register_unstructure_hook(cls, write)
+        conv.register_structure_hook(cls, _reader(read))
     return conv
+
+
+def _reader(read: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    return lambda value, _cls: read(value)
 
 
 def pack_record(record: Any) -> bytes:

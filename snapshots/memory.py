@@ -14,7 +14,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.events import Event
 
 from ._codec import dumps
-from .records import SessionRecord, TokenInfo, _micros, decode_event
+from .records import SessionRecord, TokenInfo, decode_event, event_arrays
 
 _ENDED = frozenset({"completed", "failed", "cancelled"})
 
@@ -62,7 +62,7 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
     counted are the same as a durable store's.
     """
-    blob = dumps([[e.seq, e.type, _micros(e.at), list(e.path), e.data] for e in events])
+    blob = dumps(event_arrays(events))
     n = len(events)
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 

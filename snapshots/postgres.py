@@ -15,7 +15,7 @@ from tarry.engine.errors import ConcurrentUpdate, InvalidArgument, SessionExists
 from tarry.engine.events import Event
 
 from ._codec import dumps, loads
-from .records import SessionRecord, TokenInfo, decode_event, encode_event
+from .records import SessionRecord, TokenInfo, decode_event, encode_events
 
 try:
     import psycopg
@@ -311,7 +311,7 @@ class PostgresStore:
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
         sid = record.session_id
-        encoded = [encode_event(e) for e in events]
+        encoded = encode_events(events)
         try:
             with self._batch() as (conn, flush):
                 # The primary key decides, so two processes creating one id cannot both win.
@@ -345,7 +345,7 @@ class PostgresStore:
     ) -> int:
         sid = record.session_id
         row = _row(record, version=expected_version + 1)[1:]
-        encoded = [encode_event(e) for e in events]
+        encoded = encode_events(events)
         try:
             with self._batch() as (conn, flush):
                 # The UPDATE locks the row: of two racing savers the second waits, then finds
@@ -396,7 +396,7 @@ class PostgresStore:
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        encoded = [encode_event(e) for e in events]
+        encoded = encode_events(events)
         with self._pool.connection() as conn:
             if not events:  # still an error for an unknown session, as in the other stores
                 if not _exists(conn, session_id):
@@ -471,7 +471,7 @@ class PostgresStore:
         events: Sequence[Event] = (),
     ) -> bool:
         _check_batch(events)
-        encoded = [encode_event(e) for e in events]
+        encoded = encode_events(events)
         args = {
             "token": token,
             "owner": owner,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -11,7 +12,8 @@ from tarry.engine.errors import SnapshotError
 from tarry.engine.events import Event
 from tarry.engine.state import SessionState
 
-from ._codec import converter, dumps, loads
+from ._codec import dumps, loads
+from .wire import state_from_data, state_to_data
 
 FORMAT = "tarry.snapshot"
 VERSION = 1
@@ -64,7 +66,7 @@ def encode_state(state: SessionState, *, fingerprint: str = "", flow_version: An
         "v": VERSION,
         "session": state.session_id,
         "flow": {"name": state.flow, "fingerprint": fingerprint, "version": flow_version},
-        "state": converter().unstructure(state),
+        "state": state_to_data(state),
     }
     return dumps(envelope)
 
@@ -85,7 +87,7 @@ def decode_state(data: bytes) -> SessionState:
         envelope = _migrate(envelope, version)
         version += 1
     try:
-        return converter().structure(envelope["state"], SessionState)
+        return state_from_data(envelope["state"])
     except Exception as exc:
         msg = f"snapshot state is malformed ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc
@@ -123,6 +125,25 @@ def encode_event(event: Event) -> bytes:
     return dumps([event.seq, event.type, _micros(event.at), list(event.path), event.data])
 
 
+def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
+    """The arrays `encode_event` writes, for many events at once. The events of one step share
+    their time (see Execution.emit), so a time is converted once for the run of events that
+    carry it."""
+    arrays = []
+    last_at = micros = None
+    for event in events:
+        at = event.at
+        if at is not last_at:
+            last_at, micros = at, _micros(at)
+        arrays.append([event.seq, event.type, micros, list(event.path), event.data])
+    return arrays
+
+
+def encode_events(events: Sequence[Event]) -> list[bytes]:
+    """`encode_event` of each event, each time converted once."""
+    return [dumps(fields) for fields in event_arrays(events)]
+
+
 def decode_event(data: bytes, session_id: str) -> Event:
     """The event `encode_event` wrote; SnapshotError for anything else."""
     fields = loads(data)
@@ -150,6 +171,8 @@ def decode_event(data: bytes, session_id: str) -> Event:
     return Event(seq, type_, session_id, at, tuple(path), payload)
 
 
+@functools.lru_cache(maxsize=4096)
 def path_key(path: tuple[Any, ...]) -> str:
-    """A container path as a store key (names and indexes, unambiguous)."""
+    """A container path as a store key (names and indexes, unambiguous). Remembered for the
+    paths last asked for: a resume asks again for the keys of the loop it continues."""
     return dumps(path).hex()

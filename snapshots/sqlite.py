@@ -15,7 +15,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
 from ._codec import dumps, loads
-from .records import _EPOCH, SessionRecord, TokenInfo, _micros, decode_event, encode_event
+from .records import _EPOCH, SessionRecord, TokenInfo, _micros, decode_event, encode_events
 
 SCHEMA_VERSION = 1
 
@@ -241,7 +241,7 @@ class SQLiteStore:
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
         row = _row(record, version=0)
-        encoded = _encode(events)
+        encoded = encode_events(events)
         _check_run(record.session_id, events, after=0)
         with self._write as db:
             # The primary key decides, so two processes creating one id cannot both win.
@@ -275,7 +275,7 @@ class SQLiteStore:
     ) -> int:
         sid = record.session_id
         row = _row(record, version=expected_version + 1)
-        encoded = _encode(events)
+        encoded = encode_events(events)
         prev = _prev(sid, events)
         args = (*row, expected_version, prev)
         with self._write as db:
@@ -331,7 +331,7 @@ class SQLiteStore:
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        encoded = _encode(events)
+        encoded = encode_events(events)
         prev = _prev(session_id, events)
         if prev is None:
             return
@@ -415,7 +415,7 @@ class SQLiteStore:
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
     ) -> bool:
-        encoded = _encode(events)
+        encoded = encode_events(events)
         prev = _prev(None, events)
         with self._write as db:
             # Of any number of racing processes, exactly one sees used = 0 (the write lock
@@ -536,10 +536,6 @@ def _put_values_if_session(rows: int) -> str:
         f"SELECT ?1, column1, column2, column3 FROM (VALUES {values}) "
         "WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)"
     )
-
-
-def _encode(events: Sequence[Event]) -> builtins.list[bytes]:
-    return [encode_event(e) for e in events]
 
 
 def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> None:

@@ -82,12 +82,24 @@ def test_errors_are_tarry_errors() -> None:
 
 
 def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
-    """`import tarry` stays quick: the stores, cattrs and the JSON form load on first use."""
+    """`import tarry` stays quick: the stores, cattrs and the JSON form load on first use, and
+    what only some runs need (logging, jitter, tracebacks, signed tokens, decimals) too."""
     heavy = ["cattrs", "sqlite3", "json", "socket", "asyncio", "tarry.snapshots.memory",
-             "tarry.snapshots.sqlite", "tarry.drivers.jsonable", "psycopg"]
+             "tarry.snapshots.sqlite", "tarry.drivers.jsonable", "psycopg", "logging", "random",
+             "traceback", "hmac", "secrets", "decimal"]
     code = f"import sys, tarry; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+    # A process that only resumes a session decodes its snapshot without cattrs.
+    code = (
+        "import sys, tarry\n"
+        "rt = tarry.Runtime()\n"
+        "out = rt.run(tarry.Flow('f', [tarry.Gate('g')]))\n"
+        "rt.resume(out.token, True)\n"
+        "print('cattrs' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
     code = "import tarry; print(tarry.export_events.__module__, tarry.snapshots.SQLiteStore)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "tarry.drivers.jsonable" in done.stdout and "SQLiteStore" in done.stdout

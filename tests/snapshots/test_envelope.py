@@ -30,6 +30,7 @@ from tarry.snapshots.records import (
     decode_event,
     decode_state,
     encode_event,
+    encode_events,
     encode_state,
     path_key,
 )
@@ -450,6 +451,24 @@ def test_any_event_round_trips(
     back = decode_event(encode_event(event), "s")
     assert back == event
     assert back.at.utcoffset() == dt.timedelta(0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(EVENT_TYPES)), event_times, paths, st.booleans()),
+        max_size=6,
+    )
+)
+def test_events_encoded_together_are_each_what_encode_event_writes(
+    specs: list[tuple[str, dt.datetime, tuple, bool]],
+) -> None:
+    # runs of events sharing one time object (as a step's do) and times that only compare equal
+    events, at = [], None
+    for seq, (type_, when, path, same) in enumerate(specs, start=1):
+        at = at if same and at is not None else when
+        events.append(Event(seq, type_, "s", at, path, {"n": seq}))
+    assert encode_events(events) == [encode_event(e) for e in events]
 
 
 @settings(max_examples=200, deadline=1000)
