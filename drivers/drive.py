@@ -278,6 +278,8 @@ class Drive:
         record.version = self.rt.store.save(record, rec.version, events=events, values=values)
         self.flushed = len(self.ex.log)
         self.record = record
+        if token is not None:  # to be resumed: keep the state to skip decoding it then
+            self.rt._states.keep(blob, state)
         return token
 
     def _encode(self) -> bytes:

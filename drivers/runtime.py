@@ -40,6 +40,7 @@ from .clock import Clock, SystemClock
 from .drive import Drive, fold, value_check
 from .outcome import Outcome, outcome_of
 from .pump import AwaitableOrValue
+from .statecache import StateCache
 from .stats import Stats, compute_stats
 from .stores import open_store
 from .tokens import Tokens, looks_like_token
@@ -144,6 +145,8 @@ class Runtime:
         # lookup is atomic under the GIL; writes take the lock).
         self._aborts: dict[str, bool] = {}
         self._running: set[str] = set()
+        #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
+        self._states = StateCache()
         self._subscribers: list[tuple[Callable[[Event], Any], str | None]] = []
 
     # -- flows ---------------------------------------------------------------------------------
@@ -322,7 +325,7 @@ class Runtime:
         record = self.store.load(info.session_id)
         if record is None:
             raise UnknownToken()
-        state = state_of(record)
+        state = self._state_of(record)
         flow = self._flow_for(record, flow, allow_changed, state)
         meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
         if state.pause is not None:
@@ -363,10 +366,16 @@ class Runtime:
         # recorded, so a crash from here on leaves a session that recover() can continue.
         if not self.store.consume_token(key, owner=self.owner, until=until, events=events):
             raise TokenAlreadyUsed(record.session_id)
+        self._states.drop(record.state)
         if failure is not None:
             self._announce(events)
             return Drive(self, flow, record, state, meta=meta).fail_now(failure)
         return self._start(flow, record, state, events, asynchronous=asynchronous, meta=meta)
+
+    def _state_of(self, record: SessionRecord) -> SessionState:
+        """The state `record` holds: the one this runtime kept when it wrote that very snapshot,
+        else decoded (see statecache.py). Nobody may change it."""
+        return self._states.get(record.state) or state_of(record)
 
     def _flow_for(
         self, record: SessionRecord, flow: Flow | None, allow_changed: bool, state: SessionState
@@ -419,7 +428,7 @@ class Runtime:
             _log().warning("resume_due: no flow %r registered for session %s", record.flow,
                         record.session_id)
             return None
-        state = state_of(record)
+        state = self._state_of(record)
         pause = state.pause
         if state.status != "paused" or pause is None:
             return None
@@ -474,7 +483,7 @@ class Runtime:
                 return [r for r in rows if r.token is not None]
 
     def _ask(self, record: SessionRecord) -> Outcome | None:
-        state = state_of(record)
+        state = self._state_of(record)
         pause = state.pause
         if pause is None or state.status != "paused" or record.flow not in self._flows:
             return None
@@ -603,7 +612,8 @@ class Runtime:
             if key is not None:
                 raise TokenAlreadyUsed(sid)
             raise SessionNotResumable(sid, "running", "cancel")
-        state = state_of(record)
+        state = self._state_of(record)
+        self._states.drop(record.state)
         event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, self.clock.now(), (), {})
         state = apply(state, event)
         self._notify(event)

@@ -37,8 +37,8 @@ def _go_on(path: tuple[Any, ...]) -> bool:
 class Execution:
     """The live side of a session while its generator tree runs.
 
-    It owns `state`: the reducer updates the live state in place, so the state handed in must
-    be one nobody else reads afterwards (the driver builds it for this run).
+    It owns its `state`: a copy of the state handed in (see `reducer.own`), which the reducer
+    updates in place. The state handed in is never changed.
     """
 
     __slots__ = (
@@ -67,7 +67,7 @@ class Execution:
         self.log: list[Event] = []
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
-            frame.path: frame for frame in state.container_stack
+            frame.path: frame for frame in self.state.container_stack
         }
         self.ledger = ledger
         #: check(value, where) raises NotSerializable unless the codec can encode `value`;

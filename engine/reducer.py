@@ -42,11 +42,27 @@ def _fields_of_its_own(inst: Any) -> Any:
 
 
 def own(state: SessionState) -> SessionState:
-    """Make `state` the live state of a run, to be changed in place by `apply(..., owned=True)`:
-    nobody else may read it afterwards. Costs O(depth of the container stack)."""
-    for frame in state.container_stack:
-        _fields_of_its_own(frame)
-    return _fields_of_its_own(state)
+    """A copy of `state` for a run to change in place (`apply(..., owned=True)`): its frames and
+    the dicts the reducer writes into (outputs, `ctx.state`, metrics, each frame's outputs) are
+    its own, so `state` itself is never changed and may be shared (the driver keeps the state
+    of the snapshot it wrote, for the next resume). Costs O(depth of the container stack plus
+    the entries of those dicts): what decoding the snapshot costs, far less."""
+    fields = dict(state.__dict__)
+    fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"]))
+    fields["outputs"] = dict(fields["outputs"])
+    fields["shared"] = dict(fields["shared"])
+    fields["metrics"] = dict(fields["metrics"])
+    live = _new(SessionState)
+    _set_fields(live, "__dict__", fields)
+    return live
+
+
+def _own_frame(frame: ContainerFrame) -> ContainerFrame:
+    fields = dict(frame.__dict__)
+    fields["child_outputs"] = dict(fields["child_outputs"])
+    copy = _new(ContainerFrame)
+    _set_fields(copy, "__dict__", fields)
+    return copy
 
 
 def _top(fields: Fields, owned: bool) -> Fields:

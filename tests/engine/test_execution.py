@@ -86,13 +86,17 @@ def test_the_live_state_is_the_fold_of_its_events() -> None:
     assert derive_state(ex.log, SessionState("s", flow="all")) == ex.state
 
 
-def test_the_live_state_is_changed_in_place() -> None:
+def test_the_live_state_is_a_copy_changed_in_place() -> None:
     initial = SessionState("s", flow="chain")
     ex = Execution(initial, now=Clock().now, ledger=Ledger())
+    live = ex.state
     ex.emit("node.started", ("x",), {"kind": "step"})
-    assert ex.state is initial and initial.last_seq == 1
+    ex.emit("node.completed", ("x",), {"output": 1})
+    assert ex.state is live and live.last_seq == 2 and live.outputs == {"x": 1}
+    # the state handed in is untouched (the driver may keep it for the next resume)
+    assert initial == SessionState("s", flow="chain")
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        initial.last_seq = 5  # still frozen to everyone else
+        live.last_seq = 5  # still frozen to everyone else
 
 
 def test_a_step_reads_the_clock_once() -> None:

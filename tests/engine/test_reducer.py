@@ -129,8 +129,13 @@ def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> N
     for events in (FOREACH_PAUSED, BRANCH_AND_GRAPH):
         for cut in range(len(events)):
             # A live run that starts from a restored state (the pure fold of the first events).
-            live = own(derive_state(events[:cut])) if cut else own(SessionState("s"))
+            restored = derive_state(events[:cut]) if cut else SessionState("s")
+            before = copy.deepcopy(restored)
+            live = own(restored)
             start = live
             for event in events[cut:]:
                 live = apply(live, event, True)
             assert live is start and live == derive_state(events)
+            # The state it was made from is untouched: the driver may keep and reuse it.
+            assert restored == before
+            assert all(a == b for a, b in zip(restored.container_stack, before.container_stack))

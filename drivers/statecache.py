@@ -1,0 +1,102 @@
+"""The states of the snapshots a Runtime last wrote, kept so that resuming them skips decoding.
+
+A session resumed by the Runtime that paused it (a harness that runs and resumes in one
+process, a server handling the decision of a session it started) would decode the snapshot
+it has just encoded; decoding is a fifth of a round trip in memory. The Runtime keeps the state
+it wrote, keyed by the snapshot's very bytes, and a resume that loads those bytes from the
+store takes the state instead. Any other bytes (another process wrote the session since, the
+store holds something else) miss, and the snapshot is decoded as always.
+
+What a resume gets must not depend on whether the state was kept or decoded, so a state is
+kept only when every value a resumed run can read decodes as itself: None, bools, numbers,
+text, bytes, and tuples and frozensets of them (a datetime too, unless its zone is one that
+only a fixed-offset `timezone` stands for after decoding), and metric totals that are floats
+already. A state holding a list or a dict a step returned is not kept: its caller may still
+hold that value and change it before the resume, and the snapshot holds it as it was. (The
+pause's payload is not looked at: a resume clears the pause without reading it.) The run
+changes a copy of the state (`reducer.own`), never the kept one.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+from tarry.engine.state import SessionState
+
+#: States kept at most, and the largest snapshot kept (bigger ones are decoded as always).
+MAX_ENTRIES = 256
+MAX_SNAPSHOT = 64 * 1024
+
+_ATOMS = frozenset({type(None), bool, int, float, str, bytes})
+
+
+class StateCache:
+    __slots__ = ("_states", "_lock", "max_entries", "max_snapshot")
+
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_snapshot: int = MAX_SNAPSHOT) -> None:
+        self._states: dict[bytes, SessionState] = {}
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+        self.max_snapshot = max_snapshot
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def keep(self, snapshot: bytes, state: SessionState) -> None:
+        """Keep `state`, which `snapshot` encodes, if every value in it decodes as itself."""
+        if len(snapshot) > self.max_snapshot or not _decodes_as_itself(state):
+            return
+        with self._lock:
+            states = self._states
+            if len(states) >= self.max_entries:
+                del states[next(iter(states))]  # the oldest
+            states[snapshot] = state
+
+    def get(self, snapshot: bytes) -> SessionState | None:
+        """The state `snapshot` encodes, if kept. Nobody may change it (see `reducer.own`)."""
+        return self._states.get(snapshot)
+
+    def drop(self, snapshot: bytes) -> None:
+        """Forget `snapshot`: its token was used, so it will not be resumed again."""
+        with self._lock:
+            self._states.pop(snapshot, None)
+
+
+def _same(value: Any) -> bool:
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if kind is tuple or kind is frozenset:
+        return all(map(_same, value))
+    if kind is datetime:
+        zone = value.tzinfo
+        return zone is None or type(zone) is timezone
+    return False
+
+
+def _all_same(values: Any) -> bool:
+    return all(map(_same, values))
+
+
+def _decodes_as_itself(state: SessionState) -> bool:
+    f = state.__dict__
+    if not (
+        _same(f["input"])
+        and _same(f["output"])
+        and _all_same(f["outputs"].values())
+        and _all_same(f["shared"].values())
+        and _all_same(f["resume_values"])
+        and all(type(total) is float for total in f["metrics"].values())  # read back as floats
+    ):
+        return False
+    for frame in f["container_stack"]:
+        g = frame.__dict__
+        if not (
+            _same(g["selected"]) and _same(g["last_output"]) and _all_same(g["child_outputs"].values())
+        ):
+            return False
+    pause = f["pause"]
+    # Its times decide when a timer resumes; its payload is never read again.
+    return pause is None or (_same(pause.wake_at) and _same(pause.expires_at))
