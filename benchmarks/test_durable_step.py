@@ -24,7 +24,7 @@ def test_tarry_durable_chain(benchmark, sizes: Sizes, tmp_path: Path) -> None:
     label(benchmark, "durable_chain", "tarry", per=sizes.steps)
     store = SQLiteStore(tmp_path / "tarry.db")
     rt, flow = Runtime(store=store, durability="step"), bench_tarry.chain(sizes.steps)
-    out = benchmark.pedantic(rt.run, (flow,), rounds=10 if sizes.full else 1, warmup_rounds=1)
+    out = benchmark.pedantic(rt.run, (flow,), rounds=30 if sizes.full else 1, warmup_rounds=1)
     assert out.ok
 
 

@@ -76,6 +76,10 @@ def fold(
     return state, events
 
 
+def _stopped(path: tuple[Any, ...]) -> bool:
+    return True  # a checkpoint after the drive ended (none should come) stops
+
+
 class Drive:
     """Owns the Execution of one session while its generator tree runs in this process."""
 
@@ -135,8 +139,17 @@ class Drive:
 
             return drive(gen, self._finish, backoff, asleep, self.asynchronous)
         except BaseException:
-            self.rt._ended(self.ex.session_id)
+            self._ended()
             raise
+
+    def _ended(self) -> None:
+        # An abort that arrived too late to stop this drive must not stop the next one.
+        self.rt._ended(self.ex.session_id)
+        # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
+        # reference cycle, which would keep the run's whole event log alive until the cyclic
+        # garbage collector found it (and make that collector's full passes ever longer).
+        # Cut it, so the log is freed as soon as the outcome is built.
+        self.ex.stop = _stopped
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
@@ -192,7 +205,7 @@ class Drive:
         kind, value = result
         token: str | None = None
         if self.lost:  # another worker owns the session now: write nothing
-            self.rt._ended(sid)
+            self._ended()
             return Outcome(ERROR, sid, error=LEASE_LOST)
         try:
             if kind == DONE:
@@ -215,8 +228,7 @@ class Drive:
                 token = self.rt.tokens.new_key()
             token = self._write(token)
         finally:
-            # An abort that arrived too late to stop this drive must not stop the next one.
-            self.rt._ended(sid)
+            self._ended()
         public = None if token is None else self.rt.tokens.token(token)  # token: the store key
         return outcome_of(ex.state, public, self.meta)
 
