@@ -56,6 +56,14 @@ def value_check(limit: int) -> Callable[[Any, Any], None]:
 
 _OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
 
+#: With durability="pause", a drive still writes its events (and the values they refer to) once
+#: this many are unwritten, at the next checkpoint after a step completed. A long run then holds
+#: a bounded log in memory instead of every event since it started, and its events die young:
+#: a log that lived as long as the run filled the cyclic collector's oldest generation, whose
+#: full passes over a large heap (one that has imported a big framework) cost more than the
+#: steps themselves.
+FLUSH_EVENTS = 256
+
 LEASE_LOST = ErrorInfo(
     type="lease_lost",
     message="another worker took over this session after its lease expired; this run stopped",
@@ -84,7 +92,7 @@ class Drive:
     """Owns the Execution of one session while its generator tree runs in this process."""
 
     __slots__ = (
-        "rt", "flow", "record", "ex", "ledger", "flushed", "step_durable", "aborts",
+        "rt", "flow", "record", "ex", "ledger", "flush_at", "aborts",
         "renew_at", "lost", "asynchronous", "meta",
     )
 
@@ -112,8 +120,8 @@ class Drive:
             listener=listener,
             retry=rt.retry,
         )
-        self.flushed = 0  # how many of ex.log are written
-        self.step_durable = rt.durability == "step"
+        # ex.log holds the events not written yet; they are written once this many are.
+        self.flush_at = 1 if rt.durability == "step" else FLUSH_EVENTS
         self.aborts = rt._aborts
         # The lease is renewed at the first checkpoint after a third of it has passed; the
         # monotonic clock makes that check cheap enough for every checkpoint.
@@ -160,17 +168,17 @@ class Drive:
 
     def _on_checkpoint(self, path: tuple[Any, ...]) -> bool:
         """Asked by the engine before every iteration and child (`Execution.stop`): stop if an
-        abort was requested or the lease is lost; with durability="step", write."""
+        abort was requested or the lease is lost. Writes the unwritten events after every step
+        with durability="step", and once FLUSH_EVENTS are unwritten otherwise."""
         if self.aborts and self.ex.session_id in self.aborts:
             return True
         if self.lost:
             return True
-        if self.step_durable:
-            log = self.ex.log
-            # Write when something completed since the last write; an iteration or container
-            # that only started waits for its first step, so an item costs one commit, not two.
-            if len(log) > self.flushed and log[-1].type not in _OPENINGS:
-                self._flush_steps()
+        log = self.ex.log
+        # Only when something completed since the last write: an iteration or container that
+        # only started waits for its first step, so an item costs one commit, not two.
+        if len(log) >= self.flush_at and log[-1].type not in _OPENINGS:
+            self._flush_steps()
         if time.monotonic() >= self.renew_at:
             return not self._renew()
         return False
@@ -194,8 +202,8 @@ class Drive:
         values = self.ledger.take()
         if values:
             store.put_values(sid, values)
-        store.append_events(sid, self.ex.log[self.flushed :])
-        self.flushed = len(self.ex.log)
+        store.append_events(sid, self.ex.log)
+        self.ex.log = []
         self.ex.at = None  # the write took its time: the next event reads the clock
 
     # -- ending ----------------------------------------------------------------------------
@@ -286,9 +294,8 @@ class Drive:
             meta=rec.meta,
         )
         values = [] if state.status == "completed" else self.ledger.take()
-        events = self.ex.log[self.flushed :]
+        events, self.ex.log = self.ex.log, []
         record.version = self.rt.store.save(record, rec.version, events=events, values=values)
-        self.flushed = len(self.ex.log)
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then
             self.rt._states.keep(blob, state)

@@ -1,8 +1,9 @@
 """The ledger: a ForEach's items and results, kept out of the state and out of line in the store.
 
 Nothing is encoded on the step path: items and results wait in memory and are encoded when the
-session is written (a pause, the end of a run, or a step flush with `durability="step"`). A run
-that completes without pausing never encodes them at all: they are only needed to resume.
+session is written (a pause, a step flush with `durability="step"`, or the write of a long run's
+events every `drive.FLUSH_EVENTS`). A short run that completes without pausing never encodes
+them at all: they are only needed to resume.
 """
 
 from __future__ import annotations

@@ -126,3 +126,30 @@ def test_a_live_run_renews_its_lease_and_is_never_taken_over(tmp_path) -> None:
         thief.join(5)
     assert out.ok and out.output == list(range(12))
     assert stolen == [] and ran == list(range(12))
+
+
+def test_a_long_pause_durability_run_recovers_from_its_last_event_write(store) -> None:
+    """With durability="pause", a long run writes its events every FLUSH_EVENTS: a crash then
+    loses only what ran since the last of those writes."""
+    from tarry.drivers.drive import FLUSH_EVENTS
+
+    clock = ManualClock()
+    n = FLUSH_EVENTS  # four events an item: the first writes happen within the first quarter
+    ran: list[int] = []
+
+    def work(ctx):
+        ran.append(ctx.item)
+        if ctx.item == n - 1 and ran.count(ctx.item) == 1:
+            raise Crash
+        return ctx.item
+
+    flow = Flow("long", [ForEach("items", list(range(n)), work), lambda ctx: sum(ctx.prev)])
+    with pytest.raises(Crash):
+        Runtime(store=store, clock=clock).run(flow)
+    written = [e for e in store.events(store.list()[0].session_id) if e.type == "node.completed"]
+    assert len(written) >= n // 2  # written while it ran, though it never paused
+    clock.advance(60)
+    [out] = Runtime(store=store, clock=clock, flows=[flow]).recover()
+    assert out.ok and out.output == sum(range(n))
+    again = ran[n:]  # what the recovery ran: from the last write on, never anything before it
+    assert again == list(range(again[0], n)) and len(again) <= FLUSH_EVENTS // 4 + 1
