@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from tarry.engine import reducer
 from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState
 
 _new = object.__new__
@@ -81,14 +82,9 @@ def pause_to_data(pause: PauseState) -> Data:
 
 
 def error_to_data(error: ErrorInfo) -> Data:
-    return {
-        "type": error.type,
-        "message": error.message,
-        "path": list(error.path),
-        "retryable": error.retryable,
-        "attempts": error.attempts,
-        "traceback": error.traceback,
-    }
+    data = reducer.error_to_data(error)  # the form events carry, with the path as a tuple
+    data["path"] = list(error.path)
+    return data
 
 
 # --- reading -------------------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def test_every_resume_path_reports_the_pause_kind() -> None:
     assert rt.resume(human.token, True).meta["pause_kind"] == "human"
     external = rt.run(Flow("e", [Wait("w")]))
     assert rt.resume(external.token, 1).meta["pause_kind"] == "external"
-    system = rt.run(Flow("s", [Sleep("s", 1)]))
+    assert rt.run(Flow("s", [Sleep("s", 1)])).pause.kind == "system"
     clock.advance(1)
     assert rt.resume_due()[0].meta["pause_kind"] == "system"
     # A resume that pauses again names the new pause's kind, and the kind it resumed.

@@ -18,7 +18,17 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tarry import (
-    Branch, Flow, ForEach, Gate, Graph, Loop, ManualClock, Retry, Route, Runtime, step,
+    Branch,
+    Flow,
+    ForEach,
+    Gate,
+    Graph,
+    Loop,
+    ManualClock,
+    Retry,
+    Route,
+    Runtime,
+    step,
 )
 from tarry.drivers.statecache import StateCache
 

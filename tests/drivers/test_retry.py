@@ -9,6 +9,7 @@ import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
+
 import pytest
 import tarry
 from tarry import Flow, ManualClock, Retry, Runtime, step

@@ -186,7 +186,7 @@ def test_a_timer_resume_uses_the_kept_state_too(decodes) -> None:
     clock = ManualClock()
     rt = Runtime(clock=clock)
     flow = rt.register(Flow("nap", [Sleep("nap", seconds=60), step(lambda ctx: "up", "after")]))
-    out = rt.run(flow)
+    assert rt.run(flow).paused
     clock.advance(61)
     [done] = rt.resume_due()
     assert done.output == "up"

@@ -199,7 +199,7 @@ def test_wait_timeout_fails_with_wait_timeout(rt: Runtime, clock: ManualClock) -
 def test_wait_timeout_with_a_default_value(rt: Runtime, clock: ManualClock) -> None:
     flow = Flow("f", [Wait("batch", timeout=120, on_timeout={"results": []}),
                       lambda ctx: ctx.prev])
-    out = rt.run(flow)
+    assert rt.run(flow).paused
     clock.advance(121)
     [done] = rt.resume_due()
     assert done.ok and done.output == {"results": []}

@@ -138,4 +138,4 @@ def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> N
             assert live is start and live == derive_state(events)
             # The state it was made from is untouched: the driver may keep and reuse it.
             assert restored == before
-            assert all(a == b for a, b in zip(restored.container_stack, before.container_stack))
+            assert all(a == b for a, b in zip(restored.container_stack, before.container_stack, strict=True))
