@@ -425,8 +425,9 @@ class Runtime:
         if token is None:
             return None
         if flow is None:
-            _log().warning("resume_due: no flow %r registered for session %s", record.flow,
-                        record.session_id)
+            _log().warning(
+                "resume_due: no flow %r registered for session %s", record.flow, record.session_id
+            )
             return None
         state = self._state_of(record)
         pause = state.pause
@@ -440,8 +441,10 @@ class Runtime:
             element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
             expire = getattr(element, "expire", None)
             if expire is None:
-                _log().warning("resume_due: session %s waits at %s, which has no timeout in flow "
-                            "%r as registered", record.session_id, pause.path, record.flow)
+                _log().warning(
+                    "resume_due: session %s waits at %s, which has no timeout in flow %r as "
+                    "registered", record.session_id, pause.path, record.flow,
+                )
                 return None
             expiry = expire()
             if expiry.error is None:

@@ -1,11 +1,12 @@
 """Resume tokens: opaque, unguessable, single-use, and optionally signed.
 
 A store keeps one *key* per live token. Without a secret the token is the key itself: 256
-random bits from `os.urandom` (what `secrets` uses), found in the store by an index lookup. With a secret
-(`Runtime(secret=...)`) the token is the key plus an HMAC-SHA256 of it, and the store keeps
-only the key. Whoever reads the store (a leaked backup, a read-only database role) then holds
-keys, not tokens, and cannot compute a token without the secret; a token whose signature does
-not match is refused, compared in constant time, before the store is asked at all.
+random bits from `os.urandom` (what `secrets` uses), found in the store by an index lookup.
+With a secret (`Runtime(secret=...)`) the token is the key plus an HMAC-SHA256 of it, and the
+store keeps only the key. Whoever reads the store (a leaked backup, a read-only database role)
+then holds keys, not tokens, and cannot compute a token without the secret; a token whose
+signature does not match is refused, compared in constant time, before the store is asked at
+all.
 """
 
 from __future__ import annotations

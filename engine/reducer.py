@@ -14,7 +14,14 @@ from typing import Any
 
 from . import events as ev
 from .events import Event
-from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, SessionState
+from .state import (
+    CONTAINER_KINDS,
+    ContainerFrame,
+    ErrorInfo,
+    PauseState,
+    SessionState,
+    from_fields,
+)
 
 # The records are frozen to everyone else. The reducer writes their fields through `__dict__`
 # (they keep their fields in one, see engine/state.py): on a copy it just made, or, when its
@@ -24,21 +31,12 @@ from .state import CONTAINER_KINDS, ContainerFrame, ErrorInfo, PauseState, Sessi
 # The dict that attrs' `__init__` leaves shares its keys with the class, and CPython 3.11
 # reads attributes from such a dict through its slow generic lookup, ten times the cost.
 
-_new = object.__new__
-_set_fields = object.__setattr__
 Fields = dict[str, Any]
 
 
 def _copy(inst: Any) -> Any:
     """A shallow copy of a record (SessionState, ContainerFrame): one C-level dict copy."""
-    new = _new(type(inst))
-    _set_fields(new, "__dict__", dict(inst.__dict__))
-    return new
-
-
-def _fields_of_its_own(inst: Any) -> Any:
-    _set_fields(inst, "__dict__", dict(inst.__dict__))
-    return inst
+    return from_fields(type(inst), dict(inst.__dict__))
 
 
 def own(state: SessionState) -> SessionState:
@@ -47,21 +45,18 @@ def own(state: SessionState) -> SessionState:
     its own, so `state` itself is never changed and may be shared (the driver keeps the state
     of the snapshot it wrote, for the next resume). Costs O(depth of the container stack plus
     the entries of those dicts): what decoding the snapshot costs, far less."""
-    fields = dict(state.__dict__)
+    live = _copy(state)
+    fields = live.__dict__
     fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"]))
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])
-    live = _new(SessionState)
-    _set_fields(live, "__dict__", fields)
     return live
 
 
 def _own_frame(frame: ContainerFrame) -> ContainerFrame:
-    fields = dict(frame.__dict__)
-    fields["child_outputs"] = dict(fields["child_outputs"])
-    copy = _new(ContainerFrame)
-    _set_fields(copy, "__dict__", fields)
+    copy = _copy(frame)
+    copy.__dict__["child_outputs"] = dict(frame.child_outputs)
     return copy
 
 
@@ -135,7 +130,7 @@ def _node_started(fields: Fields, event: Event, owned: bool) -> None:
     if kind in CONTAINER_KINDS:
         path = event.path
         frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=event.data.get("size"))
-        fields["container_stack"] = fields["container_stack"] + (_fields_of_its_own(frame),)
+        fields["container_stack"] = fields["container_stack"] + (_copy(frame),)
 
 
 def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:

@@ -121,14 +121,14 @@ def _micros(at: dt.datetime) -> int:
 
 def encode_event(event: Event) -> bytes:
     """An event as a compact msgpack array: [seq, type, at (µs since epoch, UTC), path, data]."""
-    # The path as a plain array (decoded back to a tuple): no nested ext document per event.
-    return dumps([event.seq, event.type, _micros(event.at), list(event.path), event.data])
+    return encode_events((event,))[0]
 
 
 def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
-    """The arrays `encode_event` writes, for many events at once. The events of one step share
-    their time (see Execution.emit), so a time is converted once for the run of events that
-    carry it."""
+    """Each event as the array `encode_event` writes: [seq, type, at, path, data]. The path is a
+    plain array (decoded back to a tuple): no nested ext document per event. The events of one
+    step share their time (see Execution.emit), so a time is converted once for the run of
+    events that carry it."""
     arrays = []
     last_at = micros = None
     for event in events:

@@ -499,11 +499,18 @@ ORDER BY lease_until, session_id LIMIT ?
 """
 
 
+def _triples(rows: int, first: int, lead: str = "") -> str:
+    """`rows` VALUES tuples of three numbered parameters each, from ?`first` on, each after
+    `lead`: `_triples(2, 2, "?1, ")` is "(?1, ?2, ?3, ?4), (?1, ?5, ?6, ?7)"."""
+    return ", ".join(
+        f"({lead}?{first + 3 * i}, ?{first + 3 * i + 1}, ?{first + 3 * i + 2})" for i in range(rows)
+    )
+
+
 @cache
 def _insert_events(rows: int) -> str:
     """Insert `rows` events of one session: the session id, then (seq, type, blob) per row."""
-    values = ", ".join(f"(?1, ?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(rows))
-    return f"INSERT INTO events (session_id, seq, type, blob) VALUES {values}"
+    return f"INSERT INTO events (session_id, seq, type, blob) VALUES {_triples(rows, 2, '?1, ')}"
 
 
 @cache
@@ -512,10 +519,9 @@ def _append_events(rows: int) -> str:
     event, then (seq, type, blob) per row. (Reading `events` in an INSERT into `events` makes
     SQLite stage the rows in a temporary table: inside a transaction, a SELECT and a plain
     INSERT cost less.)"""
-    values = ", ".join(f"(?{3 * i + 3}, ?{3 * i + 4}, ?{3 * i + 5})" for i in range(rows))
     return (
         "INSERT INTO events (session_id, seq, type, blob) "
-        f"SELECT ?1, column1, column2, column3 FROM (VALUES {values}) "
+        f"SELECT ?1, column1, column2, column3 FROM (VALUES {_triples(rows, 3)}) "
         f"WHERE EXISTS ({_FOLLOWS})"
     )
 
@@ -523,17 +529,18 @@ def _append_events(rows: int) -> str:
 @cache
 def _put_values(rows: int) -> str:
     """Put `rows` values of a session that exists: the session id, then (key, idx, blob)."""
-    values = ", ".join(f"(?1, ?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(rows))
-    return f"INSERT OR REPLACE INTO vals (session_id, key, idx, blob) VALUES {values}"
+    return (
+        "INSERT OR REPLACE INTO vals (session_id, key, idx, blob) "
+        f"VALUES {_triples(rows, 2, '?1, ')}"
+    )
 
 
 @cache
 def _put_values_if_session(rows: int) -> str:
     """The same, for a session that may be gone (then nothing is written)."""
-    values = ", ".join(f"(?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(rows))
     return (
         "INSERT OR REPLACE INTO vals (session_id, key, idx, blob) "
-        f"SELECT ?1, column1, column2, column3 FROM (VALUES {values}) "
+        f"SELECT ?1, column1, column2, column3 FROM (VALUES {_triples(rows, 2)}) "
         "WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)"
     )
 

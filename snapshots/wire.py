@@ -19,10 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from tarry.engine import reducer
-from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState
+from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState, from_fields
 
-_new = object.__new__
-_set = object.__setattr__
 Data = dict[str, Any]
 
 
@@ -182,11 +180,7 @@ def state_from_data(o: Any) -> SessionState:
         "resume_values": tuple(_array(o, "resume_values")),
         "retries": _int(o, "retries"),
     }
-    # The record's fields set as its __dict__ in one store, as the reducer copies it (the class
-    # has no validators or converters for __init__ to run).
-    state = _new(SessionState)
-    _set(state, "__dict__", fields)
-    return state
+    return from_fields(SessionState, fields)
 
 
 def frame_from_data(o: Any) -> ContainerFrame:
@@ -205,9 +199,7 @@ def frame_from_data(o: Any) -> ContainerFrame:
         "last_output": o.get("last_output"),
         "action": _text(o, "action", None),
     }
-    frame = _new(ContainerFrame)
-    _set(frame, "__dict__", fields)
-    return frame
+    return from_fields(ContainerFrame, fields)
 
 
 def pause_from_data(o: Any) -> PauseState:
