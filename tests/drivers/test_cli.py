@@ -315,7 +315,7 @@ def test_progress_is_plain_lines_when_not_a_terminal(jobs: Path) -> None:
 
 
 def test_plain_progress_leaves_out_loops_nested_in_a_running_foreach(capsys) -> None:
-    from tarry.drivers.progress import show_progress
+    from tarry.drivers.cli.progress import show_progress
 
     inner = ForEach("inner", [1, 2, 3], lambda ctx: ctx.item)
     flow = Flow("nested", [ForEach("outer", [1, 2], [inner])])
@@ -458,7 +458,7 @@ def test_db_upgrade_of_a_store_without_migrations(jobs: Path) -> None:
 
 
 def test_db_upgrade_calls_the_stores_upgrade(monkeypatch, capsys) -> None:
-    from tarry.drivers import cli
+    from tarry.drivers.cli import main, services
 
     class Migrating:
         def upgrade(self) -> list[int]:
@@ -467,8 +467,8 @@ def test_db_upgrade_calls_the_stores_upgrade(monkeypatch, capsys) -> None:
         def schema_version(self) -> int:
             return 2
 
-    monkeypatch.setattr(cli, "open_store", lambda url: Migrating())
-    assert cli.main(["db", "upgrade", "--store", "memory://"]) == 0
+    monkeypatch.setattr(services, "open_store", lambda url: Migrating())
+    assert main(["db", "upgrade", "--store", "memory://"]) == 0
     assert capsys.readouterr().out == "applied migrations 1, 2: schema version 2\n"
 
 

@@ -73,7 +73,7 @@ def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: P
     _need_chromium()
     pytest.importorskip("starlette")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from tarry.drivers.server import create_app
+    from tarry.drivers.http import create_app
 
     rt = tarry.Runtime(store=f"sqlite:///{tmp_path / 'tarry.db'}", flows=[TICKETS, FRAGILE])
     done = rt.run(TICKETS)

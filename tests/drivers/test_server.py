@@ -18,7 +18,7 @@ pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
 
 from starlette.testclient import TestClient  # noqa: E402
-from tarry.drivers.server import create_app, serve  # noqa: E402
+from tarry.drivers.http import create_app, serve  # noqa: E402
 
 SECRET = "s3cret-monitor-token"
 LOCAL = "http://127.0.0.1:8765"
@@ -464,7 +464,7 @@ def test_serve_refuses_a_public_host_without_a_token(monkeypatch: pytest.MonkeyP
 def test_importing_tarry_does_not_import_the_server() -> None:
     code = (
         "import sys, tarry, tarry.drivers, tarry.drivers.cli; "
-        "bad = [m for m in ('starlette', 'uvicorn', 'tarry.drivers.server') if m in sys.modules]; "
+        "bad = [m for m in ('starlette', 'uvicorn', 'tarry.drivers.http') if m in sys.modules]; "
         "sys.exit(str(bad) if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1226,7 +1226,7 @@ def http_target(tally: Tally, makers: list[tuple[str, Callable[[], Runtime]]],
     import asyncio
 
     import httpx
-    from tarry.drivers.server import create_app
+    from tarry.drivers.http import create_app
 
     make_app = app_factory or (lambda rt, token: create_app(rt, token=token))
     pools = [Pool(make(), label) for label, make in makers]

@@ -14,7 +14,7 @@ import pytest
 import tarry
 from proof import fuzz
 from tarry import Flow, Runtime, Wait
-from tarry.drivers.server import create_app
+from tarry.drivers.http import create_app
 from tarry.snapshots.records import decode_state, encode_state
 
 # --- the quick slice -----------------------------------------------------------------------------

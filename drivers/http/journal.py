@@ -28,8 +28,8 @@ from typing import Any
 
 from tarry.engine.events import Event
 
+from ..views import state_of
 from .sse import KEEP_ALIVE, Streams, Wakeup, event_message, message, retry_hint, silence
-from .views import state_of
 
 log = logging.getLogger("tarry.server")
 

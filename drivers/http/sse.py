@@ -20,7 +20,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from tarry.engine.events import Event
 
-from .jsonable import dumps, event_to_dict
+from ..jsonable import dumps, event_to_dict
 
 log = logging.getLogger("tarry.server")
 

@@ -17,7 +17,7 @@ from tarry.engine import events as ev
 from tarry.engine.events import Event
 from tarry.engine.state import ContainerFrame
 
-from .runtime import Runtime
+from ..runtime import Runtime
 
 Path = tuple[Any, ...]
 

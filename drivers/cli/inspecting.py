@@ -1,0 +1,129 @@
+"""`tarry cancel`, `ls`, `show`, `events`, `due` and `stats`: manage and inspect sessions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from ..jsonable import dumps, event_to_dict, session_to_dict
+from ..worker import FLOW_REF, register_recorded_flows
+from .common import ENDED, EXIT_OK, runtime_of
+from .progress import path_text
+from .text import paused_line, summary
+
+# --- managing and inspecting ---------------------------------------------------------------
+
+
+def cancel(args: argparse.Namespace) -> int:
+    out = runtime_of(args).cancel(args.target)
+    print(dumps(out) if args.json else f"cancelled session {out.session_id}")
+    return EXIT_OK
+
+
+def ls(args: argparse.Namespace) -> int:
+    rows = runtime_of(args).sessions(
+        status=args.status, flow=args.flow, limit=args.limit, offset=args.offset
+    )
+    if args.json:
+        print(dumps(rows))
+        return EXIT_OK
+    for s in rows:
+        print(f"{s.session_id}  {s.flow:<20} {s.status:<10} {s.updated_at:%Y-%m-%d %H:%M:%S}")
+    return EXIT_OK
+
+
+def show(args: argparse.Namespace) -> int:
+    view = runtime_of(args).session(args.session)
+    state = view.state
+    out = view.outcome
+    if args.json:
+        print(dumps(session_to_dict(view)))
+        return EXIT_OK
+    print(f"session {view.session_id}  flow {view.flow}  status {view.status}")
+    if view.meta.get(FLOW_REF):
+        print(f"  flow_ref {view.meta[FLOW_REF]}")
+    print(
+        f"  created {view.created_at:%Y-%m-%d %H:%M:%S}  updated "
+        f"{view.updated_at:%Y-%m-%d %H:%M:%S}"
+    )
+    for frame in state.container_stack:
+        print(
+            f"  in {frame.kind} {path_text(frame.path)}: iteration "
+            f"{frame.iteration}, child {frame.child}, "
+            f"{frame.completed_iterations} iterations done"
+        )
+    if state.pause and view.status == "paused":
+        p = state.pause
+        print(f"  {paused_line(p)}")
+        if p.wake_at:
+            print(f"  wakes at {p.wake_at.isoformat()}")
+    if state.error:
+        e = state.error
+        print(f"  failed at {path_text(e.path)}: {e.type}: {e.message}")
+    if view.status == "completed":
+        print(f"  output {dumps(state.output)}")
+    if out.token:
+        print(f"  token {out.token}")
+    return EXIT_OK
+
+
+def events(args: argparse.Namespace) -> int:
+    rt = runtime_of(args)
+    after = 0
+    while True:
+        view = rt.session(args.session)  # read the status first: events up to it follow
+        for event in view.events(after):
+            after = event.seq
+            if args.jsonl:
+                print(json.dumps(event_to_dict(event), ensure_ascii=False), flush=args.follow)
+            else:
+                print(
+                    f"{event.seq:>6} {event.at:%H:%M:%S.%f} {event.type:<30} "
+                    f"{'/'.join(map(str, event.path))}",
+                    flush=args.follow,
+                )
+        if not args.follow or view.status in ENDED:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+def due(args: argparse.Namespace) -> int:
+    rt = runtime_of(args)
+    records = rt.store.due(rt.clock.now(), args.limit)
+    if args.run:
+        register_recorded_flows(rt, records)
+        outcomes = rt.resume_due(limit=args.limit)
+        if args.json:
+            print(dumps(outcomes))
+        for out in [] if args.json else outcomes:
+            print(f"resumed {out.session_id}: {summary(out)}")
+        return EXIT_OK
+    if args.json:
+        print(
+            dumps(
+                [
+                    {"session_id": r.session_id, "flow": r.flow, "wake_at": r.wake_at}
+                    for r in records
+                ]
+            )
+        )
+        return EXIT_OK
+    for r in records:
+        print(f"{r.session_id}  {r.flow:<20} due {r.wake_at:%Y-%m-%d %H:%M:%S}")
+    return EXIT_OK
+
+
+def stats(args: argparse.Namespace) -> int:
+    stats = runtime_of(args).stats(flow=args.flow)
+    if args.json:
+        print(dumps(stats))
+        return EXIT_OK
+    print("sessions  " + "  ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items())))
+    if stats.nodes:
+        print(f"{'node':<30} {'runs':>8} {'failures':>8} {'mean s':>10}")
+        for name, node in sorted(stats.nodes.items()):
+            print(f"{name:<30} {node.executions:>8} {node.failures:>8} {node.mean_seconds:>10.4f}")
+    if stats.metrics:
+        print("metrics  " + "  ".join(f"{k} {v:g}" for k, v in sorted(stats.metrics.items())))
+    return EXIT_OK

@@ -1,0 +1,162 @@
+"""The `tarry` command's arguments: one sub-command per handler."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from . import driving, inspecting, services
+from .common import store_default
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # `--store` is accepted before and after the command; SUPPRESS keeps a command's parser
+    # from overwriting a value given before it with its own default.
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        help="store URL (default: $TARRY_STORE or sqlite:///tarry.db)",
+    )
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON instead of text")
+    drive_opts = argparse.ArgumentParser(add_help=False)
+    drive_opts.add_argument(
+        "--durability",
+        choices=("pause", "step"),
+        default="pause",
+        help="'step' persists every completed step (default: pause)",
+    )
+    drive_opts.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds before another process may recover a run that died",
+    )
+    progress = argparse.ArgumentParser(add_help=False)
+    progress.add_argument(
+        "--no-progress", action="store_true", help="no progress bars or lines on stderr"
+    )
+    flow_opt = argparse.ArgumentParser(add_help=False)
+    flow_opt.add_argument(
+        "--flow",
+        dest="flow_ref",
+        metavar="MODULE:FLOW",
+        help="the flow to continue with (default: the one recorded at run)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="tarry",
+        description="Run, resume and inspect tarry workflows.",
+        epilog="exit codes: 0 ok, 1 error, 2 usage, 3 paused",
+    )
+    parser.add_argument(
+        "--store",
+        default=store_default(),
+        help="store URL (default: $TARRY_STORE or sqlite:///tarry.db)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(
+        name: str,
+        handler: Callable[[argparse.Namespace], int],
+        help: str,
+        *parents: argparse.ArgumentParser,
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, parents=[store, *parents])
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("run", driving.run, "start a session of MODULE:FLOW", as_json, drive_opts, progress)
+    p.add_argument("flow_ref", metavar="MODULE:FLOW")
+    p.add_argument("--input", metavar="JSON|@FILE", help="the flow input (@- reads stdin)")
+    p.add_argument("--session-id", help="choose the session id (starting is then idempotent)")
+
+    p = command(
+        "resume",
+        driving.resume,
+        "continue a paused or failed session",
+        as_json,
+        drive_opts,
+        progress,
+        flow_opt,
+    )
+    p.add_argument("token")
+    p.add_argument("--value", metavar="JSON|@FILE", help="the resume value (@- reads stdin)")
+    p.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="resume with a flow changed since the session started",
+    )
+
+    p = command(
+        "skip",
+        driving.skip,
+        "mark a failed session's failed step done and go on",
+        as_json,
+        drive_opts,
+        progress,
+        flow_opt,
+    )
+    p.add_argument("token")
+    p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
+
+    p = command("cancel", inspecting.cancel, "end a paused or failed session", as_json)
+    p.add_argument("target", metavar="TOKEN|SESSION")
+
+    p = command("ls", inspecting.ls, "list sessions, newest first", as_json)
+    p.add_argument("--status")
+    p.add_argument("--flow", help="flow name")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--offset", type=int, default=0)
+
+    p = command("show", inspecting.show, "a session's status, container stack, pause and error", as_json)
+    p.add_argument("session")
+
+    p = command("events", inspecting.events, "a session's event log")
+    p.add_argument("session")
+    p.add_argument("--jsonl", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new events until the session ends",
+    )
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between reads")
+
+    p = command("due", inspecting.due, "sessions whose timer or timeout has come", as_json, drive_opts)
+    p.add_argument("--run", action="store_true", help="resume them now")
+    p.add_argument("--limit", type=int, default=100)
+
+    p = command("worker", services.worker, "resume due and ready sessions, recover dead runs", drive_opts)
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
+    p.add_argument(
+        "--flow",
+        dest="flows",
+        action="append",
+        default=[],
+        metavar="MODULE:FLOW",
+        help="a flow to load at start (repeatable); others are imported on "
+        "demand from the MODULE:FLOW their sessions recorded",
+    )
+    p.add_argument("--once", action="store_true", help="one round, then exit")
+
+    p = command("stats", inspecting.stats, "sessions by status, nodes, metrics", as_json)
+    p.add_argument("--flow", help="flow name")
+
+    p = command("serve", services.serve, "the HTTP API and live monitor")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument(
+        "--token",
+        default=os.environ.get("TARRY_TOKEN"),
+        help="bearer token the API requires (default: $TARRY_TOKEN)",
+    )
+
+    p = command("db", services.db, "manage the store's schema")
+    db_sub = p.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    db_sub.add_parser("upgrade", parents=[store], help="create or migrate the store's schema")
+    return parser

@@ -1,0 +1,88 @@
+"""The long-running commands, `tarry worker` and `tarry serve`, and `tarry db upgrade`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+from typing import Any
+
+from ..outcome import Outcome
+from ..stores import open_store
+from ..worker import Worker, load_flow
+from .common import EXIT_OK, SERVER_EXTRA, UsageError, err, runtime_of
+from .text import summary
+
+# --- long-running: worker, serve; the schema -------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        msg = f"--interval must be a positive number of seconds (got {args.interval:g})"
+        raise UsageError(msg)
+    # A long-running process: its warnings (a flow it cannot import, a failed round) are
+    # its log, with times.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    rt = runtime_of(args)
+    for ref in args.flows:
+        rt.register(load_flow(ref))
+
+    def report(source: str, out: Outcome) -> None:
+        print(f"{source} {out.session_id}: {summary(out)}", flush=True)
+
+    worker = Worker(rt, interval=args.interval, report=report)
+    if args.once:
+        worker.run_once()
+        return EXIT_OK
+
+    def stop(signum: int, frame: Any) -> None:
+        # Nothing is written here: the interrupted code may be writing to the same stream.
+        if worker.stopping:  # asked twice: stop now (the step in flight is recovered later)
+            raise KeyboardInterrupt
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    err(f"tarry worker: store {args.store}, a round every {args.interval:g} s")
+    worker.run_forever()
+    err("tarry worker: stopped after the round in progress")
+    return EXIT_OK
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        from ..http import serve
+
+        serve(runtime_of(args), host=args.host, port=args.port, token=args.token)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
+            raise
+        msg = f"`tarry serve` needs the 'server' extra: pip install 'tarry[server]' ({exc})"
+        raise UsageError(msg) from exc
+    return EXIT_OK
+
+
+def db(args: argparse.Namespace) -> int:
+    url = args.store
+    if url.startswith(("postgresql://", "postgres://")):
+        # Opened without upgrading, so that the upgrade is this command's, and it can say
+        # what it applied.
+        from tarry.snapshots.postgres import PostgresStore
+
+        store: Any = PostgresStore(url, auto_upgrade=False)
+    else:
+        store = open_store(url)
+    try:
+        upgrade = getattr(store, "upgrade", None)
+        if upgrade is None:
+            print(f"the {type(store).__name__} needs no migration")
+            return EXIT_OK
+        applied = upgrade()
+        version = store.schema_version() if hasattr(store, "schema_version") else None
+        done = f"applied migrations {', '.join(map(str, applied))}" if applied else "up to date"
+        print(f"{done}" + (f": schema version {version}" if version is not None else ""))
+        return EXIT_OK
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()

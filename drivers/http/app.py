@@ -1,0 +1,130 @@
+"""The HTTP API and the live monitor page (`tarry serve`; needs the `server` extra).
+
+`create_app(runtime)` builds the Starlette app; `serve(runtime)` runs it with uvicorn. The
+routes, the JSON they take and give, the event streams and the rules of access are described
+in docs/monitor.md. Every runtime call that touches the store runs in a worker thread, so a
+slow store or a long run never holds up the event streams; a resume runs its flow there too
+(async steps on that thread's own event loop) and answers with the outcome once the run
+pauses or ends, while the streams show its events as they are stored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.routing import Route
+from tarry.engine.errors import TarryError
+
+from ..runtime import Runtime
+from .api import Api
+from .bodies import BadRequest, on_bad_request, on_error, on_http_error
+from .guard import Guard, is_loopback_host
+
+# --- building and running ----------------------------------------------------------------------
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    token: str | None = None,
+    poll_interval: float = 1.0,
+    heartbeat: float = 15.0,
+) -> Starlette:
+    """The HTTP API and monitor page over `runtime`, as a Starlette (ASGI) app.
+
+    `token`: when given, every request must carry it (see docs/monitor.md, "Access").
+    `poll_interval`: how often the event streams look at the store for events written by other
+    processes (this runtime's own runs wake them at once). `heartbeat`: seconds of silence
+    after which a stream sends a comment to keep the connection open.
+    """
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        msg = f"token must be a non-empty string (got {token!r})"
+        raise ValueError(msg)
+    for name, value in (("poll_interval", poll_interval), ("heartbeat", heartbeat)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            msg = f"{name} must be a positive number of seconds (got {value!r})"
+            raise ValueError(msg)
+    api = Api(runtime, token=token, poll=float(poll_interval), heartbeat=float(heartbeat))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        api.journal.close()
+
+    routes = [
+        Route("/", api.page, methods=["GET"]),
+        Route("/login", api.login, methods=["GET", "POST"]),
+        Route("/api/sessions", api.list_sessions, methods=["GET"]),
+        Route("/api/sessions/{sid}", api.get_session, methods=["GET"]),
+        Route("/api/sessions/{sid}/events", api.list_events, methods=["GET"]),
+        Route("/api/sessions/{sid}/events/stream", api.stream_session, methods=["GET"]),
+        Route("/api/sessions/{sid}/resume", api.resume_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
+        Route("/api/resume", api.resume_token, methods=["POST"]),
+        Route("/api/stats", api.stats, methods=["GET"]),
+        Route("/api/events/stream", api.stream_all, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, token=token, login_page=lambda: api.login_html)],
+        exception_handlers={
+            TarryError: on_error,
+            ValueError: on_error,
+            BadRequest: on_bad_request,
+            HTTPException: on_http_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    #: Ends every open event stream; `serve` calls it when the server begins to shut down.
+    app.state.close_streams = api.streams.close_all
+    return app
+
+
+def serve(
+    runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+) -> None:
+    """Serve the HTTP API and the monitor page with uvicorn until interrupted. Blocks.
+
+    `token` defaults to `$TARRY_TOKEN`. Without a token only a loopback `host` is allowed
+    (ValueError otherwise, before anything starts): a server reachable from other machines
+    must ask for a token.
+    """
+    if token is None:
+        token = os.environ.get("TARRY_TOKEN") or None
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        msg = f"token must be a non-empty string (got {token!r})"
+        raise ValueError(msg)
+    if not isinstance(host, str) or not host:
+        msg = f"host must be a host name or address (got {host!r})"
+        raise ValueError(msg)
+    if token is None and not is_loopback_host(host):
+        msg = (
+            f"refusing to serve on {host!r} without a token: anyone who can reach it could "
+            f"resume and cancel sessions; pass --token (or set TARRY_TOKEN), or bind 127.0.0.1"
+        )
+        raise ValueError(msg)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        msg = f"port must be an int from 0 to 65535 (got {port!r})"
+        raise ValueError(msg)
+    import uvicorn
+
+    app = create_app(runtime, token=token)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Open event streams never end by themselves: end them first, so the connections
+            # close and a run still answering a resume gets the graceful period.
+            app.state.close_streams()
+            await super().shutdown(sockets=sockets)
+
+    config = uvicorn.Config(app, host=host, port=port, lifespan="on",
+                            timeout_graceful_shutdown=5, log_level="info")
+    Server(config).run()

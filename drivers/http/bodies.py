@@ -1,0 +1,171 @@
+"""JSON in and out of the HTTP API: request bodies and query parameters read strictly, answers
+and errors written as JSON, and the HTTP status of each error by what the caller can do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from tarry.engine.errors import (
+    ConcurrentUpdate,
+    FlowMismatch,
+    InvalidResumeValue,
+    NotSerializable,
+    SessionExists,
+    SessionNotResumable,
+    TokenAlreadyUsed,
+    UnknownFlow,
+    UnknownSession,
+    UnknownToken,
+)
+
+from ..jsonable import dumps, session_to_dict
+from ..outcome import Outcome
+from ..views import SessionView
+
+#: The largest request body read (a resume value or a skip output), in bytes.
+MAX_BODY = 1 << 20
+
+#: HTTP status by what the caller can do about the error.
+STATUS: list[tuple[tuple[type[Exception], ...], int]] = [
+    ((UnknownSession, UnknownToken), 404),
+    ((TokenAlreadyUsed, SessionNotResumable, ConcurrentUpdate, SessionExists, FlowMismatch,
+      UnknownFlow), 409),
+    ((InvalidResumeValue, NotSerializable), 422),
+    ((ValueError,), 400),  # InvalidArgument, and any other value a method refused
+]
+
+
+class BadRequest(Exception):
+    """The request itself is malformed: 400 with `error` as the type."""
+
+    def __init__(self, error: str, message: str) -> None:
+        self.error = error
+        self.message = message
+        super().__init__(message)
+
+
+# --- JSON in and out ---------------------------------------------------------------------------
+
+
+def session_json(view: SessionView) -> dict[str, Any]:
+    """A session for the API: where it stands, and what may be done with it next. The token is
+    included: only callers who passed the guard get here."""
+    data = session_to_dict(view)
+    token, status = data["token"], data["status"]
+    data["actions"] = {
+        "resume": token is not None and status in ("paused", "failed"),
+        "cancel": status in ("paused", "failed"),
+        "skip": token is not None and status == "failed",
+    }
+    return data
+
+
+async def read_body(request: Request, fields: set[str]) -> dict[str, Any]:
+    """The JSON object in the body (an empty body is `{}`), with only the `fields` named."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadRequest("BadRequest", f"the request body is larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError as exc:
+        raise BadRequest("MalformedJSON", "the request body nests arrays or objects too deeply "
+                                          f"(at most about {sys.getrecursionlimit()} levels)") from exc
+    except UnicodeDecodeError as exc:
+        raise BadRequest("MalformedJSON", f"the request body is not valid JSON: it is not UTF-8 "
+                                          f"({exc.reason} at byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc.msg} at "
+                                          f"line {exc.lineno} column {exc.colno}") from exc
+    except ValueError as exc:
+        raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        example = ", ".join(f'"{f}": ...' for f in sorted(fields)) or ""
+        raise BadRequest("BadRequest", f"the request body must be a JSON object {{{example}}} "
+                                       f"(got {type(data).__name__})")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        expected = ", ".join(sorted(fields)) or "nothing"
+        raise BadRequest("BadRequest", f"unknown field {unknown[0]!r} in the request body "
+                                       f"(expected: {expected})")
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    msg = f"{name} is not a JSON number"
+    raise ValueError(msg)
+
+
+def _finite(text: str) -> float:
+    # 1e400 parses as inf, which no JSON answer could hold: refused like Infinity itself.
+    value = float(text)
+    if not math.isfinite(value):
+        msg = f"{text[:40]} is too large for a JSON number"
+        raise ValueError(msg)
+    return value
+
+
+def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise BadRequest("BadRequest", f"?{name}= must be an int {bounds} (got {text!r})")
+    return value
+
+
+def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(dumps(value), status, headers, media_type="application/json")
+
+
+def error_response(status: int, error: str, message: str, headers: dict[str, str] | None = None
+           ) -> Response:
+    return json_response({"error": error, "message": message}, status, headers)
+
+
+async def on_error(request: Request, exc: Exception) -> Response:
+    status = next((code for kinds, code in STATUS if isinstance(exc, kinds)), 500)
+    return error_response(status, type(exc).__name__, str(exc))
+
+
+async def on_bad_request(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BadRequest)
+    return error_response(400, exc.error, exc.message)
+
+
+async def on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    names = {404: "NotFound", 405: "MethodNotAllowed"}
+    error = names.get(exc.status_code, "HTTPError")
+    message = f"no route {request.method} {request.url.path}" if exc.status_code in names \
+        else str(exc.detail)
+    return error_response(exc.status_code, error, message, dict(exc.headers or {}))
+
+
+def settle(result: Any) -> Outcome:
+    """An outcome from what resume or skip returned: awaited on this (worker) thread's own
+    event loop when the flow met an async step."""
+    if not hasattr(result, "__await__"):
+        return result
+
+    async def wait() -> Outcome:
+        return await result
+
+    return asyncio.run(wait())
