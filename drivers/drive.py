@@ -25,7 +25,7 @@ from .outcome import ERROR, Outcome, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from .core import Core
 
 
 _FIXED = frozenset({type(None), bool, float})
@@ -92,13 +92,13 @@ class Drive:
     """Owns the Execution of one session while its generator tree runs in this process."""
 
     __slots__ = (
-        "rt", "flow", "record", "ex", "ledger", "flush_at", "aborts",
+        "core", "flow", "record", "ex", "ledger", "flush_at", "aborts",
         "renew_at", "lost", "asynchronous", "meta",
     )
 
     def __init__(
         self,
-        rt: Runtime,
+        core: Core,
         flow: Flow,
         record: SessionRecord,
         state: SessionState,
@@ -106,26 +106,26 @@ class Drive:
         asynchronous: bool = False,
         meta: dict[str, Any] | None = None,
     ):
-        self.rt = rt
+        self.core = core
         self.flow = flow
         self.record = record
-        self.ledger = StoreLedger(rt.store, state.session_id)
-        listener: Callable[[Event], None] | None = rt._notify if rt._subscribers else None
+        self.ledger = StoreLedger(core.store, state.session_id)
+        listener: Callable[[Event], None] | None = core.hub.notify if core.hub.entries else None
         self.ex = Execution(
             state,
-            now=rt.clock.now,
+            now=core.clock.now,
             ledger=self.ledger,
-            check=rt._check,
+            check=core.check,
             stop=self._on_checkpoint,
             listener=listener,
-            retry=rt.retry,
+            retry=core.retry,
         )
         # ex.log holds the events not written yet; they are written once this many are.
-        self.flush_at = 1 if rt.durability == "step" else FLUSH_EVENTS
-        self.aborts = rt._aborts
+        self.flush_at = 1 if core.durability == "step" else FLUSH_EVENTS
+        self.aborts = core.running.aborts
         # The lease is renewed at the first checkpoint after a third of it has passed; the
         # monotonic clock makes that check cheap enough for every checkpoint.
-        self.renew_at = time.monotonic() + rt.lease / 3
+        self.renew_at = time.monotonic() + core.lease / 3
         self.lost = False
         #: Called from an async API (`arun`/`aresume`): back-offs await instead of blocking.
         self.asynchronous = asynchronous
@@ -134,10 +134,10 @@ class Drive:
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
-        self.rt._running.add(self.ex.session_id)
+        self.core.running.started(self.ex.session_id)
         try:
             gen = self.flow._run(self.ex)
-            sleep, asleep = sleepers(self.rt.clock)
+            sleep, asleep = sleepers(self.core.clock)
 
             def backoff(seconds: float) -> None:
                 # A short back-off in a sync run, on the Runtime's clock; the lease is kept.
@@ -152,7 +152,7 @@ class Drive:
 
     def _ended(self) -> None:
         # An abort that arrived too late to stop this drive must not stop the next one.
-        self.rt._ended(self.ex.session_id)
+        self.core.running.ended(self.ex.session_id)
         # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
         # reference cycle, which would keep the run's whole event log alive until the cyclic
         # garbage collector found it (and make that collector's full passes ever longer).
@@ -162,7 +162,7 @@ class Drive:
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
         a Gate or Wait whose timeout passed with `on_timeout` set to fail."""
-        self.rt._running.add(self.ex.session_id)
+        self.core.running.started(self.ex.session_id)
         record_failure(self.ex, error)
         return self._finish((FAILED, error))
 
@@ -184,18 +184,18 @@ class Drive:
         return False
 
     def _renew(self) -> bool:
-        rt = self.rt
-        now = rt.clock.now()
-        until = now + timedelta(seconds=rt.lease)
-        self.renew_at = time.monotonic() + rt.lease / 3
+        core = self.core
+        now = core.clock.now()
+        until = now + timedelta(seconds=core.lease)
+        self.renew_at = time.monotonic() + core.lease / 3
         self.ex.at = None  # the next event reads the clock again
-        if rt.store.claim(self.ex.session_id, rt.owner, until, now):
+        if core.store.claim(self.ex.session_id, core.owner, until, now):
             return True
         self.lost = True
         return False
 
     def _flush_steps(self) -> None:
-        store = self.rt.store
+        store = self.core.store
         sid = self.ex.session_id
         # Values before events: a crash between the two leaves values that the re-run of the
         # step overwrites, never events that point at missing values.
@@ -221,23 +221,23 @@ class Drive:
                 self.ledger.discard()
             elif kind == PAUSED:
                 self._pause(value)
-                token = self.rt.tokens.new_key()
+                token = self.core.tokens.new_key()
             elif kind == STOPPED:
                 resumable = self.aborts.get(sid, True)
                 if resumable:
                     data = {"kind": "system", "reason": "aborted", "awaits_value": False}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
-                    token = self.rt.tokens.new_key()
+                    token = self.core.tokens.new_key()
                 else:
                     ex.emit(ev.RUN_CANCELLED, value.path, {})
             elif kind == FAILED:
                 self._fail(value)
                 # A failed session can be retried, skipped or cancelled: it keeps a token.
-                token = self.rt.tokens.new_key()
+                token = self.core.tokens.new_key()
             token = self._write(token)
         finally:
             self._ended()
-        public = None if token is None else self.rt.tokens.token(token)  # token: the store key
+        public = None if token is None else self.core.tokens.token(token)  # token: the store key
         return outcome_of(ex.state, public, self.meta)
 
     def _pause(self, signal: Pause) -> None:
@@ -251,7 +251,7 @@ class Drive:
         if not signal.awaits_value:
             data["awaits_value"] = False
         try:
-            self.rt._check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+            self.core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
             self._fail(fail(self.ex, signal.path, exc).error)
             return
@@ -268,7 +268,7 @@ class Drive:
         written all the same, so nothing is lost. A completed session's snapshot is final and
         written whatever its size. Returns the token key the session keeps."""
         blob = self._encode()
-        if len(blob) > self.rt.max_snapshot_bytes and self.ex.state.status == "paused":
+        if len(blob) > self.core.max_snapshot_bytes and self.ex.state.status == "paused":
             self._fail(self._too_large(len(blob)))
             blob = self._encode()
         state = self.ex.state
@@ -290,15 +290,15 @@ class Drive:
             lease_owner=None,
             lease_until=None,
             created_at=rec.created_at,
-            updated_at=self.rt.clock.now(),
+            updated_at=self.core.clock.now(),
             meta=rec.meta,
         )
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []
-        record.version = self.rt.store.save(record, rec.version, events=events, values=values)
+        record.version = self.core.store.save(record, rec.version, events=events, values=values)
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then
-            self.rt._states.keep(blob, state)
+            self.core.states.keep(blob, state)
         return token
 
     def _encode(self) -> bytes:
@@ -308,6 +308,6 @@ class Drive:
 
     def _too_large(self, size: int) -> ErrorInfo:
         state = self.ex.state
-        error = SnapshotTooLarge(state.session_id, size, self.rt.max_snapshot_bytes)
+        error = SnapshotTooLarge(state.session_id, size, self.core.max_snapshot_bytes)
         path = state.pause.path if state.pause is not None else ()
         return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)

@@ -4,8 +4,6 @@ progress on stderr and Ctrl-C pausing it at its next checkpoint."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import inspect
 import signal
 import threading
 import uuid
@@ -16,8 +14,8 @@ from typing import Any
 from tarry.engine.errors import TokenAlreadyUsed, UnknownToken
 from tarry.engine.flow import Flow
 
-from ..outcome import Outcome
 from ..runtime import Runtime
+from ..settle import settle
 from ..worker import FLOW_REF, load_flow
 from .common import UsageError, err, json_arg, runtime_of
 from .progress import show_progress
@@ -53,7 +51,7 @@ def skip(args: argparse.Namespace) -> int:
     rt.register(flow)
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
-        out = _settle(rt.skip(args.token, output, flow=flow if args.flow_ref else None))
+        out = settle(rt.skip(args.token, output, flow=flow if args.flow_ref else None))
     return print_outcome(out, args)
 
 
@@ -75,16 +73,6 @@ def _flow_of_token(rt: Runtime, token: str, ref: str | None) -> tuple[str, Flow]
         )
         raise UsageError(msg)
     return view.session_id, load_flow(ref)
-
-
-def _settle(result: Any) -> Outcome:
-    if inspect.isawaitable(result):
-
-        async def wait() -> Outcome:
-            return await result
-
-        return asyncio.run(wait())
-    return result
 
 
 @contextmanager

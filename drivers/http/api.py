@@ -15,6 +15,7 @@ from tarry.engine.errors import SessionNotResumable, UnknownFlow
 from ..jsonable import event_to_dict
 from ..outcome import Outcome
 from ..runtime import Runtime
+from ..settle import settle
 from ..views import SessionView
 from ..worker import register_recorded_flows
 from .bodies import (
@@ -24,7 +25,6 @@ from .bodies import (
     json_response,
     read_body,
     session_json,
-    settle,
 )
 from .guard import COOKIE, PAGE_HEADERS, cookie_value, same
 from .journal import Journal, journal_feed

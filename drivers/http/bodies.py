@@ -3,7 +3,6 @@ and errors written as JSON, and the HTTP status of each error by what the caller
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import sys
@@ -26,7 +25,6 @@ from tarry.engine.errors import (
 )
 
 from ..jsonable import dumps, session_to_dict
-from ..outcome import Outcome
 from ..views import SessionView
 
 #: The largest request body read (a resume value or a skip output), in bytes.
@@ -157,15 +155,3 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     message = f"no route {request.method} {request.url.path}" if exc.status_code in names \
         else str(exc.detail)
     return error_response(exc.status_code, error, message, dict(exc.headers or {}))
-
-
-def settle(result: Any) -> Outcome:
-    """An outcome from what resume or skip returned: awaited on this (worker) thread's own
-    event loop when the flow met an async step."""
-    if not hasattr(result, "__await__"):
-        return result
-
-    async def wait() -> Outcome:
-        return await result
-
-    return asyncio.run(wait())

@@ -138,7 +138,7 @@ def check_invariants(rt: Runtime, sid: str) -> None:
 def test_state_is_the_fold_of_events_at_every_pause_and_the_end(scenario) -> None:
     h, flow = scenario
     reference_rt = Runtime()
-    reference_rt._states = StateCache(max_snapshot=0)  # keeps nothing: every resume decodes
+    reference_rt._core.states = StateCache(max_snapshot=0)  # keeps nothing: every resume decodes
     reference = reference_rt.run(flow)
     while reference.paused:
         reference = reference_rt.resume(reference.token, True)

@@ -9,7 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-import tarry.drivers.runtime as runtime_module
+import tarry.drivers.resuming as resuming_module
 from tarry import Flow, ForEach, Gate, InvalidResumeValue, Runtime, Sleep, step
 from tarry.drivers.statecache import StateCache
 from tarry.engine.state import ContainerFrame, PauseState, SessionState
@@ -21,13 +21,13 @@ from tarry.snapshots.records import decode_state
 def decodes(monkeypatch) -> list[str]:
     """The session ids whose snapshot a resume decoded."""
     seen: list[str] = []
-    real = runtime_module.state_of
+    real = resuming_module.state_of
 
     def counting(record: Any) -> SessionState:
         seen.append(record.session_id)
         return real(record)
 
-    monkeypatch.setattr(runtime_module, "state_of", counting)
+    monkeypatch.setattr(resuming_module, "state_of", counting)
     return seen
 
 
@@ -89,24 +89,24 @@ def test_a_refused_resume_keeps_the_state_and_a_used_token_drops_it(decodes) -> 
     out = rt.run(flow)
     with pytest.raises(InvalidResumeValue):
         rt.resume(out.token, "not a decision")
-    assert len(rt._states) == 1
+    assert len(rt._core.states) == 1
     out = rt.resume(out.token, {"approved": True})
     # The Gate's decision (a dict the caller may still hold) is an output now: not kept.
-    assert len(rt._states) == 0 and decodes == []
+    assert len(rt._core.states) == 0 and decodes == []
     rt2 = Runtime()
     out = rt2.run(Flow("loop", [ForEach("items", ["a", "b", "c"], step(asks, "ask"))]))
     for answer in ("x", "y"):
         out = rt2.resume(out.token, answer)
-        assert len(rt2._states) == 1  # the used snapshot's state is gone, the new one kept
+        assert len(rt2._core.states) == 1  # the used snapshot's state is gone, the new one kept
     assert rt2.resume(out.token, "z").output == ["x", "y", "z"]
-    assert len(rt2._states) == 0 and decodes == []
+    assert len(rt2._core.states) == 0 and decodes == []
 
 
 def test_the_kept_state_is_never_changed_by_the_run_that_resumes_it() -> None:
     rt = Runtime()
     out = rt.run(gated(3))
     blob = rt.store.load(out.session_id).state
-    kept = rt._states.get(blob)
+    kept = rt._core.states.get(blob)
     assert kept is not None and kept == decode_state(blob)
     before = copy.deepcopy(kept)
     rt.resume(out.token, {"approved": True})
@@ -175,9 +175,9 @@ def test_the_cache_is_bounded_in_entries_and_snapshot_size() -> None:
 def test_a_cancel_drops_the_kept_state() -> None:
     rt = Runtime()
     out = rt.run(gated(1))
-    assert len(rt._states) == 1
+    assert len(rt._core.states) == 1
     rt.cancel(out.token)
-    assert len(rt._states) == 0
+    assert len(rt._core.states) == 0
 
 
 def test_a_timer_resume_uses_the_kept_state_too(decodes) -> None:

@@ -263,7 +263,7 @@ def test_an_abort_that_arrives_as_a_run_ends_does_not_stop_the_next_run() -> Non
     token = rt.run(LOOP).token
 
     class LateAbort(set):  # type: ignore[type-arg]
-        """Sends another thread's abort just before the finished run leaves `_running`."""
+        """Sends another thread's abort just before the finished run leaves the running set."""
 
         armed = True
 
@@ -275,10 +275,10 @@ def test_an_abort_that_arrives_as_a_run_ends_does_not_stop_the_next_run() -> Non
                 other.join(0.5)  # a fixed Runtime may hold its lock here: the abort waits
             super().discard(sid)
 
-    rt._running = LateAbort()
+    rt._core.running.sessions = LateAbort()
     first = rt.resume(token, True)
     assert first.paused and first.pause.reason == ""
-    rt._running = set()
+    rt._core.running.sessions = set()
     second = rt.resume(first.token, True)  # no abort is requested during this call
     assert second.pause.reason != "aborted"
 

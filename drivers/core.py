@@ -1,0 +1,106 @@
+"""What the Runtime's method families share: the store, the clock, tokens, bounds and registries.
+
+`Runtime` (runtime.py) is a thin facade over the family modules (starting, resuming, timers,
+polling, recovery, control, inspecting); each takes this one object, so none of them imports
+`runtime.py` back, and `Drive` needs only this too.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tarry.engine.errors import InvalidArgument
+from tarry.engine.flow import Flow
+from tarry.engine.retry import Retry
+from tarry.engine.waits import PAUSE_KINDS
+from tarry.snapshots._codec import MAX_BLOB_BYTES
+from tarry.snapshots.store import SessionStore
+
+from .clock import Clock, SystemClock
+from .drive import value_check
+from .limits import DURABILITY, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES, positive_int
+from .registry import FlowRegistry
+from .running import Running
+from .statecache import StateCache
+from .stores import open_store
+from .subscribers import Subscribers
+from .tokens import Tokens
+
+
+class Core:
+    """One Runtime's parts, checked once when it is built."""
+
+    __slots__ = (
+        "store", "clock", "durability", "lease", "owner", "retry", "adapters",
+        "max_value_bytes", "max_snapshot_bytes", "check", "tokens", "flows", "running",
+        "states", "hub",
+    )
+
+    def __init__(
+        self,
+        store: None | str | SessionStore,
+        *,
+        flows: Iterable[Flow],
+        clock: Clock | None,
+        adapters: dict[str, Callable[..., Any]] | None,
+        durability: str,
+        secret: str | bytes | None,
+        lease: float,
+        retry: Retry | None,
+        max_value_bytes: int = MAX_VALUE_BYTES,
+        max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> None:
+        if durability not in DURABILITY:
+            msg = f"durability must be 'pause' or 'step' (got {durability!r})"
+            raise InvalidArgument(msg)
+        if not (isinstance(lease, int | float) and lease > 0):
+            msg = f"lease must be a positive number of seconds (got {lease!r})"
+            raise InvalidArgument(msg)
+        #: Seconds a running session's lease lasts; renewed at checkpoints. `recover()` in
+        #: another process takes over sessions whose lease ran out.
+        self.lease = float(lease)
+        #: This runtime's name on the leases it holds.
+        self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.store: SessionStore = open_store(store)
+        self.clock: Clock = clock or SystemClock()
+        self.durability = durability
+        if retry is not None and not isinstance(retry, Retry):
+            msg = f"retry= must be a tarry.Retry (got {retry!r})"
+            raise InvalidArgument(msg)
+        #: The retry policy of steps that have none of their own.
+        self.retry = retry
+        self.adapters = checked_adapters(adapters)
+        #: Bounds on what a session may hold: one value an event carries (an input, a step's
+        #: output, a ctx.state value, a resume value, a pause payload) and a whole snapshot.
+        self.max_value_bytes = positive_int(max_value_bytes, "max_value_bytes")
+        self.max_snapshot_bytes = positive_int(max_snapshot_bytes, "max_snapshot_bytes")
+        if self.max_snapshot_bytes > MAX_BLOB_BYTES:
+            msg = (
+                f"max_snapshot_bytes must be at most {MAX_BLOB_BYTES}, the largest snapshot "
+                f"tarry reads back (got {max_snapshot_bytes})"
+            )
+            raise InvalidArgument(msg)
+        #: The check of every value a session takes in: encodable and within max_value_bytes.
+        self.check = value_check(self.max_value_bytes)
+        #: Mints tokens and checks them (signed with `secret` when one is given).
+        self.tokens = Tokens(secret)
+        self.flows = FlowRegistry()
+        for flow in flows:
+            self.flows.register(flow)
+        self.running = Running()
+        #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
+        self.states = StateCache()
+        self.hub = Subscribers()
+
+
+def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
+    """A copy of `adapters`, each a callable under a pause kind."""
+    adapters = dict(adapters or {})
+    for kind, adapter in adapters.items():
+        if kind not in PAUSE_KINDS or not callable(adapter):
+            msg = f"adapters maps a pause kind {PAUSE_KINDS} to a callable (got {kind!r}: {adapter!r})"
+            raise InvalidArgument(msg)
+    return adapters

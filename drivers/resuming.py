@@ -1,0 +1,112 @@
+"""Resuming a session: `Runtime.resume`, `skip`, and the resumes of timers and adapters.
+
+Every check happens before the token is used, so a rejected resume leaves the session exactly
+as it was; the token's use, the lease and the `run.resumed` event are one transaction.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from tarry.engine import events as ev
+from tarry.engine.errors import SessionNotResumable, TokenAlreadyUsed, UnknownToken
+from tarry.engine.flow import Flow
+from tarry.engine.state import ErrorInfo, SessionState
+from tarry.snapshots.records import SessionRecord
+
+from .core import Core
+from .drive import Drive, fold
+from .outcome import Outcome
+from .pump import AwaitableOrValue
+from .starting import start
+from .views import state_of
+
+
+def key_of(core: Core, token: object) -> str:
+    """The store key of a caller's token; UnknownToken for anything that cannot be one
+    (including a signed token whose signature does not match)."""
+    key = core.tokens.key(token)
+    if key is None:
+        raise UnknownToken()
+    return key
+
+
+def stored_state(core: Core, record: SessionRecord) -> SessionState:
+    """The state `record` holds: the one this runtime kept when it wrote that very snapshot,
+    else decoded (see statecache.py). Nobody may change it."""
+    return core.states.get(record.state) or state_of(record)
+
+
+def prepare(
+    core: Core,
+    key: str,
+    flow: Flow | None,
+    allow_changed: bool,
+    *,
+    value: Any = None,
+    skip: bool = False,
+    asynchronous: bool = False,
+    trigger: str = "resume",
+    failure: ErrorInfo | None = None,
+) -> AwaitableOrValue[Outcome]:
+    """Check everything, then use the token (`key`: its store key) and record the resume
+    in one transaction.
+
+    `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
+    meta. With `failure`, a timeout that fails the run: the session is failed with it at
+    the paused element instead of being run."""
+    info = core.store.find_token(key)
+    if info is None:
+        raise UnknownToken()
+    if info.used:
+        raise TokenAlreadyUsed(info.session_id)
+    record = core.store.load(info.session_id)
+    if record is None:
+        raise UnknownToken()
+    state = stored_state(core, record)
+    flow = core.flows.flow_for(record, flow, allow_changed, state)
+    meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
+    if state.pause is not None:
+        meta["pause_kind"] = meta["resumed_kind"] = state.pause.kind
+    if skip:
+        if state.status != "failed" or state.error is None:
+            raise SessionNotResumable(record.session_id, state.status, "skip")
+        core.check(value, "skip output")
+    elif failure is not None:
+        if state.status != "paused":
+            raise SessionNotResumable(record.session_id, state.status, "time out")
+    else:
+        if state.status not in ("paused", "failed"):
+            raise SessionNotResumable(record.session_id, state.status, "resume")
+        pause = state.pause
+        if state.status == "paused" and pause is not None and pause.awaits_value:
+            element = flow.find(pause.path)
+            if element is not None and hasattr(element, "accept"):
+                value = element.accept(value)  # InvalidResumeValue: nothing changed
+            core.check(value, "resume value")
+    if failure is not None:
+        specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True})]
+    elif skip:
+        path = state.error.path
+        specs = [
+            (ev.RUN_RESUMED, path, {"skip": True}),
+            (ev.NODE_COMPLETED, path, {"output": value, "skipped": True}),
+        ]
+    elif state.status == "paused" and state.pause is not None and state.pause.awaits_value:
+        specs = [(ev.RUN_RESUMED, state.pause.path, {"value": value})]
+    else:
+        path = state.pause.path if state.pause else state.error.path if state.error else ()
+        specs = [(ev.RUN_RESUMED, path, {})]
+    now = core.clock.now()
+    state, events = fold(state, now, specs)
+    until = now + timedelta(seconds=core.lease)
+    # One transaction: the token is used, the lease taken and the resume (with its value)
+    # recorded, so a crash from here on leaves a session that recover() can continue.
+    if not core.store.consume_token(key, owner=core.owner, until=until, events=events):
+        raise TokenAlreadyUsed(record.session_id)
+    core.states.drop(record.state)
+    if failure is not None:
+        core.hub.announce(events)
+        return Drive(core, flow, record, state, meta=meta).fail_now(failure)
+    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=meta)

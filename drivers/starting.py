@@ -1,0 +1,80 @@
+"""Starting a session: `Runtime.run` and its sync and async twins."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from tarry.engine import events as ev
+from tarry.engine.describe import describe
+from tarry.engine.errors import InvalidArgument
+from tarry.engine.events import Event
+from tarry.engine.flow import Flow
+from tarry.engine.state import SessionState
+from tarry.snapshots.records import SessionRecord
+
+from .core import Core
+from .drive import Drive, fold
+from .limits import MAX_SESSION_ID, valid_session_id
+from .outcome import Outcome
+from .pump import AwaitableOrValue
+
+
+def begin(
+    core: Core,
+    flow: Flow,
+    input: Any,
+    session_id: str | None,
+    meta: dict[str, Any] | None,
+    *,
+    asynchronous: bool,
+) -> AwaitableOrValue[Outcome]:
+    """Check the arguments, create the session with its `run.started` event, and drive it."""
+    core.flows.register(flow)
+    core.check(input, "input")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            msg = f"meta must be a dict (got {describe(meta)})"
+            raise InvalidArgument(msg)
+        core.check(meta, "meta")
+    if session_id is not None and not valid_session_id(session_id):
+        msg = (
+            f"session_id must be a non-empty str of at most {MAX_SESSION_ID} characters, "
+            f"valid UTF-8 (got {describe(session_id)})"
+        )
+        raise InvalidArgument(msg)
+    sid = session_id or uuid.uuid4().hex
+    now = core.clock.now()
+    record = SessionRecord(
+        session_id=sid,
+        flow=flow.name,
+        status="running",
+        state=b"",
+        fingerprint=flow.fingerprint,
+        flow_version=flow.version,
+        lease_owner=core.owner,
+        lease_until=now + timedelta(seconds=core.lease),
+        created_at=now,
+        updated_at=now,
+        meta=dict(meta or {}),
+    )
+    initial = SessionState(session_id=sid, flow=flow.name)
+    state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])
+    core.store.create(record, events=events)  # SessionExists: nothing changed
+    return start(core, flow, record, state, events, asynchronous=asynchronous)
+
+
+def start(
+    core: Core,
+    flow: Flow,
+    record: SessionRecord,
+    state: SessionState,
+    written: list[Event],
+    *,
+    asynchronous: bool = False,
+    meta: dict[str, Any] | None = None,
+) -> AwaitableOrValue[Outcome]:
+    """Drive a session whose opening `written` events are already in the store."""
+    core.hub.announce(written)
+    return Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta).start()
