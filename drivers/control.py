@@ -23,12 +23,18 @@ from .tokens import looks_like_token
 
 
 def abort(core: Core, session_id: str, resumable: bool) -> None:
+    """Stop a running session at its next checkpoint: at once when this process drives it,
+    else through a request stored for the process that does (read within a TICK)."""
     if core.running.request_abort(session_id, resumable):
         return
-    if not resumable and valid_session_id(session_id):
-        record = core.store.load(session_id)
-        if record is not None and record.status in ("paused", "failed"):
-            cancel(core, session_id)
+    if not valid_session_id(session_id):
+        raise UnknownSession(session_id)  # no such id can have been stored
+    status = core.store.request_stop(session_id, "abort" if resumable else "cancel")
+    if status is None:
+        raise UnknownSession(session_id)
+    if not resumable and status in ("paused", "failed"):
+        cancel(core, session_id)
+    # Running: the request is stored. Paused or failed with resumable=True: stopped already.
 
 
 def cancel(core: Core, token_or_session_id: str) -> Outcome:
@@ -55,6 +61,13 @@ def cancel(core: Core, token_or_session_id: str) -> Outcome:
     if key is not None and record.token != key:
         # Used by a resume since it was looked up: that resume won, the token is spent.
         raise TokenAlreadyUsed(sid)
+    if record.status == "running" and key is None:
+        requested = _request_cancel(core, sid)
+        if requested is not None:
+            return requested
+        record = core.store.load(sid)  # it stopped meanwhile: cancel what it left
+        if record is None:
+            raise UnknownSession(sid)
     if record.status not in ("paused", "failed"):
         raise SessionNotResumable(sid, record.status, "cancel")
     if record.token is not None and not core.store.consume_token(record.token):
@@ -75,3 +88,15 @@ def cancel(core: Core, token_or_session_id: str) -> Outcome:
     record.updated_at = core.clock.now()
     core.store.save(record, record.version, events=[event])
     return outcome_of(state, None)
+
+
+def _request_cancel(core: Core, sid: str) -> Outcome | None:
+    """Ask a running session to stop as cancelled at its next checkpoint: an outcome with
+    status "running" that says so, or None if it is no longer running."""
+    stored = core.running.request_abort(sid, False) or (
+        core.store.request_stop(sid, "cancel") == "running"
+    )
+    if not stored:
+        return None
+    return Outcome("running", sid, meta={"stop_requested": "cancel"})
+

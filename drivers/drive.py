@@ -64,6 +64,12 @@ _OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
 #: steps themselves.
 FLUSH_EVENTS = 256
 
+#: Seconds between a drive's ticks, at its first checkpoint after each: it writes its progress
+#: (the events since its last write and a snapshot of its state, status "running"), so that
+#: other processes see it at most this far behind, and reads the stop request that any process
+#: may have stored for it (`Runtime.abort`/`cancel`).
+TICK = 1.0
+
 LEASE_LOST = ErrorInfo(
     type="lease_lost",
     message="another worker took over this session after its lease expired; this run stopped",
@@ -93,7 +99,7 @@ class Drive:
 
     __slots__ = (
         "core", "flow", "record", "ex", "ledger", "flush_at", "aborts",
-        "renew_at", "lost", "asynchronous", "meta",
+        "renew_at", "tick_at", "until", "stop", "written_seq", "lost", "asynchronous", "meta",
     )
 
     def __init__(
@@ -120,12 +126,23 @@ class Drive:
             listener=listener,
             retry=core.retry,
         )
-        # ex.log holds the events not written yet; they are written once this many are.
-        self.flush_at = 1 if core.durability == "step" else FLUSH_EVENTS
+        # ex.log holds the events not written yet; they are written once this many are. The
+        # durability is the session's own, whichever process continues it.
+        self.flush_at = 1 if record.durability == "step" else FLUSH_EVENTS
         self.aborts = core.running.aborts
-        # The lease is renewed at the first checkpoint after a third of it has passed; the
-        # monotonic clock makes that check cheap enough for every checkpoint.
-        self.renew_at = time.monotonic() + core.lease / 3
+        # The lease is renewed at the first checkpoint after a third of it has passed, and the
+        # drive ticks once a TICK; the monotonic clock makes those checks cheap enough for
+        # every checkpoint.
+        started = time.monotonic()
+        self.renew_at = started + core.lease / 3
+        #: A stop request read from the store ("abort" or "cancel"); one stored before this
+        #: drive began (a recovered session's) is acted on at the first checkpoint.
+        self.stop: str | None = None
+        self.tick_at = 0.0 if record.stop else started + min(TICK, core.lease / 3)
+        #: Until when this drive's lease lasts, as it last renewed it.
+        self.until: datetime | None = None
+        #: The last seq whose state the stored snapshot holds.
+        self.written_seq = state.last_seq
         self.lost = False
         #: Called from an async API (`arun`/`aresume`): back-offs await instead of blocking.
         self.asynchronous = asynchronous
@@ -134,7 +151,7 @@ class Drive:
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
-        self.core.running.started(self.ex.session_id)
+        self.core.running.started(self.ex.session_id, self.ex)
         try:
             gen = self.flow._run(self.ex)
             sleep, asleep = sleepers(self.core.clock)
@@ -152,7 +169,7 @@ class Drive:
 
     def _ended(self) -> None:
         # An abort that arrived too late to stop this drive must not stop the next one.
-        self.core.running.ended(self.ex.session_id)
+        self.core.running.ended(self.ex.session_id, self.ex)
         # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
         # reference cycle, which would keep the run's whole event log alive until the cyclic
         # garbage collector found it (and make that collector's full passes ever longer).
@@ -162,14 +179,15 @@ class Drive:
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
         a Gate or Wait whose timeout passed with `on_timeout` set to fail."""
-        self.core.running.started(self.ex.session_id)
+        self.core.running.started(self.ex.session_id, self.ex)
         record_failure(self.ex, error)
         return self._finish((FAILED, error))
 
     def _on_checkpoint(self, path: tuple[Any, ...]) -> bool:
         """Asked by the engine before every iteration and child (`Execution.stop`): stop if an
-        abort was requested or the lease is lost. Writes the unwritten events after every step
-        with durability="step", and once FLUSH_EVENTS are unwritten otherwise."""
+        abort was requested (in this process, or stored by any) or the lease is lost. Writes
+        the unwritten events after every step with durability="step", and once FLUSH_EVENTS
+        are unwritten otherwise; ticks once a TICK."""
         if self.aborts and self.ex.session_id in self.aborts:
             return True
         if self.lost:
@@ -179,8 +197,28 @@ class Drive:
         # only started waits for its first step, so an item costs one commit, not two.
         if len(log) >= self.flush_at and log[-1].type not in _OPENINGS:
             self._flush_steps()
-        if time.monotonic() >= self.renew_at:
-            return not self._renew()
+        if time.monotonic() >= self.tick_at:
+            return self._tick()
+        return False
+
+    def _tick(self) -> bool:
+        """Renew the lease when due, read the stop request, write the progress. True: stop."""
+        core = self.core
+        sid = self.ex.session_id
+        mono = time.monotonic()
+        # A short lease (tests use one) is renewed in time: ticks come at least that often.
+        self.tick_at = mono + min(TICK, core.lease / 3)
+        self.ex.at = None  # the next event reads the clock again
+        progress = self.ex.state.last_seq != self.written_seq
+        # The lease is renewed (which also checks that it is still ours) before any progress
+        # is written with it.
+        if (progress or mono >= self.renew_at) and not self._renew():
+            return True
+        self.stop = core.store.stop_requested(sid)
+        if self.stop is not None:
+            return True
+        if progress:
+            self._write_progress()
         return False
 
     def _renew(self) -> bool:
@@ -190,9 +228,38 @@ class Drive:
         self.renew_at = time.monotonic() + core.lease / 3
         self.ex.at = None  # the next event reads the clock again
         if core.store.claim(self.ex.session_id, core.owner, until, now):
+            self.until = until
             return True
         self.lost = True
         return False
+
+    def _write_progress(self) -> None:
+        """The state so far (status "running"), the events and values since the last write:
+        what other processes see of a running session, and where recovery starts from."""
+        state = self.ex.state
+        rec = self.record
+        record = SessionRecord(
+            session_id=rec.session_id,
+            flow=rec.flow,
+            status=state.status,
+            state=self._encode(),
+            version=rec.version,
+            fingerprint=self.flow.fingerprint,
+            flow_version=self.flow.version,
+            token=None,
+            wake_at=None,
+            lease_owner=self.core.owner,
+            lease_until=self.until,
+            created_at=rec.created_at,
+            updated_at=self.core.clock.now(),
+            meta=rec.meta,
+            durability=rec.durability,
+        )
+        values = self.ledger.take()
+        events, self.ex.log = self.ex.log, []
+        record.version = self.core.store.save(record, rec.version, events=events, values=values)
+        self.record = record
+        self.written_seq = state.last_seq
 
     def _flush_steps(self) -> None:
         store = self.core.store
@@ -223,7 +290,8 @@ class Drive:
                 self._pause(value)
                 token = self.core.tokens.new_key()
             elif kind == STOPPED:
-                resumable = self.aborts.get(sid, True)
+                # Asked in this process (a flag), or by any process (stored; read at a tick).
+                resumable = self.aborts.get(sid, self.stop != "cancel")
                 if resumable:
                     data = {"kind": "system", "reason": "aborted", "awaits_value": False}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
@@ -292,6 +360,7 @@ class Drive:
             created_at=rec.created_at,
             updated_at=self.core.clock.now(),
             meta=rec.meta,
+            durability=rec.durability,
         )
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument, UnknownSession
 from tarry.engine.flow import Flow
+from tarry.engine.reducer import apply
+from tarry.snapshots.records import SessionRecord
 
 from .core import Core
 from .limits import check_filters, check_limit, valid_session_id
 from .stats import Stats, compute_stats
-from .views import SessionSummary, SessionView
+from .views import SessionSummary, SessionView, state_of
+
+#: Reads of a live session's events before settling for its stored state.
+_LIVE_TRIES = 5
 
 
 def session(core: Core, session_id: str) -> SessionView:
@@ -18,6 +26,28 @@ def session(core: Core, session_id: str) -> SessionView:
     record = core.store.load(session_id)
     if record is None:
         raise UnknownSession(session_id)
+    execution = core.running.sessions.get(session_id)
+    if execution is not None:
+        return _live(core, record, execution)
+    return SessionView(core.store, record, core.tokens)
+
+
+def _live(core: Core, record: SessionRecord, execution: Any) -> SessionView:
+    """A view of a session this process is running: the stored snapshot, the events written
+    since, and those its drive has not written yet, folded. Events never change once made and
+    the fold is pure, so this is consistent whatever the drive does meanwhile; only a write
+    landing between the two reads (a gap before the unwritten ones) makes it read again."""
+    sid = record.session_id
+    state = state_of(record)
+    for _ in range(_LIVE_TRIES):
+        written = core.store.events(sid, state.last_seq)
+        tail = list(execution.log)  # one C-level copy: atomic under the GIL
+        last = written[-1].seq if written else state.last_seq
+        if tail and tail[0].seq > last + 1:
+            continue  # the drive wrote those between our two reads: read them again
+        tail = [e for e in tail if e.seq > last]
+        live = functools.reduce(apply, (*written, *tail), state)
+        return SessionView(core.store, record, core.tokens, state=live, tail=tail)
     return SessionView(core.store, record, core.tokens)
 
 

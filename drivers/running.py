@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 
 class Running:
-    """Which sessions have a drive in this process, and which of those must stop.
+    """Which sessions have a drive in this process (with its Execution, for the live view),
+    and which of those must stop.
 
     `aborts` (session id -> resumable) is read at every checkpoint, so it is a plain dict: a
     dict look-up is atomic under the GIL, and writes take the lock.
@@ -15,12 +17,17 @@ class Running:
     __slots__ = ("sessions", "aborts", "_lock")
 
     def __init__(self) -> None:
-        self.sessions: set[str] = set()
+        #: session id -> the Execution of its drive in this process.
+        self.sessions: dict[str, Any] = {}
         self.aborts: dict[str, bool] = {}
         self._lock = threading.Lock()
 
-    def started(self, session_id: str) -> None:
-        self.sessions.add(session_id)
+    def started(self, session_id: str, execution: Any) -> None:
+        """A drive of `session_id` begins. An abort asked before it began was meant for an
+        earlier drive of the session (one ending as this one starts, in another thread)."""
+        with self._lock:
+            self.sessions[session_id] = execution
+            self.aborts.pop(session_id, None)
 
     def request_abort(self, session_id: str, resumable: bool) -> bool:
         """Ask the drive of `session_id` in this process to stop; False when there is none."""
@@ -30,10 +37,13 @@ class Running:
                 return True
         return False
 
-    def ended(self, session_id: str) -> None:
-        """A drive of `session_id` is over. It leaves `sessions` and drops any abort asked of it
-        in one step under the lock that `request_abort` takes: an abort landing between the two
-        would otherwise be kept and stop the session's next run."""
+    def ended(self, session_id: str, execution: Any) -> None:
+        """The drive of `session_id` with `execution` is over. It leaves `sessions` and drops
+        any abort asked of it in one step under the lock that `request_abort` takes: an abort
+        landing between the two would otherwise be kept and stop the session's next run. If a
+        newer drive of the session already began (the token this one wrote was used at once),
+        the session and its aborts are that drive's: left alone."""
         with self._lock:
-            self.sessions.discard(session_id)
-            self.aborts.pop(session_id, None)
+            if self.sessions.get(session_id) is execution:
+                self.sessions.pop(session_id, None)
+                self.aborts.pop(session_id, None)

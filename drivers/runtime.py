@@ -130,13 +130,18 @@ class Runtime:
         *,
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        durability: str | None = None,
     ) -> AwaitableOrValue[Outcome]:
         """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met.
 
         `meta`: a small dict kept with the session record (not in its state or events), e.g.
         where the flow is defined (`{"flow_ref": "module:name"}`, as the CLI records it).
+        `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
+        every resume, recovery and worker that continues it.
         """
-        return begin(self._core, flow, input, session_id, meta, asynchronous=False)
+        return begin(
+            self._core, flow, input, session_id, meta, durability=durability, asynchronous=False
+        )
 
     def run_sync(
         self,
@@ -145,10 +150,13 @@ class Runtime:
         *,
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        durability: str | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
-        return settle(self.run(flow, input, session_id=session_id, meta=meta))
+        return settle(
+            self.run(flow, input, session_id=session_id, meta=meta, durability=durability)
+        )
 
     async def arun(
         self,
@@ -157,9 +165,12 @@ class Runtime:
         *,
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        durability: str | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
-        result = begin(self._core, flow, input, session_id, meta, asynchronous=True)
+        result = begin(
+            self._core, flow, input, session_id, meta, durability=durability, asynchronous=True
+        )
         if is_awaitable(result):
             result = await result
         return result  # type: ignore[return-value]
@@ -238,16 +249,22 @@ class Runtime:
 
     # -- control -------------------------------------------------------------------------------
     def abort(self, session_id: str, *, resumable: bool = True) -> None:
-        """Stop a running session at its next checkpoint (before the next iteration or child).
+        """Stop a running session at its next checkpoint (before the next iteration or child),
+        whichever process runs it: this one sees the request at once, another reads it from
+        the store within a second (or after the step in flight, whichever is later).
 
         Thread-safe. It then pauses with kind "system", reason "aborted" — or is cancelled
         when `resumable=False`. A paused or failed session is cancelled by
         `abort(..., resumable=False)`; with `resumable=True` it is already stopped: no-op.
+        UnknownSession for an id no session has.
         """
         control.abort(self._core, session_id, resumable)
 
     def cancel(self, token_or_session_id: str) -> Outcome:
-        """End a paused or failed session as cancelled."""
+        """End a paused or failed session as cancelled (its outcome: an error of type
+        "cancelled"). A running session (by id) is asked to stop as cancelled at its next
+        checkpoint, in whichever process runs it; the outcome returned then has status
+        "running" and `meta["stop_requested"] == "cancel"`."""
         return control.cancel(self._core, token_or_session_id)
 
     # -- inspecting ----------------------------------------------------------------------------

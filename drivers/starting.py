@@ -16,7 +16,7 @@ from tarry.snapshots.records import SessionRecord
 
 from .core import Core
 from .drive import Drive, fold
-from .limits import MAX_SESSION_ID, valid_session_id
+from .limits import DURABILITY, MAX_SESSION_ID, valid_session_id
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 
@@ -28,9 +28,16 @@ def begin(
     session_id: str | None,
     meta: dict[str, Any] | None,
     *,
+    durability: str | None = None,
     asynchronous: bool,
 ) -> AwaitableOrValue[Outcome]:
-    """Check the arguments, create the session with its `run.started` event, and drive it."""
+    """Check the arguments, create the session with its `run.started` event, and drive it.
+    `durability` is the session's own (the Runtime's default when None)."""
+    if durability is None:
+        durability = core.durability
+    elif durability not in DURABILITY:
+        msg = f"durability must be 'pause', 'step' or None (got {describe(durability)})"
+        raise InvalidArgument(msg)
     core.flows.register(flow)
     core.check(input, "input")
     if meta is not None:
@@ -58,6 +65,7 @@ def begin(
         created_at=now,
         updated_at=now,
         meta=dict(meta or {}),
+        durability=durability,
     )
     initial = SessionState(session_id=sid, flow=flow.name)
     state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])

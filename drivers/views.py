@@ -47,13 +47,25 @@ class SessionSummary:
 
 
 class SessionView:
-    """A session as stored: status, state, full event log, latest outcome."""
+    """A session as stored: status, state, full event log, latest outcome.
 
-    def __init__(self, store: SessionStore, record: SessionRecord, tokens: Tokens) -> None:
+    A session that this process is running is seen live: `state` includes the events its
+    drive has not written yet (`tail`), and `events()` ends with them."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        record: SessionRecord,
+        tokens: Tokens,
+        *,
+        state: SessionState | None = None,
+        tail: list[Event] | None = None,
+    ) -> None:
         self._store = store
         self._record = record
         self._tokens = tokens
-        self._state: SessionState | None = None
+        self._state = state
+        self._tail = tail or []
 
     @property
     def session_id(self) -> str:
@@ -66,6 +78,11 @@ class SessionView:
     @property
     def status(self) -> str:
         return self._record.status
+
+    @property
+    def durability(self) -> str:
+        """The session's own durability ("pause" or "step"), kept by whoever continues it."""
+        return self._record.durability
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -88,12 +105,18 @@ class SessionView:
 
     def events(self, after_seq: int = 0) -> list[Event]:
         """The session's ordered event log (seq 1, 2, 3 ...)."""
-        return self._store.events(self._record.session_id, after_seq)
+        stored = self._store.events(self._record.session_id, after_seq)
+        if self._tail:
+            last = stored[-1].seq if stored else after_seq
+            stored += [e for e in self._tail if e.seq > last]
+        return stored
 
     def derive_state(self) -> SessionState:
-        """A pure fold of `events()`: always equal to `state`."""
+        """A pure fold of `events()` up to the last event `state` has seen (a running session
+        may have written more since this view read it): always equal to `state`."""
         initial = SessionState(session_id=self._record.session_id)
-        return derive_state(self.events(), initial)
+        last = self.state.last_seq
+        return derive_state((e for e in self.events() if e.seq <= last), initial)
 
     @property
     def outcome(self) -> Outcome:

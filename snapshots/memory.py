@@ -50,6 +50,8 @@ def _copy(
         record.created_at,
         record.updated_at,
         dict(record.meta) if meta is None else meta,
+        record.durability,
+        record.stop,
     )
 
 
@@ -127,6 +129,7 @@ class MemoryStore:
             if record.session_id in self._sessions:
                 raise SessionExists(record.session_id)
             entry = _Entry(_keep(record, 0))
+            entry.record.stop = None
             self._check_seq(entry, events)
             self._sessions[record.session_id] = entry
             self.bytes_written += len(record.state)
@@ -158,7 +161,9 @@ class MemoryStore:
                 msg = f"session {record.session_id!r} is at version {found}, not {expected_version}"
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
+            stop = entry.record.stop if record.status == "running" else None
             entry.record = _keep(record, expected_version + 1)
+            entry.record.stop = stop
             self.bytes_written += len(record.state)
             self._append(entry, events, batch)
             self._put(entry, values)
@@ -266,12 +271,29 @@ class MemoryStore:
             entry = self._sessions.get(sid)
             if entry is not None:
                 self._check_seq(entry, events)
+                entry.record.status = "running"
+                entry.record.stop = None
                 if owner is not None:
                     entry.record.lease_owner = owner
                     entry.record.lease_until = until
                 self._append(entry, events, batch)
             self._used.add(token)
             return True
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            if entry.record.status == "running":
+                entry.record.stop = stop
+            return entry.record.status
+
+    def stop_requested(self, session_id: str) -> str | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else entry.record.stop
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:

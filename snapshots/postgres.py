@@ -104,6 +104,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX tarry_tokens_session ON tarry_tokens (session_id)",
         ),
     ),
+    Migration(
+        2,
+        "a session's own durability, and stop requests from any process",
+        (
+            "ALTER TABLE tarry_sessions ADD COLUMN durability text NOT NULL DEFAULT 'pause'",
+            "ALTER TABLE tarry_sessions ADD COLUMN stop text",
+        ),
+    ),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this
@@ -114,14 +122,18 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 _NAMES = (
     "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
-    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta",
+    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
 )  # fmt: skip
 _COLUMNS = ", ".join(_NAMES)
-_SELECT = f"SELECT {_COLUMNS} FROM tarry_sessions"
+# `stop` is read with every record but written only by request_stop (and cleared by a save
+# that ends the run, or a token's use): a record's own `stop` is never written.
+_SELECT = f"SELECT {_COLUMNS}, stop FROM tarry_sessions"
 _INSERT = f"INSERT INTO tarry_sessions ({_COLUMNS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
-# Every column but the id, then the compare-and-set condition.
+# Every column but the id; the stop request lasts while the new status (the next parameter)
+# is "running"; then the compare-and-set condition.
 _UPDATE = (
-    f"UPDATE tarry_sessions SET {', '.join(f'{n} = %s' for n in _NAMES[1:])} "
+    f"UPDATE tarry_sessions SET {', '.join(f'{n} = %s' for n in _NAMES[1:])}, "
+    "stop = CASE WHEN %s = 'running' THEN stop END "
     "WHERE session_id = %s AND version = %s"
 )
 # Events go in only if they continue the log: the last stored seq must be the one before
@@ -149,9 +161,12 @@ _CONSUME = """
 WITH used AS (
     UPDATE tarry_tokens SET used = true WHERE token = %(token)s AND NOT used
     RETURNING session_id
-), leased AS (
-    UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s
-    WHERE %(owner)s::text IS NOT NULL AND session_id IN (SELECT session_id FROM used)
+), resuming AS (
+    UPDATE tarry_sessions SET status = 'running', stop = NULL,
+        lease_owner = COALESCE(%(owner)s::text, lease_owner),
+        lease_until = CASE WHEN %(owner)s::text IS NULL THEN lease_until
+                           ELSE %(until)s::timestamptz END
+    WHERE session_id IN (SELECT session_id FROM used)
 ), appended AS (
     INSERT INTO tarry_events (session_id, seq, type, blob)
     SELECT used.session_id, e.s, e.t, e.b
@@ -350,7 +365,7 @@ class PostgresStore:
             with self._batch() as (conn, flush):
                 # The UPDATE locks the row: of two racing savers the second waits, then finds
                 # the version moved on and updates nothing; everything else is then undone.
-                updated = conn.execute(_UPDATE, (*row, sid, expected_version))
+                updated = conn.execute(_UPDATE, (*row, record.status, sid, expected_version))
                 appended = _append(conn, sid, events, encoded)
                 _put(conn, sid, values)
                 if record.token:
@@ -495,6 +510,28 @@ class PostgresStore:
             raise _conflict(exc, events[0].session_id if events else "?") from exc
         self._count(written=sum(map(len, encoded)))
         return True
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        with self._pool.connection() as conn:
+            if conn.execute(
+                "UPDATE tarry_sessions SET stop = %s WHERE session_id = %s AND status = 'running'",
+                (stop, session_id),
+            ).rowcount == 1:
+                return "running"
+            # Not running (any more): a statement of its own, so it sees the status of a save
+            # that the UPDATE above waited for.
+            row = conn.execute(
+                "SELECT status FROM tarry_sessions WHERE session_id = %s", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def stop_requested(self, session_id: str) -> str | None:
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT stop FROM tarry_sessions WHERE session_id = %s", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
@@ -740,12 +777,13 @@ def _row(record: SessionRecord, *, version: int) -> tuple[Any, ...]:
         record.created_at,
         record.updated_at,
         dumps(record.meta),
+        record.durability,
     )
 
 
 def _record(row: Sequence[Any]) -> SessionRecord:
     (sid, flow, status, state, version, fingerprint, flow_version, token, wake_at,
-     lease_owner, lease_until, created_at, updated_at, meta) = row  # fmt: skip
+     lease_owner, lease_until, created_at, updated_at, meta, durability, stop) = row  # fmt: skip
     return SessionRecord(
         session_id=sid,
         flow=flow,
@@ -761,4 +799,6 @@ def _record(row: Sequence[Any]) -> SessionRecord:
         created_at=_utc(created_at),
         updated_at=_utc(updated_at),
         meta=loads(meta),
+        durability=durability,
+        stop=stop,
     )

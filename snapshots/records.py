@@ -32,7 +32,10 @@ class SessionRecord:
     `version` is the compare-and-set counter: each `save` must name the version it read.
     `token` is the one live resume token (None when none is live). `wake_at` is the earliest
     time a timer, back-off or deadline is due. `lease_owner`/`lease_until` mark a running
-    session's worker; an expired lease means that worker died.
+    session's worker; an expired lease means that worker died. `durability` is the session's
+    own ("pause" or "step"), kept by every process that continues it. `stop` is a stop request
+    ("abort" or "cancel") stored for a running session by any process (`request_stop`); a
+    store never takes it from a record it is given, and clears it when a save ends the run.
     """
 
     session_id: str
@@ -49,6 +52,12 @@ class SessionRecord:
     created_at: dt.datetime = attrs.field(factory=lambda: dt.datetime.now(dt.UTC))
     updated_at: dt.datetime = attrs.field(factory=lambda: dt.datetime.now(dt.UTC))
     meta: dict[str, Any] = attrs.field(factory=dict)
+    durability: str = "pause"
+    stop: str | None = None
+
+
+#: What `request_stop` may store: stop resumably (a system pause), or cancel.
+STOPS = ("abort", "cancel")
 
 
 @attrs.frozen(slots=True)

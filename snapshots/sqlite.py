@@ -35,6 +35,12 @@ _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
 )
 
+#: Columns added since version 1, with their definitions: added to files made before them.
+_LATER_COLUMNS = (
+    ("durability", "TEXT NOT NULL DEFAULT 'pause'"),
+    ("stop", "TEXT"),
+)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id   TEXT PRIMARY KEY,
@@ -50,7 +56,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     lease_until  INTEGER,
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL,
-    meta         BLOB NOT NULL
+    meta         BLOB NOT NULL,
+    durability   TEXT NOT NULL DEFAULT 'pause',
+    stop         TEXT
 );
 CREATE INDEX IF NOT EXISTS sessions_list ON sessions (status, flow, created_at);
 CREATE INDEX IF NOT EXISTS sessions_due ON sessions (status, wake_at);
@@ -79,10 +87,12 @@ CREATE INDEX IF NOT EXISTS tokens_session ON tokens (session_id);
 
 _NAMES = (
     "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
-    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta",
+    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
 )  # fmt: skip
 _COLUMNS = ", ".join(_NAMES)
-_SELECT = f"SELECT {_COLUMNS} FROM sessions"
+# `stop` is read with every record but written only by request_stop (and cleared by a save
+# that ends the run, or a token's use): a record's own `stop` is never written.
+_SELECT = f"SELECT {_COLUMNS}, stop FROM sessions"
 _INSERT = f"INSERT INTO sessions ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
 # Whether events continue a session's log: the seq before the first one (?P below; NULL when
 # no events are written) must be stored, unless it is 0. The log is gap-free, so that is all
@@ -111,6 +121,8 @@ def _update(held: tuple[bool, ...]) -> str:
     kept = {i for i, h in zip(_INDEXED, held, strict=True) if h}
     sets = ", ".join(f"{n} = ?{i + 1}" for i, n in enumerate(_NAMES) if i and i not in kept)
     held = "".join(f"AND {_NAMES[i]} IS ?{i + 1} " for i in sorted(kept))
+    # ?3 is the new status: a stop request lasts while the session runs.
+    sets += ", stop = CASE WHEN ?3 = 'running' THEN stop END"
     return (
         f"UPDATE sessions SET {sets} WHERE session_id = ?1 AND version = ?{len(_NAMES) + 1} "
         f"{held}AND {_CONTINUES.format(p=len(_NAMES) + 2)}"
@@ -223,7 +235,11 @@ class SQLiteStore:
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        # Indexes added since version 1 (idempotent, so files made before them get them too).
+        # Columns and indexes added since version 1, so files made before them get them too.
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        for name, definition in _LATER_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
 
@@ -426,16 +442,35 @@ class SQLiteStore:
             # leaves those it does not change alone (see _INDEXED).
             seen = db.execute(_TOKEN_SESSION, (token,)).fetchone()
             sid = seen[0]
-            self._seen = seen
-            if owner is not None:
-                continues = db.execute(_LEASE, (sid, owner, _time(until), prev)).rowcount == 1
+            if seen[1] is None:  # the session is gone: only the token is used
+                continues = prev is None
             else:
-                continues = prev is None or db.execute(_FOLLOWS, (sid, prev)).fetchone() is not None
+                continues = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount == 1
+                self._seen = (sid, "running", *seen[2:])
             if not continues:
                 raise _not_continued(db, sid, events[0].seq)
             written = _insert(db, sid, events, encoded)
         self.bytes_written += written
         return True
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        with self._write as db:
+            db.execute(
+                "UPDATE sessions SET stop = ? WHERE session_id = ? AND status = 'running'",
+                (stop, session_id),
+            )
+            row = db.execute(
+                "SELECT status FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def stop_requested(self, session_id: str) -> str | None:
+        with self._lock:
+            row = self._cur.execute(
+                "SELECT stop FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
@@ -475,9 +510,12 @@ class SQLiteStore:
 
 _LOAD = f"{_SELECT} WHERE session_id = ?"
 _FOLLOWS = "SELECT 1 FROM sessions WHERE session_id = ?1 AND " + _CONTINUES.format(p=2)
-_LEASE = (
-    "UPDATE sessions SET lease_owner = ?2, lease_until = ?3 WHERE session_id = ?1 AND "
-    + _CONTINUES.format(p=4)
+# A used token's session runs from then on; the lease is taken when an owner (?2) is given.
+_RESUMING = (
+    "UPDATE sessions SET status = 'running', stop = NULL, "
+    "lease_owner = COALESCE(?2, lease_owner), "
+    "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
+    "WHERE session_id = ?1 AND " + _CONTINUES.format(p=4)
 )
 _USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
 _TOKEN_SESSION = (
@@ -667,12 +705,13 @@ def _row(record: SessionRecord, *, version: int) -> tuple[Any, ...]:
         _micros(record.created_at),
         _micros(record.updated_at),
         _dumps(record.meta),
+        record.durability,
     )
 
 
 def _record(row: tuple[Any, ...]) -> SessionRecord:
     (sid, flow, status, state, version, fingerprint, flow_version, token, wake_at,
-     lease_owner, lease_until, created_at, updated_at, meta) = row  # fmt: skip
+     lease_owner, lease_until, created_at, updated_at, meta, durability, stop) = row  # fmt: skip
     return SessionRecord(
         session_id=sid,
         flow=flow,
@@ -688,4 +727,6 @@ def _record(row: tuple[Any, ...]) -> SessionRecord:
         created_at=_datetime(created_at),
         updated_at=_datetime(updated_at),
         meta=_loads(meta),
+        durability=durability,
+        stop=stop,
     )

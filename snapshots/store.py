@@ -39,7 +39,8 @@ class SessionStore(Protocol):
         """In one transaction: write `record` if the stored version is `expected_version`
         (else ConcurrentUpdate, nothing written), append `events`, put `values`
         (`(key, index, blob)`), and register `record.token` as a live token of the session.
-        Returns the new version (`expected_version + 1`)."""
+        The stored stop request is kept while `record.status` is "running" and cleared
+        otherwise (`record.stop` is ignored). Returns the new version (`expected_version + 1`)."""
 
     def delete(self, session_id: str) -> None:
         """Remove the session, its events, values and tokens. Unknown ids are ignored."""
@@ -82,8 +83,19 @@ class SessionStore(Protocol):
         events: Sequence[Event] = (),
     ) -> bool:
         """Mark the token used. True for exactly one caller, ever; False if already used
-        or unknown (and then nothing is written). In the same transaction, the winner takes
-        the session's lease (when `owner` is given) and appends `events`."""
+        or unknown (and then nothing is written). In the same transaction, the winner sets
+        the session's status to "running" (clearing any stop request), takes its lease (when
+        `owner` is given) and appends `events`."""
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        """Store a stop request (`"abort"` or `"cancel"`) for a running session; the process
+        running it reads it with `stop_requested`. Returns the session's status: "running"
+        when the request was stored, another status when it was not (nothing written), None
+        for an unknown session. A later request replaces an earlier one."""
+
+    def stop_requested(self, session_id: str) -> str | None:
+        """The stop request stored for a session, or None."""
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:

@@ -1,4 +1,4 @@
-"""`tarry cancel`, `ls`, `show`, `events`, `due` and `stats`: manage and inspect sessions."""
+"""`tarry cancel`, `abort`, `ls`, `show`, `events`, `due` and `stats`: manage and inspect sessions."""
 
 from __future__ import annotations
 
@@ -17,7 +17,26 @@ from .text import paused_line, summary
 
 def cancel(args: argparse.Namespace) -> int:
     out = runtime_of(args).cancel(args.target)
-    print(dumps(out) if args.json else f"cancelled session {out.session_id}")
+    if args.json:
+        print(dumps(out))
+    elif out.status == "running":
+        print(f"cancel requested: session {out.session_id} stops at its next checkpoint")
+    else:
+        print(f"cancelled session {out.session_id}")
+    return EXIT_OK
+
+
+def abort(args: argparse.Namespace) -> int:
+    """Works on a session running in any process that shares the store: the request is
+    stored, and that process stops the run within a second (or after its step in flight)."""
+    rt = runtime_of(args)
+    rt.abort(args.session, resumable=not args.cancel)
+    status = rt.session(args.session).status
+    if status == "running":
+        action = "cancel" if args.cancel else "abort"
+        print(f"{action} requested: session {args.session} stops at its next checkpoint")
+    else:
+        print(f"session {args.session} is {status}")
     return EXIT_OK
 
 

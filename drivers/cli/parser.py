@@ -104,8 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("token")
     p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
 
-    p = command("cancel", inspecting.cancel, "end a paused or failed session", as_json)
+    p = command(
+        "cancel", inspecting.cancel, "end a paused or failed session; stop a running one", as_json
+    )
     p.add_argument("target", metavar="TOKEN|SESSION")
+
+    p = command("abort", inspecting.abort, "stop a running session at its next checkpoint")
+    p.add_argument("session")
+    p.add_argument(
+        "--cancel", action="store_true", help="end it as cancelled instead of pausing it"
+    )
 
     p = command("ls", inspecting.ls, "list sessions, newest first", as_json)
     p.add_argument("--status")

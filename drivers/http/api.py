@@ -110,6 +110,21 @@ class Api:
         sid = request.path_params["sid"]
         return json_response(await run_in_threadpool(self._by_session, sid, "skip", body.get("output")))
 
+    async def abort_session(self, request: Request) -> Response:
+        """Stop a running session at its next checkpoint, whichever process runs it (a stored
+        request): resumably, or as cancelled with `{"resumable": false}`. 202: asked."""
+        body = await read_body(request, {"resumable"})
+        resumable = body.get("resumable", True)
+        if not isinstance(resumable, bool):
+            raise BadRequest("BadRequest", f'"resumable" must be true or false (got {resumable!r})')
+        sid = request.path_params["sid"]
+        await run_in_threadpool(partial(self.rt.abort, sid, resumable=resumable))
+        view = await self._view(request)
+        requested = "abort" if resumable else "cancel"
+        return json_response(
+            {"session_id": sid, "requested": requested, "status": view.status}, 202
+        )
+
     async def cancel_session(self, request: Request) -> Response:
         await read_body(request, set())
         return json_response(await run_in_threadpool(self.rt.cancel, request.path_params["sid"]))

@@ -65,6 +65,7 @@ def create_app(
         Route("/api/sessions/{sid}/events", api.list_events, methods=["GET"]),
         Route("/api/sessions/{sid}/events/stream", api.stream_session, methods=["GET"]),
         Route("/api/sessions/{sid}/resume", api.resume_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/abort", api.abort_session, methods=["POST"]),
         Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),
         Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
         Route("/api/resume", api.resume_token, methods=["POST"]),

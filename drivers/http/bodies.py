@@ -59,7 +59,8 @@ def session_json(view: SessionView) -> dict[str, Any]:
     token, status = data["token"], data["status"]
     data["actions"] = {
         "resume": token is not None and status in ("paused", "failed"),
-        "cancel": status in ("paused", "failed"),
+        "cancel": status in ("paused", "failed", "running"),
+        "abort": status == "running",
         "skip": token is not None and status == "failed",
     }
     return data

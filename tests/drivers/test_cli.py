@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tarry import Flow, ForEach, Gate, Runtime
+from tarry import Flow, ForEach, Gate, Runtime, UnknownSession
 
 TARRY = str(Path(sys.executable).parent / "tarry")
 
@@ -536,3 +536,33 @@ def test_worker_recovers_a_run_whose_process_was_killed(jobs: Path) -> None:
     assert worker.wait(timeout=10) == 0
     assert Runtime(store=db(jobs)).session(session).outcome.output == [1, 2]
     assert marker.read_text().count("started") == 3  # item 1 twice (killed, then again), item 2
+
+
+@pytest.mark.parametrize("cancel", [False, True])
+def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
+    url = db(jobs)
+    run = start("run", "jobs:ticker", "--input", '{"n": 400, "delay": 0.02}', "--session-id",
+                "t1", "--store", url, "--no-progress", cwd=jobs)
+    rt = Runtime(store=url)
+    deadline = time.monotonic() + 30
+    while True:  # until the run has written its progress once
+        try:
+            if rt.session("t1").state.container_stack:
+                break
+        except UnknownSession:
+            pass
+        assert time.monotonic() < deadline, "the run never showed its progress"
+        time.sleep(0.05)
+    asked = tarry("abort", "t1", *(["--cancel"] if cancel else []), "--store", url, cwd=jobs)
+    assert asked.returncode == 0, asked.stderr
+    action = "cancel" if cancel else "abort"
+    assert f"{action} requested: session t1 stops at its next checkpoint" in asked.stdout
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == (1 if cancel else 3), err
+    view = rt.session("t1")
+    assert view.status == ("cancelled" if cancel else "paused")
+    done = [e for e in view.events() if e.type == "container.iteration_completed"]
+    assert len(done) < 400
+    unknown = tarry("abort", "nope", "--store", url, cwd=jobs)
+    assert unknown.returncode == 2 and "nope" in unknown.stderr
+    assert json.loads(tarry("show", "t1", "--json", "--store", url, cwd=jobs).stdout)

@@ -133,7 +133,7 @@ def test_get_session_shows_stack_pause_and_actions() -> None:
     assert body["pause"]["kind"] == "human"
     assert body["pause"]["path"] == ["items", 0, "approve"]
     assert body["outputs"] == {"prepare": ["a", "b"]}
-    assert body["actions"] == {"resume": True, "cancel": True, "skip": False}
+    assert body["actions"] == {"resume": True, "cancel": True, "skip": False, "abort": False}
     assert body["token"] == out.token  # the caller is authorized (loopback, no token set)
     assert body["last_seq"] == rt.session(out.session_id).events()[-1].seq
 
@@ -313,7 +313,7 @@ def test_skip_a_failed_step_with_an_output() -> None:
     api = client(rt)
     detail = api.get(f"/api/sessions/{out.session_id}").json()
     assert detail["error"]["type"] == "RuntimeError"
-    assert detail["actions"] == {"resume": True, "cancel": True, "skip": True}
+    assert detail["actions"] == {"resume": True, "cancel": True, "skip": True, "abort": False}
     r = api.post(f"/api/sessions/{out.session_id}/skip", json={"output": 42})
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "ok" and r.json()["output"] == {"after": 42}
@@ -653,3 +653,50 @@ def test_all_sessions_stream_resumes_from_its_cursor_exactly_once(tmp_path) -> N
         assert mine == sorted(mine)
     assert len({m["id"] for m in got}) == len(got)
     assert reset["data"]["reason"]
+
+
+def test_abort_and_cancel_a_running_session() -> None:
+    import threading
+
+    gate, reached = threading.Event(), threading.Event()
+
+    def hold(ctx):
+        reached.set()
+        assert gate.wait(30)
+        return ctx.index
+
+    flow = Flow("held", [ForEach("items", [0, 1, 2], hold)])
+    rt = runtime()
+    api = client(rt)
+    for body, expected in (({}, "paused"), ({"resumable": False}, "error")):
+        gate.clear()
+        reached.clear()
+        result: list[tarry.Outcome] = []
+        thread = threading.Thread(target=lambda result=result: result.append(rt.run(flow)))
+        thread.start()
+        assert reached.wait(10)
+        (sid,) = [s.session_id for s in rt.sessions(status="running")]
+        assert api.get(f"/api/sessions/{sid}").json()["actions"]["abort"] is True
+        r = api.post(f"/api/sessions/{sid}/abort", json=body)
+        assert r.status_code == 202, r.text
+        assert r.json() == {"session_id": sid, "requested": "cancel" if body else "abort",
+                            "status": "running"}
+        gate.set()
+        thread.join(10)
+        assert result[0].status == expected
+    bad = api.post(f"/api/sessions/{sid}/abort", json={"resumable": "no"})
+    assert bad.status_code == 400
+    assert api.post("/api/sessions/nope/abort").status_code == 404
+    # cancel of a running session: asked, and the outcome says it is still running
+    gate.clear()
+    reached.clear()
+    result = []
+    thread = threading.Thread(target=lambda: result.append(rt.run(flow)))
+    thread.start()
+    assert reached.wait(10)
+    (sid,) = [s.session_id for s in rt.sessions(status="running")]
+    r = api.post(f"/api/sessions/{sid}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "running"
+    gate.set()
+    thread.join(10)
+    assert result[0].error.type == "cancelled"

@@ -166,6 +166,10 @@ def _check_outcome(op: dict[str, Any], evs: list[list[Any]]) -> list[str]:
     if kind in ("learn", "abort"):
         return []
     types = [e[1] for e in evs]
+    if kind == "cancel" and op["outcome"] == "running":
+        # A running session (in any process) was asked to stop: the request is stored, and
+        # the run it stops emits run.cancelled itself.
+        return [f"{_name(op)} asked a running session to stop but emitted {types}"] if types else []
     if op["outcome"] == "error" and op["error"] == "lease_lost":
         return [f"{_name(op)} lost its lease to another worker"]
     if not types:
@@ -210,11 +214,16 @@ def _check_tokens(
 
 
 def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
-    """A run stopped by an abort had one requested, in its process, while it ran."""
+    """A run stopped by an abort had one requested while it ran: in its own process, or in
+    any process through the store (an abort, or a cancel of the running session)."""
     aborts = defaultdict(list)
     for op in ops:
+        if op["exc"] is not None:
+            continue
         if op["op"] == "abort":
-            aborts[(op["proc"], op["sid"])].append(op)
+            aborts[op["sid"]].append(op)
+        elif op["op"] == "cancel" and op.get("outcome") == "running":
+            aborts[op["sid"]].append({**op, "resumable": False})
     problems = []
     for op in ops:
         if op["exc"] is not None or op["op"] not in ("start", "resume", "skip"):
@@ -224,10 +233,9 @@ def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
         if not (stopped or killed):
             continue
         if not any(a["t0"] <= op["t1"] and a["t1"] >= op["t0"] and (stopped or not a["resumable"])
-                   for a in aborts[(op["proc"], op["sid"])]):
+                   for a in aborts[op["sid"]]):
             what = "paused as aborted" if stopped else "was cancelled"
-            problems.append(f"{_name(op)} {what} with no abort requested in its process "
-                            "while it ran")
+            problems.append(f"{_name(op)} {what} with no abort requested while it ran")
     return problems
 
 

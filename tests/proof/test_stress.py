@@ -141,9 +141,9 @@ def _unexpected_exception(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
 
 def _stopped_without_abort(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
     o[2]["reason"] = "aborted"
-    # An abort in another process, or after the run, cannot have stopped it.
-    o.append(_op("main/t2", 0, "abort", resumable=True))
-    o.append(_op("c0/t0", 9, "abort", resumable=True))
+    # An abort after the run, or one that was refused, cannot have stopped it.
+    o.append(_op("main/t2", 0, "abort", resumable=True, t0=50.0, t1=50.1))
+    o.append(_op("c0/t0", 9, "abort", resumable=True, exc="UnknownSession"))
 
 
 PLANTS = [
@@ -177,6 +177,23 @@ def test_an_abort_in_the_same_process_while_the_run_ran_explains_its_stop() -> N
         o.append(_op("c0/t0", 0, "abort", resumable=True, t0=11.2, t1=11.3))
 
     assert _problems(plant) == []
+
+
+def test_an_abort_or_cancel_from_another_process_while_the_run_ran_explains_its_stop() -> None:
+    # Stop requests go through the store: whichever process asked, the run sees them.
+    def aborted(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
+        o[2]["reason"] = "aborted"
+        o.append(_op("main/t3", 0, "abort", resumable=True, t0=11.2, t1=11.3))
+
+    def cancelled(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
+        o[2].update(outcome="error", error="cancelled", reason=None)
+        o[2]["events"][-1][1] = "run.cancelled"
+        s["s1"]["events"][-1][1] = "run.cancelled"
+        s["s1"].update(status="cancelled", state_status="cancelled", live_token=None)
+        o.append(_op("main/t3", 0, "cancel", sid="s1", outcome="running", t0=11.2, t1=11.3))
+
+    assert _problems(aborted) == []
+    assert [p for p in _problems(cancelled) if "no abort requested" in p] == []
 
 
 def test_an_actor_stuck_past_its_grace_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,23 +279,23 @@ def test_an_abort_that_arrives_as_a_run_ends_does_not_stop_the_next_run() -> Non
     rt = tarry.Runtime()
     token = rt.run(LOOP).token
 
-    class LateAbort(set):  # type: ignore[type-arg]
+    class LateAbort(dict):  # type: ignore[type-arg]
         """Sends another thread's abort just before the finished run leaves the running set."""
 
         armed = True
 
-        def discard(self, sid: str) -> None:
+        def pop(self, sid: str, *default: object) -> object:
             if self.armed:
                 self.armed = False
                 other = threading.Thread(target=rt.abort, args=(sid,))
                 other.start()
                 other.join(0.5)  # a fixed Runtime may hold its lock here: the abort waits
-            super().discard(sid)
+            return super().pop(sid, *default)
 
     rt._core.running.sessions = LateAbort()
     first = rt.resume(token, True)
     assert first.paused and first.pause.reason == ""
-    rt._core.running.sessions = set()
+    rt._core.running.sessions = {}
     second = rt.resume(first.token, True)  # no abort is requested during this call
     assert second.pause.reason != "aborted"
 

@@ -98,6 +98,7 @@ FULL = rec(
     created_at=at(-3600.25),
     updated_at=at(1.999999),
     meta={"owner": "ann", "n": 3, "nested": {"k": [1, 2.5, None]}},
+    durability="step",
 )
 MINIMAL = rec("minimal")
 
@@ -563,3 +564,67 @@ def test_consume_token_takes_the_lease_and_appends_events_atomically(store: Any)
     assert store.consume_token("tk_1", owner="w2", until=at(900), events=[ev(3)]) is False
     assert store.load("s1").lease_owner == "w1"
     assert [e.seq for e in store.events("s1")] == [1, 2]
+
+
+# -- control: a session's durability and stop requests -----------------------------------------
+
+
+def test_a_new_session_has_the_default_durability_and_no_stop(store: Any) -> None:
+    store.create(rec("s1", stop="cancel"))  # a record's own stop is never written
+    loaded = store.load("s1")
+    assert (loaded.durability, loaded.stop) == ("pause", None)
+
+
+def test_durability_is_kept_by_saves(store: Any) -> None:
+    store.create(rec("s1", durability="step"))
+    store.save(rec("s1", status="paused", durability="step"), 0)
+    assert store.load("s1").durability == "step"
+
+
+def test_request_stop_is_stored_for_a_running_session_only(store: Any) -> None:
+    store.create(rec("run"))
+    store.create(rec("held", status="paused"))
+    assert store.request_stop("run", "abort") == "running"
+    assert store.stop_requested("run") == "abort" and store.load("run").stop == "abort"
+    assert store.request_stop("run", "cancel") == "running"  # a later request replaces it
+    assert store.stop_requested("run") == "cancel"
+    assert store.request_stop("held", "cancel") == "paused"  # not running: nothing stored
+    assert store.stop_requested("held") is None
+    assert store.request_stop("nope", "abort") is None
+    assert store.stop_requested("nope") is None
+
+
+def test_a_save_that_ends_the_run_clears_the_stop_request(store: Any) -> None:
+    store.create(rec("s1"))
+    store.request_stop("s1", "abort")
+    version = store.save(rec("s1", state=b"progress", stop=None), 0)  # still running
+    assert store.stop_requested("s1") == "abort"
+    store.save(rec("s1", status="paused", token="tk_1", stop="abort"), version)
+    assert store.stop_requested("s1") is None
+
+
+def test_using_a_token_marks_the_session_running_and_clears_its_stop(store: Any) -> None:
+    store.create(rec("s1"))
+    store.request_stop("s1", "cancel")
+    store.save(rec("s1", status="paused", token="tk_1"), 0)
+    store.request_stop("s1", "cancel")  # refused: paused
+    assert store.consume_token("tk_1", owner="w1", until=at(60), events=[ev(1)]) is True
+    loaded = store.load("s1")
+    assert (loaded.status, loaded.stop, loaded.lease_owner) == ("running", None, "w1")
+    store.create(rec("s2", status="failed", token="tk_2"))
+    assert store.consume_token("tk_2") is True  # no owner: the lease is left as it was
+    loaded = store.load("s2")
+    assert (loaded.status, loaded.lease_owner) == ("running", None)
+
+
+def test_stop_requests_race_with_the_save_that_ends_the_run(store: Any) -> None:
+    # Whoever comes second decides: a request stored before the final save is cleared by it; a
+    # request after it finds the session paused and stores nothing. Never a stop left behind.
+    for i in range(20):
+        sid = f"s{i}"
+        store.create(rec(sid))
+        results = race(2, lambda n, sid=sid: store.request_stop(sid, "abort") if n == 0
+                       else store.save(rec(sid, status="paused"), 0))
+        assert results[0] in ("running", "paused")
+        assert store.stop_requested(sid) is None
+

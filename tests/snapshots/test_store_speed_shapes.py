@@ -104,9 +104,9 @@ def test_sqlite_pause_resume_round_trip_statements(tmp_path: Path) -> None:
 
 def test_sqlite_save_leaves_unchanged_indexed_columns_alone(sqlite_store: SQLiteStore) -> None:
     sqlite_store.create(rec(status="paused", token="tk_1"))
-    assert sqlite_store.consume_token("tk_1", owner="w", until=at(60))
+    assert sqlite_store.consume_token("tk_1", owner="w", until=at(60))  # now running
     sql = Statements(sqlite_store)
-    sqlite_store.save(rec(status="paused", state=b"new"), 0)
+    sqlite_store.save(rec(status="running", state=b"new"), 0)  # a running drive's progress
     (update,) = [s for s in sql.seen if s.startswith("UPDATE")]
     assigned = update.split(" WHERE ")[0]
     assert "status =" not in assigned and "wake_at =" not in assigned
@@ -149,12 +149,14 @@ def test_sqlite_indexes_stay_consistent_over_status_changes(sqlite_store: SQLite
             rec(status=status, wake_at=wake, token=f"tk_{i + 1}"), version, events=[ev(seq + 1)]
         )
         seq += 1
+        assert [r.status for r in sqlite_store.list(status=status)] == [status]
+        assert bool(sqlite_store.due(at(10))) == (status == "paused" and wake is not None)
         assert sqlite_store.consume_token(
             f"tk_{i + 1}", owner="w", until=at(60), events=[ev(seq + 1)]
         )
         seq += 1
-        assert [r.status for r in sqlite_store.list(status=status)] == [status]
-        assert bool(sqlite_store.due(at(10))) == (status == "paused" and wake is not None)
+        assert [r.status for r in sqlite_store.list(status="running")] == ["running"]
+        assert not sqlite_store.due(at(10))  # a resumed session runs: no timer is due
     assert sqlite_store._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert [e.seq for e in sqlite_store.events("s1")] == list(range(1, seq + 1))
 
@@ -215,8 +217,8 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         "load": (m._LOAD, ("s",)),
         "token": (m._TOKEN_SESSION, ("t",)),
         "follows": (m._FOLLOWS, ("s", 3)),
-        "lease": (m._LEASE, ("s", "w", 1, 3)),
-        "save": (m._update((True, True, True, False)), (None,) * 16),
+        "resuming": (m._RESUMING, ("s", "w", 1, 3)),
+        "save": (m._update((True, True, True, False)), (None,) * (len(m._NAMES) + 2)),
         "expired": (m._EXPIRED, (1, 10)),
         "due": (f"{m._SELECT} WHERE status = 'paused' AND wake_at <= ? LIMIT ?", (1, 10)),
         "events": ("SELECT blob FROM events WHERE session_id = ? AND seq > ?", ("s", 0)),
