@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tarry.engine.errors import SnapshotError
 from tarry.snapshots._codec import dumps, loads
 from tarry.snapshots.records import path_key
 from tarry.snapshots.store import SessionStore
@@ -40,8 +41,11 @@ class StoreLedger:
             return pending[index]
         blob = self._store.get_value(self._sid, self._key(ITEMS, path), index)
         if blob is None:
-            msg = f"item {index} of {'/'.join(map(str, path))} is missing from the store"
-            raise LookupError(msg)
+            msg = (
+                f"session {self._sid!r}: item {index} of {'/'.join(map(str, path))} is missing "
+                f"from the store"
+            )
+            raise SnapshotError(msg)
         return loads(blob)
 
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None:
@@ -52,6 +56,13 @@ class StoreLedger:
         found = [loads(b) for b in stored]
         if len(found) < stop:  # some were written by this run and are not flushed yet
             pending = {i: v for p, i, v in self._results if p == path and i < stop}
+            missing = [i for i in range(len(found), stop) if i not in pending]
+            if missing:
+                msg = (
+                    f"session {self._sid!r}: the result of iteration {missing[0]} of "
+                    f"{'/'.join(map(str, path))} is missing from the store"
+                )
+                raise SnapshotError(msg)
             found = found + [pending[i] for i in range(len(found), stop)]
         return found
 

@@ -44,10 +44,16 @@ def _paused(core: Core) -> list[SessionRecord]:
         if len(batch) < page:
             return [r for r in rows if r.token is not None]
 
+def _known(core: Core, record: SessionRecord) -> bool:
+    """Whether the version of the flow that started `record` is registered: no adapter is
+    asked about a session that could not be resumed with its answer."""
+    return core.flows.version(record.flow, record.fingerprint) is not None
+
+
 def _ask(core: Core, record: SessionRecord) -> Outcome | None:
     state = stored_state(core, record)
     pause = state.pause
-    if pause is None or state.status != "paused" or record.flow not in core.flows:
+    if pause is None or state.status != "paused" or not _known(core, record):
         return None
     adapter = core.adapters.get(pause.kind)
     if adapter is None or record.token is None:

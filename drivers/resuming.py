@@ -10,7 +10,14 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.engine import events as ev
-from tarry.engine.errors import SessionNotResumable, TokenAlreadyUsed, UnknownToken
+from tarry.engine.describe import describe
+from tarry.engine.errors import (
+    InvalidArgument,
+    SessionNotResumable,
+    SnapshotError,
+    TokenAlreadyUsed,
+    UnknownToken,
+)
 from tarry.engine.flow import Flow
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots.records import SessionRecord
@@ -20,6 +27,7 @@ from .drive import Drive, fold
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .starting import start
+from .validate import validate
 from .views import state_of
 
 
@@ -34,8 +42,27 @@ def key_of(core: Core, token: object) -> str:
 
 def stored_state(core: Core, record: SessionRecord) -> SessionState:
     """The state `record` holds: the one this runtime kept when it wrote that very snapshot,
-    else decoded (see statecache.py). Nobody may change it."""
-    return core.states.get(record.state) or state_of(record)
+    else decoded (see statecache.py). Nobody may change it. A snapshot that cannot be decoded
+    raises SnapshotError naming the session."""
+    kept = core.states.get(record.state)
+    if kept is not None:
+        return kept
+    try:
+        return state_of(record)
+    except SnapshotError as exc:
+        msg = f"session {record.session_id!r}: its snapshot cannot be read: {exc}"
+        raise SnapshotError(msg) from exc
+
+
+def updated_meta(core: Core, kept: dict[str, Any], meta: Any) -> dict[str, Any]:
+    """The session's `meta` with the keys of `meta` (given to a resume) set: e.g. the
+    `flow_ref` of the repaired flow it now continues with."""
+    if not isinstance(meta, dict):
+        msg = f"meta must be a dict (got {describe(meta)})"
+        raise InvalidArgument(msg)
+    merged = {**kept, **meta}
+    core.check(merged, "meta")
+    return merged
 
 
 def prepare(
@@ -49,13 +76,19 @@ def prepare(
     asynchronous: bool = False,
     trigger: str = "resume",
     failure: ErrorInfo | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> AwaitableOrValue[Outcome]:
     """Check everything, then use the token (`key`: its store key) and record the resume
     in one transaction.
 
     `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
     meta. With `failure`, a timeout that fails the run: the session is failed with it at
-    the paused element instead of being run."""
+    the paused element instead of being run. `meta`: keys to set in the session's meta.
+
+    The session continues with the flow whose fingerprint started it (`flow`, or the one
+    registered), or with a changed flow of its name when `allow_changed`: the session then
+    records that flow's fingerprint and version, in the `run.resumed` event at once (so a
+    recovery after a crash goes on with it) and in its row when the run next writes."""
     info = core.store.find_token(key)
     if info is None:
         raise UnknownToken()
@@ -64,11 +97,19 @@ def prepare(
     record = core.store.load(info.session_id)
     if record is None:
         raise UnknownToken()
-    state = stored_state(core, record)
-    flow = core.flows.flow_for(record, flow, allow_changed, state)
-    meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
+    kept = core.states.get(record.state)
+    state = kept if kept is not None else stored_state(core, record)
+    flow = core.flows.flow_for(record, flow, allow_changed)
+    if kept is None or flow.fingerprint != record.fingerprint:
+        # (A state this runtime kept is one its own run of that very flow wrote: it fits.)
+        validate(record.session_id, record.fingerprint, state, flow)
+    resumed: dict[str, Any] = {}
+    if flow.fingerprint != record.fingerprint:
+        resumed["flow"] = {"fingerprint": flow.fingerprint, "version": flow.version}
+    session_meta = record.meta if meta is None else updated_meta(core, record.meta, meta)
+    outcome_meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
     if state.pause is not None:
-        meta["pause_kind"] = meta["resumed_kind"] = state.pause.kind
+        outcome_meta["pause_kind"] = outcome_meta["resumed_kind"] = state.pause.kind
     if skip:
         if state.status != "failed" or state.error is None:
             raise SessionNotResumable(record.session_id, state.status, "skip")
@@ -86,18 +127,18 @@ def prepare(
                 value = element.accept(value)  # InvalidResumeValue: nothing changed
             core.check(value, "resume value")
     if failure is not None:
-        specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True})]
+        specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True, **resumed})]
     elif skip:
         path = state.error.path
         specs = [
-            (ev.RUN_RESUMED, path, {"skip": True}),
+            (ev.RUN_RESUMED, path, {"skip": True, **resumed}),
             (ev.NODE_COMPLETED, path, {"output": value, "skipped": True}),
         ]
     elif state.status == "paused" and state.pause is not None and state.pause.awaits_value:
-        specs = [(ev.RUN_RESUMED, state.pause.path, {"value": value})]
+        specs = [(ev.RUN_RESUMED, state.pause.path, {"value": value, **resumed})]
     else:
         path = state.pause.path if state.pause else state.error.path if state.error else ()
-        specs = [(ev.RUN_RESUMED, path, {})]
+        specs = [(ev.RUN_RESUMED, path, resumed)]
     now = core.clock.now()
     state, events = fold(state, now, specs)
     until = now + timedelta(seconds=core.lease)
@@ -106,7 +147,9 @@ def prepare(
     if not core.store.consume_token(key, owner=core.owner, until=until, events=events):
         raise TokenAlreadyUsed(record.session_id)
     core.states.drop(record.state)
+    record.meta = session_meta  # written with the session's next write
+    core.flows.register(flow)  # its timers and recovery find it by fingerprint from now on
     if failure is not None:
         core.hub.announce(events)
-        return Drive(core, flow, record, state, meta=meta).fail_now(failure)
-    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=meta)
+        return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
+    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta)

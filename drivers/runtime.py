@@ -34,7 +34,8 @@ class Runtime:
     return an awaitable.
 
     Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
-    resume and recovery), `clock`, `adapters` ({pause kind: callable}), `durability`
+    resume, timers and recovery; several versions of one flow may be given side by side, and
+    each session continues with the one whose fingerprint started it), `clock`, `adapters` ({pause kind: callable}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
@@ -119,7 +120,9 @@ class Runtime:
         return self._core.max_snapshot_bytes
 
     def register(self, flow: Flow) -> Flow:
-        """Make `flow` available to `resume` by name."""
+        """Make `flow` available to `resume`, timers and recovery, which find the flow of a
+        session by its name and fingerprint: several versions of one flow may be registered
+        side by side. Registering a flow again changes nothing."""
         return self._core.flows.register(flow)
 
     # -- starting ------------------------------------------------------------------------------
@@ -183,34 +186,67 @@ class Runtime:
         *,
         flow: Flow | None = None,
         allow_changed: bool = False,
+        meta: dict[str, Any] | None = None,
     ) -> AwaitableOrValue[Outcome]:
         """Continue a paused (or failed) session where it stopped. Every check happens before
-        the token is consumed: a rejected resume leaves the session exactly as it was."""
-        return prepare(self._core, key_of(self._core, token), flow, allow_changed, value=value)
+        the token is consumed: a rejected resume leaves the session exactly as it was.
+
+        It continues with the flow whose fingerprint started it (`flow`, or the registered
+        version): else `FlowMismatch`, or `UnknownFlow` if no flow has its name.
+        `allow_changed=True` accepts a changed flow of its name (never another) that still has
+        what the session entered, completed or waits at; the session then records that flow's
+        fingerprint and version. `meta`: keys to set in the session's meta, e.g. the
+        `{"flow_ref": "module:name"}` of a repaired flow. A snapshot that cannot be continued
+        raises `SnapshotError` with the token unused."""
+        key = key_of(self._core, token)
+        return prepare(self._core, key, flow, allow_changed, value=value, meta=meta)
 
     def resume_sync(
-        self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
+        self,
+        token: str,
+        value: Any = None,
+        *,
+        flow: Flow | None = None,
+        allow_changed: bool = False,
+        meta: dict[str, Any] | None = None,
     ) -> Outcome:
         """Like `resume`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("resume_sync", "aresume")
-        return settle(self.resume(token, value, flow=flow, allow_changed=allow_changed))
+        return settle(
+            self.resume(token, value, flow=flow, allow_changed=allow_changed, meta=meta)
+        )
 
     async def aresume(
-        self, token: str, value: Any = None, *, flow: Flow | None = None, allow_changed: bool = False
+        self,
+        token: str,
+        value: Any = None,
+        *,
+        flow: Flow | None = None,
+        allow_changed: bool = False,
+        meta: dict[str, Any] | None = None,
     ) -> Outcome:
         """Like `resume`, always as an awaitable."""
         key = key_of(self._core, token)
-        result = prepare(self._core, key, flow, allow_changed, value=value, asynchronous=True)
+        result = prepare(
+            self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta
+        )
         if is_awaitable(result):
             result = await result
         return result  # type: ignore[return-value]
 
     def skip(
-        self, token: str, output: Any = None, *, flow: Flow | None = None
+        self,
+        token: str,
+        output: Any = None,
+        *,
+        flow: Flow | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> AwaitableOrValue[Outcome]:
-        """On a failed session: record the failed element as completed with `output`, go on."""
+        """On a failed session: record the failed element as completed with `output`, go on.
+        A `flow` given may be a changed one (as with `allow_changed=True`); `meta` as for
+        `resume`."""
         key = key_of(self._core, token)
-        return prepare(self._core, key, flow, flow is not None, skip=True, value=output)
+        return prepare(self._core, key, flow, flow is not None, skip=True, value=output, meta=meta)
 
     # -- timers, adapters, recovery ------------------------------------------------------------
     def resume_due(self, *, limit: int = 100) -> list[Outcome]:
@@ -242,8 +278,12 @@ class Runtime:
         flight runs again, with the same `ctx.idempotency_key`); with "pause", the last pause.
 
         Each recovered session is claimed through the store first, so two processes calling
-        `recover()` never continue the same session. Sessions of flows this Runtime does not
-        know are left for a Runtime that does. Async steps are driven on a private loop.
+        `recover()` never continue the same session. A session continues only with the flow
+        whose fingerprint it runs with (the one that started it, or the changed one a
+        `resume(..., allow_changed=True)` gave it), checked exactly as `resume` checks it; a
+        session whose flow version is not registered, or whose snapshot cannot be continued
+        (corrupt, or holding a position its flow does not have), is logged and left as it is,
+        its lease not taken, for a Runtime that can. Async steps are driven on a private loop.
         """
         return recovery.recover(self._core)
 

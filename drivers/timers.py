@@ -29,7 +29,8 @@ def resume_due(core: Core, limit: int) -> list[Outcome]:
 
 def _fire(core: Core, record: SessionRecord, now: datetime) -> Outcome | None:
     token = record.token
-    flow = core.flows.get(record.flow)
+    # The version that started the session, if registered (else any of its name, to say so).
+    flow = core.flows.version(record.flow, record.fingerprint) or core.flows.get(record.flow)
     if token is None:
         return None
     if flow is None:

@@ -59,15 +59,43 @@ class TokenAlreadyUsed(TarryError):
 class UnknownFlow(TarryError):
     """`resume` found no flow of the session's name: pass `flow=` or register it."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self, name: str, *, session_id: str | None = None, fingerprint: str | None = None
+    ) -> None:
         self.name = name
+        self.session_id = session_id
+        self.fingerprint = fingerprint
+        which = "" if session_id is None else (
+            f"session {session_id!r} was started by flow {name!r} (fingerprint {fingerprint}), "
+            f"but "
+        )
         super().__init__(
-            f"no flow named {name!r} is registered; pass flow= to resume, or Runtime(flows=[...])"
+            f"{which}no flow named {name!r} is registered; pass flow= to resume, or "
+            f"Runtime(flows=[...])"
         )
 
 
 class FlowMismatch(TarryError):
-    """The flow given to resume is not the flow the session started with."""
+    """The flow given to resume (or the ones registered) is not the flow the session started
+    with, or a repaired flow does not fit where the session stands.
+
+    `session_id`, `flow` (the session's flow name), `fingerprint` (the one it was started with)
+    and `known` (the fingerprints of the flows of that name at hand) are set when known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        flow: str | None = None,
+        fingerprint: str | None = None,
+        known: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.flow = flow
+        self.fingerprint = fingerprint
+        self.known = known
 
 
 class InvalidResumeValue(TarryError):
@@ -140,6 +168,18 @@ class SnapshotTooLarge(TarryError):
 
 class SnapshotError(TarryError):
     """Snapshot bytes are malformed, truncated, too large, or of an unknown version."""
+
+
+class InconsistentSnapshot(SnapshotError):
+    """A snapshot decodes, but what it holds does not fit the flow that wrote it (a frame of no
+    container, an index past the end of what it counts, a pause where the run does not stand)
+    or the store (a ForEach's items or results missing). Raised before the session's token is
+    used: nothing was changed."""
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        self.session_id = session_id
+        self.problem = problem
+        super().__init__(f"session {session_id!r}: its snapshot cannot be resumed: {problem}")
 
 
 class UnknownRoute(TarryError):

@@ -18,7 +18,8 @@ from .state import ContainerFrame, SessionState
 
 
 class Ledger(Protocol):
-    """Out-of-line storage for a ForEach's items and results, addressed by container path."""
+    """Out-of-line storage for a ForEach's items and results, addressed by container path.
+    `item` and `results` raise SnapshotError for what the store does not hold."""
 
     def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None: ...
     def item(self, path: tuple[Any, ...], index: int) -> Any: ...

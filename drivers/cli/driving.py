@@ -40,7 +40,9 @@ def resume(args: argparse.Namespace) -> int:
     sid, flow = _flow_of_token(rt, args.token, args.flow_ref)
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
-        out = rt.resume_sync(args.token, value, flow=flow, allow_changed=args.allow_changed)
+        out = rt.resume_sync(
+            args.token, value, flow=flow, allow_changed=args.allow_changed, meta=_ref(args)
+        )
     return print_outcome(out, args)
 
 
@@ -51,8 +53,16 @@ def skip(args: argparse.Namespace) -> int:
     rt.register(flow)
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
-        out = settle(rt.skip(args.token, output, flow=flow if args.flow_ref else None))
+        out = settle(
+            rt.skip(args.token, output, flow=flow if args.flow_ref else None, meta=_ref(args))
+        )
     return print_outcome(out, args)
+
+
+def _ref(args: argparse.Namespace) -> dict[str, str] | None:
+    """The session's new MODULE:FLOW when `--flow` gave one: the session records it, so the
+    next `tarry resume` and the worker import the flow it now continues with."""
+    return {FLOW_REF: args.flow_ref} if args.flow_ref else None
 
 
 def _flow_of_token(rt: Runtime, token: str, ref: str | None) -> tuple[str, Flow]:

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from tarry.engine.errors import SessionNotResumable, UnknownFlow
+from tarry.engine.errors import FlowMismatch, SessionNotResumable, UnknownFlow
 
 from ..jsonable import event_to_dict
 from ..outcome import Outcome
@@ -154,9 +154,10 @@ class Api:
         """Call resume or skip in this worker thread and wait for the outcome."""
         try:
             result = method(token, value)
-        except UnknownFlow:
+        except (UnknownFlow, FlowMismatch):
             # A session started by `tarry run` records where its flow lives: import it and try
-            # again (nothing was changed: the token is consumed only after every check).
+            # again (nothing was changed: the token is consumed only after every check). Also
+            # when another version of its flow is registered: the one it records may be its own.
             if not self._import_flow_of(token):
                 raise
             result = method(token, value)

@@ -8,7 +8,7 @@ from typing import Any
 from .. import events as ev
 from ..context import Outputs, Scope
 from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
-from ..errors import InvalidFlow, NotSerializable
+from ..errors import InvalidFlow, NotSerializable, SnapshotError
 from ..execution import Execution
 from ..failure import fail
 from ..signals import Checkpoint
@@ -78,13 +78,19 @@ class ForEach(Element):
         for index in range(start, size):
             ipath = path + (index,)
             if frame is not None and frame.started:
-                item = ex.ledger.item(path, index)
+                item = _stored(ex, path, ex.ledger.item, index)
                 child = frame.child
                 first = resume_prev(body, child, frame.child_outputs, item)
             else:
                 if ex.stop(ipath):
                     yield Checkpoint(ipath)
-                item = items[index] if items is not None else ex.ledger.item(path, index)
+                if items is not None:
+                    item = items[index]
+                else:  # resumed: read by index (a try costs nothing until it catches)
+                    try:
+                        item = ex.ledger.item(path, index)
+                    except SnapshotError as exc:
+                        raise fail(ex, path, exc) from exc
                 ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": item})
                 child, first = 0, item
             frame = None
@@ -95,6 +101,17 @@ class ForEach(Element):
             results.append(out)
         if start:
             # Gathered once, when the container completes: never on the per-iteration path.
-            results = ex.ledger.results(path, start) + results
+            results = _stored(ex, path, ex.ledger.results, start) + results
         ex.emit(ev.NODE_COMPLETED, path, {"output": results})
         return results
+
+
+def _stored(ex: Execution, path: tuple[Any, ...], read: Callable[..., Any], index: int) -> Any:
+    """What `read` (the ledger's item or results) finds in the store for the ForEach at `path`.
+    One that is missing (a store that lost values, a snapshot counting more than was stored)
+    fails the ForEach with SnapshotError: the session ends failed, resumable and cancellable,
+    rather than crashing the process that resumed it."""
+    try:
+        return read(path, index)
+    except SnapshotError as exc:
+        raise fail(ex, path, exc) from exc

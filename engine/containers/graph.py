@@ -92,6 +92,8 @@ class Graph(Element):
             index, current, last = 0, self.start, prev
         else:
             index, current = frame.iteration, frame.selected
+            if current is None and not frame.completed_iterations:
+                current = self.start  # stopped at the checkpoint before its first node
             last = frame.last_output if frame.completed_iterations else prev
         visited = current
         while current is not None:
