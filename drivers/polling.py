@@ -44,7 +44,12 @@ def _paused(core: Core) -> list[SessionRecord]:
         if len(batch) < page:
             return [r for r in rows if r.token is not None]
 
-def _ask(core: Core, record: SessionRecord) -> Outcome | None:
+def _ask(core: Core, listed: SessionRecord) -> Outcome | None:
+    if listed.flow not in core.flows:
+        return None
+    record = core.store.load(listed.session_id)  # a listing carries no state
+    if record is None:
+        return None
     state = stored_state(core, record)
     pause = state.pause
     if pause is None or state.status != "paused" or record.flow not in core.flows:
