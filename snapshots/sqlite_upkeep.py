@@ -68,21 +68,20 @@ def convert_to_incremental_vacuum(db: sqlite3.Connection, path: str) -> None:
         log.warning("SQLiteStore %s: not converted to incremental auto-vacuum yet: %s", path, exc)
 
 
-def _reclaim(store: SQLiteStore, *, checkpoint: bool) -> None:
-    """Give the pages freed by a prune back to the file system. With `checkpoint`, also copy
-    the WAL into the file and empty it, waiting for readers only briefly (a busy checkpoint is
-    left to SQLite's automatic ones)."""
+def _reclaim(store: SQLiteStore) -> None:
+    """Give the pages freed by a prune back to the file system, then copy the WAL into the file
+    and empty it (the deletes and the vacuum wrote as much WAL as they freed), waiting for
+    readers only briefly: a busy checkpoint is left to SQLite's automatic ones."""
     with store._lock:
         # executescript steps the pragma to its end: execute() would free one page (the pragma
         # returns no columns, so the sqlite3 module resets it after its first step).
         store._db.executescript("PRAGMA incremental_vacuum")
-        if checkpoint:
-            (waited,) = store._db.execute("PRAGMA busy_timeout").fetchone()
-            store._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
-            try:
-                store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            finally:
-                store._db.execute(f"PRAGMA busy_timeout = {int(waited)}")
+        (waited,) = store._db.execute("PRAGMA busy_timeout").fetchone()
+        store._db.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+        try:
+            store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            store._db.execute(f"PRAGMA busy_timeout = {int(waited)}")
 
 
 # -- retention ---------------------------------------------------------------------------------
@@ -129,7 +128,7 @@ def prune(
                     (doomed,),
                 )
     if ids:
-        _reclaim(store, checkpoint=len(ids) < limit)
+        _reclaim(store)
     return len(ids)
 
 
