@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
+from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
@@ -36,7 +38,7 @@ class Core:
     __slots__ = (
         "store", "clock", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "tokens", "flows", "running",
-        "states", "hub",
+        "states", "hub", "retention", "retain_at",
     )
 
     def __init__(
@@ -52,6 +54,7 @@ class Core:
         retry: Retry | None,
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+        retention: timedelta | None = None,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -94,6 +97,10 @@ class Core:
         #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
         self.states = StateCache()
         self.hub = Subscribers()
+        #: How long ended sessions are kept: workers prune older ones as they go (pruning.py).
+        self.retention = None if retention is None else checked_age(retention, "retention")
+        #: When (by `clock`) workers may prune by `retention` next.
+        self.retain_at: datetime | None = None
 
 
 def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
@@ -104,3 +111,11 @@ def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str
             msg = f"adapters maps a pause kind {PAUSE_KINDS} to a callable (got {kind!r}: {adapter!r})"
             raise InvalidArgument(msg)
     return adapters
+
+
+def checked_age(value: Any, name: str = "older_than") -> timedelta:
+    """`value` if it is a positive timedelta, else InvalidArgument naming `name`."""
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        msg = f"{name} must be a positive datetime.timedelta (got {describe(value)})"
+        raise InvalidArgument(msg)
+    return value

@@ -50,7 +50,12 @@ def _known(core: Core, record: SessionRecord) -> bool:
     return core.flows.version(record.flow, record.fingerprint) is not None
 
 
-def _ask(core: Core, record: SessionRecord) -> Outcome | None:
+def _ask(core: Core, listed: SessionRecord) -> Outcome | None:
+    if not _known(core, listed):
+        return None
+    record = core.store.load(listed.session_id)  # a listing carries no state
+    if record is None:
+        return None
     state = stored_state(core, record)
     pause = state.pause
     if pause is None or state.status != "paused" or not _known(core, record):

@@ -5,6 +5,7 @@ one `Core` (core.py) instead of importing this module back."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from tarry.engine.events import Event
@@ -12,7 +13,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 
-from . import control, inspecting, polling, recovery, timers
+from . import control, inspecting, polling, pruning, recovery, timers
 from .clock import Clock
 from .core import Core, checked_adapters
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
@@ -39,7 +40,8 @@ class Runtime:
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
-    `max_snapshot_bytes` (largest snapshot of a waiting session). See docs/guarantees.md.
+    `max_snapshot_bytes` (largest snapshot of a waiting session), `retention` (a timedelta:
+    workers prune sessions that ended longer ago, see `prune`). See docs/guarantees.md.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class Runtime:
         retry: Retry | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
+        retention: timedelta | None = None,
     ) -> None:
         self._core = Core(
             store,
@@ -67,6 +70,7 @@ class Runtime:
             retry=retry,
             max_value_bytes=max_value_bytes,
             max_snapshot_bytes=max_snapshot_bytes,
+            retention=retention,
         )
 
     # -- what it runs on -----------------------------------------------------------------------
@@ -118,6 +122,11 @@ class Runtime:
     @property
     def max_snapshot_bytes(self) -> int:
         return self._core.max_snapshot_bytes
+
+    @property
+    def retention(self) -> timedelta | None:
+        """How long ended sessions are kept before workers prune them (None: forever)."""
+        return self._core.retention
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a
@@ -307,6 +316,29 @@ class Runtime:
         "running" and `meta["stop_requested"] == "cancel"`."""
         return control.cancel(self._core, token_or_session_id)
 
+    # -- retention -----------------------------------------------------------------------------
+    def prune(
+        self,
+        *,
+        older_than: timedelta,
+        status: str | Iterable[str] = ("completed", "cancelled", "failed"),
+        dry_run: bool = False,
+    ) -> int:
+        """Delete the ended sessions whose last update is older than `older_than` (by `clock`)
+        — with their events, values and tokens — and return how many. `status` narrows which
+        ended statuses go (one or several of "completed", "cancelled", "failed"); a running or
+        paused session is never deleted, nor a failed one being resumed. Deletes in batches,
+        each one short transaction; a SQLite file then gives the space back. `dry_run`: only
+        count them. InvalidArgument for an `older_than` that is not a positive timedelta or a
+        status that is not an ended one."""
+        return pruning.prune(self._core, older_than, status, dry_run)
+
+    def retain(self) -> int:
+        """Prune by `retention` if it is set and a minute (by `clock`) passed since the last
+        time: what `tarry worker` does every round, for loops of your own. Returns how many
+        sessions were deleted; a failure is logged, not raised."""
+        return pruning.retain(self._core)
+
     # -- inspecting ----------------------------------------------------------------------------
     def session(self, session_id: str) -> SessionView:
         """A view of one stored session; UnknownSession if there is none."""
@@ -327,7 +359,9 @@ class Runtime:
         """Counts of sessions by status; per node (by name) executions, failures and mean
         duration; and the sums of every `ctx.metric` — over all sessions, or one flow's.
 
-        Reads every session's events: a report, not something for a hot path.
+        The store keeps a tally per session and folds in only the events written since the last
+        report: its cost grows with the sessions, not with their logs. A session whose stored
+        data cannot be read is logged and left out of the node figures.
         """
         return inspecting.stats(self._core, flow)
 

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any
-
 import attrs
-from tarry.engine import events as ev
 from tarry.snapshots.store import SessionStore
-
-PAGE = 500
 
 
 @attrs.frozen
@@ -33,87 +27,24 @@ class Stats:
     metrics: dict[str, float] = attrs.field(factory=dict)
 
 
-class _Node:
-    __slots__ = ("executions", "failures", "seconds", "timed", "metrics")
-
-    def __init__(self) -> None:
-        self.executions = 0
-        self.failures = 0
-        self.seconds = 0.0
-        self.timed = 0
-        self.metrics: dict[str, float] = {}
-
-
-def _add(totals: dict[str, float], metrics: dict[str, Any]) -> None:
-    for name, value in metrics.items():
-        totals[name] = totals.get(name, 0) + value
-
-
 def compute_stats(store: SessionStore, *, flow: str | None = None) -> Stats:
-    """Fold every matching session's events into a `Stats`.
+    """The store's totals (`SessionStore.stats`) as a `Stats`.
 
     An execution is one attempt of a node: it starts at `node.started` (or when the back-off
     announced by `node.retrying` is over) and ends at `node.completed` or `node.failed`. A step
     recorded as done by `skip` is not an execution. Metrics count once, at the attempt that
-    recorded them (a failed attempt's metrics count too: the tokens were spent).
+    recorded them (a failed attempt's metrics count too: the tokens were spent). The store keeps
+    a tally per session and folds in only the events written since the last report, so a report
+    never reads a whole event log; a session whose stored data cannot be read is logged and
+    left out of the node figures (it is still counted by status).
     """
-    by_status: dict[str, int] = {}
-    nodes: dict[str, _Node] = {}
+    totals = store.stats(flow=flow)
+    nodes: dict[str, NodeStats] = {}
     metrics: dict[str, float] = {}
-    sessions = 0
-    offset = 0
-    while True:
-        page = store.list(flow=flow, limit=PAGE, offset=offset)
-        offset += len(page)
-        for record in page:
-            sessions += 1
-            by_status[record.status] = by_status.get(record.status, 0) + 1
-            _fold_events(store.events(record.session_id), nodes, metrics)
-        if len(page) < PAGE:
-            break
-    return Stats(
-        sessions=sessions,
-        by_status=by_status,
-        nodes={
-            name: NodeStats(
-                executions=n.executions,
-                failures=n.failures,
-                mean_seconds=n.seconds / n.timed if n.timed else 0.0,
-                metrics=n.metrics,
-            )
-            for name, n in sorted(nodes.items())
-        },
-        metrics=metrics,
-    )
-
-
-def _fold_events(events: list[Any], nodes: dict[str, _Node], metrics: dict[str, float]) -> None:
-    started: dict[tuple[Any, ...], datetime] = {}
-    for event in events:
-        t = event.type
-        if t == ev.NODE_STARTED:
-            started[event.path] = event.at
-            continue
-        if t == ev.NODE_RETRYING:  # the next attempt starts when the back-off is over
-            started[event.path] = event.at + timedelta(seconds=event.data.get("delay", 0))
-            continue
-        if t != ev.NODE_COMPLETED and t != ev.NODE_FAILED:
-            continue
-        data = event.data
-        if data.get("skipped"):
-            continue
-        name = str(event.path[-1]) if event.path else ""
-        node = nodes.get(name)
-        if node is None:
-            node = nodes[name] = _Node()
-        node.executions += 1
-        if t == ev.NODE_FAILED:
-            node.failures += 1
-        begun = started.pop(event.path, None)
-        if begun is not None:
-            node.seconds += (event.at - begun).total_seconds()
-            node.timed += 1
-        step_metrics = data.get("metrics")
-        if step_metrics:
-            _add(node.metrics, step_metrics)
-            _add(metrics, step_metrics)
+    for name, node in totals.nodes.items():
+        mean = node.seconds / node.timed if node.timed else 0.0
+        nodes[name] = NodeStats(node.executions, node.failures, mean, dict(node.metrics))
+        for metric, value in node.metrics.items():
+            metrics[metric] = metrics.get(metric, 0) + value
+    by_status = dict(totals.by_status)
+    return Stats(sessions=sum(by_status.values()), by_status=by_status, nodes=nodes, metrics=metrics)

@@ -6,14 +6,19 @@ from datetime import datetime
 from typing import Any
 
 import attrs
+from tarry.engine.describe import describe
+from tarry.engine.errors import InvalidArgument
 from tarry.engine.events import Event
-from tarry.engine.reducer import derive_state
+from tarry.engine.reducer import apply
 from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord, decode_state
 from tarry.snapshots.store import SessionStore
 
 from .outcome import Outcome, outcome_of
 from .tokens import Tokens
+
+#: Events read at a time where a whole log is walked (`derive_state`), so memory stays flat.
+PAGE = 500
 
 
 def state_of(record: SessionRecord) -> SessionState:
@@ -47,7 +52,7 @@ class SessionSummary:
 
 
 class SessionView:
-    """A session as stored: status, state, full event log, latest outcome.
+    """A session as stored: status, state, event log (a page at a time), latest outcome.
 
     A session that this process is running is seen live: `state` includes the events its
     drive has not written yet (`tail`), and `events()` ends with them."""
@@ -103,20 +108,42 @@ class SessionView:
             self._state = state_of(self._record)
         return self._state
 
-    def events(self, after_seq: int = 0) -> list[Event]:
-        """The session's ordered event log (seq 1, 2, 3 ...)."""
-        stored = self._store.events(self._record.session_id, after_seq)
-        if self._tail:
+    def events(self, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """The session's ordered event log (seq 1, 2, 3 ...): the events with seq > `after_seq`,
+        the first `limit` of them (all when None). A page costs what it holds, wherever it is
+        in the log: read a long log with `after_seq=page[-1].seq` until a page comes back
+        short (or empty). InvalidArgument for an `after_seq` that is not an int >= 0 or a
+        `limit` that is not None or an int >= 1. A session running in this process ends with
+        the events its drive has not written yet."""
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            msg = f"after_seq must be an int >= 0 (got {describe(after_seq)})"
+            raise InvalidArgument(msg)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            msg = f"limit must be None or an int >= 1 (got {describe(limit)})"
+            raise InvalidArgument(msg)
+        stored = self._store.events(self._record.session_id, after_seq, limit)
+        if self._tail and (limit is None or len(stored) < limit):
             last = stored[-1].seq if stored else after_seq
-            stored += [e for e in self._tail if e.seq > last]
+            unwritten = [e for e in self._tail if e.seq > last]
+            stored += unwritten if limit is None else unwritten[: limit - len(stored)]
         return stored
 
     def derive_state(self) -> SessionState:
         """A pure fold of `events()` up to the last event `state` has seen (a running session
-        may have written more since this view read it): always equal to `state`."""
-        initial = SessionState(session_id=self._record.session_id)
+        may have written more since this view read it): always equal to `state`. Reads the
+        log a page at a time."""
+        state = SessionState(session_id=self._record.session_id)
         last = self.state.last_seq
-        return derive_state((e for e in self.events() if e.seq <= last), initial)
+        after = 0
+        while True:
+            page = self.events(after, PAGE)
+            for event in page:
+                if event.seq > last:
+                    return state
+                state = apply(state, event)
+            if len(page) < PAGE:
+                return state
+            after = page[-1].seq
 
     @property
     def outcome(self) -> Outcome:

@@ -175,6 +175,7 @@ class Worker:
                 outcomes.append(outcome)
                 if self.report is not None:
                     self.report(source, outcome)
+        rt.retain()  # prunes by `Runtime(retention=)`, at most once a minute
         return outcomes
 
     def run_forever(self) -> None:

@@ -3,18 +3,23 @@ durable store would (so a flow that works in memory also works durably)."""
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import datetime as dt
+import heapq
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import msgpack
-from tarry.engine.errors import ConcurrentUpdate, SessionExists
+from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
+from . import memory_upkeep as upkeep
 from ._codec import dumps
 from .records import SessionRecord, TokenInfo, decode_event, event_arrays
+from .store import ENDED
+from .tally import Tally, Totals
 
 _ENDED = frozenset({"completed", "failed", "cancelled"})
 
@@ -28,9 +33,13 @@ def _keep(record: SessionRecord, version: int) -> SessionRecord:
 
 
 def _copy(
-    record: SessionRecord, version: int | None = None, meta: dict[str, Any] | None = None
+    record: SessionRecord,
+    version: int | None = None,
+    meta: dict[str, Any] | None = None,
+    state: bytes | None = None,
 ) -> SessionRecord:
-    """A record that shares no mutable part with `record` (as a durable store's would).
+    """A record that shares no mutable part with `record` (as a durable store's would), with
+    `state` instead of its own if given.
 
     The constructor, not `attrs.evolve`: a copy is made on every load and save, and evolve
     costs four times as much.
@@ -39,7 +48,7 @@ def _copy(
         record.session_id,
         record.flow,
         record.status,
-        record.state,
+        record.state if state is None else state,
         record.version if version is None else version,
         record.fingerprint,
         record.flow_version,
@@ -69,28 +78,40 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
-def _decode_batch(blob: bytes, session_id: str) -> builtins.list[Event]:
-    """The events of a blob `_encode_batch` wrote, each decoded by `decode_event`."""
+def _decode_batch(
+    blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
+) -> builtins.list[Event]:
+    """The events of a blob `_encode_batch` wrote, each decoded by `decode_event`: the first
+    `skip` are passed over undecoded, and no more than `limit` (if given) are decoded."""
     unpacker = msgpack.Unpacker(max_buffer_size=len(blob))
     unpacker.feed(blob)
-    count = unpacker.read_array_header()
-    start = unpacker.tell()
-    events = []
-    for _ in range(count):
-        unpacker.skip()
-        end = unpacker.tell()
-        events.append(decode_event(blob[start:end], session_id))
-        start = end
+    events: builtins.list[Event] = []
+    try:
+        count = unpacker.read_array_header()
+        start = unpacker.tell()
+        for i in range(count):
+            unpacker.skip()
+            end = unpacker.tell()
+            if i >= skip:
+                events.append(decode_event(blob[start:end], session_id))
+                if len(events) == limit:
+                    break
+            start = end
+    except (ValueError, msgpack.OutOfData) as exc:  # as a durable store's bad blob would
+        msg = f"session {session_id!r}: malformed events ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
     return events
 
 
 class _Entry:
-    __slots__ = ("record", "batches", "last_seq", "values", "tokens")
+    __slots__ = ("record", "batches", "firsts", "last_seq", "values", "tokens", "tally")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
         self.batches: list[bytes] = []  # one _encode_batch blob per write, in order
+        self.firsts: list[int] = []  # the seq of each batch's first event (to find a page)
         self.last_seq = 0
+        self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
 
@@ -188,14 +209,26 @@ class MemoryStore:
         offset: int = 0,
     ) -> builtins.list[SessionRecord]:
         with self._lock:
-            rows = [
+            rows = (
                 e.record
                 for e in self._sessions.values()
                 if (status is None or e.record.status == status)
                 and (flow is None or e.record.flow == flow)
-            ]
-            rows.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
-            return [_copy(r) for r in rows[offset : offset + limit]]
+            )
+            # The newest offset + limit of them, without sorting the rest.
+            newest = heapq.nlargest(offset + limit, rows, key=_newest)
+            return [_copy(r, state=b"") for r in newest[offset:]]
+
+    def prune(
+        self,
+        *,
+        before: dt.datetime,
+        statuses: Sequence[str] = ENDED,
+        now: dt.datetime,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        return upkeep.prune(self, before, statuses, now, limit, dry_run)
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
@@ -208,19 +241,31 @@ class MemoryStore:
             self._check_seq(entry, events)
             self._append(entry, events, batch)
 
-    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> builtins.list[Event]:
+        if limit is not None and limit < 1:
+            return []
         with self._lock:
             entry = self._sessions.get(session_id)
-            batches = [] if entry is None else entry.batches[:]
-        # From the newest write back to the one holding after_seq + 1: reading the tail of a
-        # long log decodes only the writes it spans.
-        found: builtins.list[builtins.list[Event]] = []
-        for blob in reversed(batches):
-            events = _decode_batch(blob, session_id)
-            found.append(events)
-            if events and events[0].seq <= after_seq + 1:
+            if entry is None:
+                return []
+            # The write holding after_seq + 1, found by its first seq, and those after it:
+            # a page decodes only the writes it spans, wherever it is in the log.
+            first = max(bisect.bisect_right(entry.firsts, after_seq + 1) - 1, 0)
+            batches = entry.batches[first:]
+            firsts = entry.firsts[first:]
+        found: builtins.list[Event] = []
+        for blob, start in zip(batches, firsts, strict=True):
+            left = None if limit is None else limit - len(found)
+            found += _decode_batch(blob, session_id, max(after_seq + 1 - start, 0), left)
+            if limit is not None and len(found) >= limit:
                 break
-        return [e for events in reversed(found) for e in events if e.seq > after_seq]
+        return found
+
+    # -- reports ---------------------------------------------------------------------------
+    def stats(self, *, flow: str | None = None) -> Totals:
+        return upkeep.stats(self, flow)
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
@@ -364,6 +409,7 @@ class MemoryStore:
         if batch is not None:
             blob, counted = batch
             entry.batches.append(blob)
+            entry.firsts.append(events[0].seq)
             entry.last_seq = events[-1].seq
             self.bytes_written += counted
 
@@ -401,3 +447,7 @@ class MemoryStore:
             batch = max(excess, self.max_sessions // 10)
             for rec in idle[:batch]:
                 self.delete(rec.session_id)
+
+
+def _newest(record: SessionRecord) -> tuple[dt.datetime, str]:
+    return (record.created_at, record.session_id)

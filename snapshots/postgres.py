@@ -14,8 +14,11 @@ import attrs
 from tarry.engine.errors import ConcurrentUpdate, InvalidArgument, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
+from . import postgres_upkeep as upkeep
 from ._codec import dumps, loads
 from .records import SessionRecord, TokenInfo, decode_event, encode_events
+from .store import ENDED
+from .tally import Totals
 
 try:
     import psycopg
@@ -112,6 +115,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE tarry_sessions ADD COLUMN stop text",
         ),
     ),
+    Migration(3, upkeep.DESCRIPTION, upkeep.STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this
@@ -128,6 +132,12 @@ _COLUMNS = ", ".join(_NAMES)
 # `stop` is read with every record but written only by request_stop (and cleared by a save
 # that ends the run, or a token's use): a record's own `stop` is never written.
 _SELECT = f"SELECT {_COLUMNS}, stop FROM tarry_sessions"
+#: Every column but the state, which a listing leaves out (an empty blob in its place).
+_SUMMARY = (
+    "SELECT "
+    + ", ".join("''::bytea" if n == "state" else n for n in _NAMES)
+    + ", stop FROM tarry_sessions"
+)
 _INSERT = f"INSERT INTO tarry_sessions ({_COLUMNS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
 # Every column but the id; the stop request lasts while the new status (the next parameter)
 # is "running"; then the compare-and-set condition.
@@ -406,8 +416,20 @@ class PostgresStore:
             where.append("flow = %s")
             args.append(flow)
         clause = f"WHERE {' AND '.join(where)} " if where else ""
-        sql = f"{_SELECT} {clause}ORDER BY created_at DESC, session_id DESC LIMIT %s OFFSET %s"
+        sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT %s OFFSET %s"
         return self._select(sql, (*args, limit, offset))
+
+    def prune(
+        self,
+        *,
+        before: dt.datetime,
+        statuses: Sequence[str] = ENDED,
+        now: dt.datetime,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        with self._pool.connection() as conn:
+            return upkeep.prune(conn, before, statuses, now, limit, dry_run)
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
@@ -426,13 +448,20 @@ class PostgresStore:
             _check_appended(appended, session_id, events)
         self._count(written=sum(map(len, encoded)))
 
-    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> builtins.list[Event]:
         with self._pool.connection() as conn:
             rows = conn.execute(
-                "SELECT blob FROM tarry_events WHERE session_id = %s AND seq > %s ORDER BY seq",
-                (session_id, after_seq),
+                "SELECT blob FROM tarry_events WHERE session_id = %s AND seq > %s "
+                "ORDER BY seq LIMIT %s",
+                (session_id, after_seq, limit),
             ).fetchall()
         return [decode_event(blob, session_id) for (blob,) in rows]
+
+    # -- reports ---------------------------------------------------------------------------
+    def stats(self, *, flow: str | None = None) -> Totals:
+        return upkeep.stats(self, flow)
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:

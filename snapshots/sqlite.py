@@ -14,8 +14,11 @@ from typing import Any
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
+from . import sqlite_upkeep as upkeep
 from ._codec import dumps, loads
 from .records import _EPOCH, SessionRecord, TokenInfo, _micros, decode_event, encode_events
+from .store import ENDED
+from .tally import Totals
 
 SCHEMA_VERSION = 1
 
@@ -29,10 +32,12 @@ _NIL, _EMPTY_MAP = b"\xc0", b"\x80"
 # which ISO strings with mixed offsets would not.
 #: `list()` newest first without a status filter (the monitor's poll, `stats`) walks one of
 #: these backwards instead of sorting the whole table. Neither column changes after `create`,
-#: so pauses and resumes never touch them.
+#: so pauses and resumes never touch them. Then what listing by status, `prune` and `stats`
+#: need (sqlite_upkeep.SCHEMA).
 _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
     "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
+    *upkeep.SCHEMA,
 )
 
 #: Columns added since version 1, with their definitions: added to files made before them.
@@ -93,6 +98,10 @@ _COLUMNS = ", ".join(_NAMES)
 # `stop` is read with every record but written only by request_stop (and cleared by a save
 # that ends the run, or a token's use): a record's own `stop` is never written.
 _SELECT = f"SELECT {_COLUMNS}, stop FROM sessions"
+#: Every column but the state, which a listing leaves out (an empty blob in its place).
+_SUMMARY = (
+    "SELECT " + ", ".join("X''" if n == "state" else n for n in _NAMES) + ", stop FROM sessions"
+)
 _INSERT = f"INSERT INTO sessions ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
 # Whether events continue a session's log: the seq before the first one (?P below; NULL when
 # no events are written) must be stored, unless it is 0. The log is gap-free, so that is all
@@ -206,6 +215,10 @@ class SQLiteStore:
         # per call, which costs a tenth of a simple statement.
         self._cur = self._write._cur
         try:
+            # Pages freed by deletes go back to the file system (`prune` shrinks the file with
+            # `PRAGMA incremental_vacuum`). Set first: on a new file it must precede anything
+            # that writes the file's header (WAL mode does); an older file is converted below.
+            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             # WAL: readers never block the writer, nor it them.
             self._db.execute("PRAGMA journal_mode = WAL")
             # NORMAL is enough under WAL: a process crash loses no commit and nothing is ever
@@ -217,6 +230,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA wal_autocheckpoint = 10000")
             with self._write:
                 self._migrate()
+            upkeep.convert_to_incremental_vacuum(self._db, self.path)
         except BaseException:
             self._db.close()
             raise
@@ -322,7 +336,7 @@ class SQLiteStore:
 
     def delete(self, session_id: str) -> None:
         with self._write as db:
-            for table in ("sessions", "events", "vals", "tokens"):
+            for table in ("sessions", "events", "vals", "tokens", "tallies"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
 
     def list(
@@ -342,8 +356,19 @@ class SQLiteStore:
             where.append("flow = ?")
             args.append(flow)
         clause = f"WHERE {' AND '.join(where)} " if where else ""
-        sql = f"{_SELECT} {clause}ORDER BY created_at DESC, session_id DESC LIMIT ? OFFSET ?"
+        sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT ? OFFSET ?"
         return self._select(sql, (*args, limit, offset))
+
+    def prune(
+        self,
+        *,
+        before: dt.datetime,
+        statuses: Sequence[str] = ENDED,
+        now: dt.datetime,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        return upkeep.prune(self, before, statuses, now, limit, dry_run)
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
@@ -373,13 +398,19 @@ class SQLiteStore:
                 _insert(db, session_id, events, encoded)
         self.bytes_written += sum(map(len, encoded))
 
-    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> builtins.list[Event]:
         with self._lock:
             rows = self._cur.execute(
-                "SELECT blob FROM events WHERE session_id = ? AND seq > ? ORDER BY seq",
-                (session_id, after_seq),
+                "SELECT blob FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (session_id, after_seq, -1 if limit is None else limit),
             ).fetchall()
         return [decode_event(blob, session_id) for (blob,) in rows]
+
+    # -- reports ---------------------------------------------------------------------------
+    def stats(self, *, flow: str | None = None) -> Totals:
+        return upkeep.stats(self, flow)
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:

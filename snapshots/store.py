@@ -5,11 +5,17 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tarry.engine.events import Event
 
 from .records import SessionRecord, TokenInfo
+
+if TYPE_CHECKING:
+    from .tally import Totals
+
+#: The statuses of ended sessions: the only ones `prune` deletes.
+ENDED = ("completed", "cancelled", "failed")
 
 
 @runtime_checkable
@@ -53,15 +59,42 @@ class SessionStore(Protocol):
         limit: int = 50,
         offset: int = 0,
     ) -> builtins.list[SessionRecord]:
-        """Sessions newest first (by `created_at`, then id), filtered and paginated."""
+        """Sessions newest first (by `created_at`, then id), filtered and paginated, without
+        their state (`state` is b""): listing reads no snapshot and no event. `load` a session
+        to read its state."""
+
+    def prune(
+        self,
+        *,
+        before: dt.datetime,
+        statuses: Sequence[str] = ENDED,
+        now: dt.datetime,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete, in one transaction, up to `limit` ended sessions (status in `statuses`, which
+        holds only ENDED ones) last updated before `before` and not leased at `now` (a failed
+        session being resumed is), oldest first, with their events, values, tokens and tally.
+        Returns how many. Never a running or paused session, whatever `statuses` says. With
+        `dry_run`, counts them all instead and deletes nothing."""
 
     # -- events ----------------------------------------------------------------------------
     def append_events(self, session_id: str, events: Sequence[Event]) -> None:
         """Append events, which must continue the log without a gap (first seq = last + 1);
         otherwise, or for an unknown session, ConcurrentUpdate and nothing written."""
 
-    def events(self, session_id: str, after_seq: int = 0) -> builtins.list[Event]:
-        """The session's events with seq > after_seq, in order."""
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> builtins.list[Event]:
+        """The session's events with seq > after_seq, in order: the first `limit` of them (all
+        when None). Reads only the page asked for (an index range scan), never the whole log."""
+
+    # -- reports ---------------------------------------------------------------------------
+    def stats(self, *, flow: str | None = None) -> Totals:
+        """Sessions (of one flow, or all) counted by status, and their node tallies added up
+        (see tally.py): each session's tally is brought up to date from the events written since
+        it was last, and kept. A session whose stored data cannot be read is logged and left
+        out of the node totals (still counted by status)."""
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None: ...

@@ -37,6 +37,7 @@ def runtime_of(args: argparse.Namespace) -> Runtime:
         durability=getattr(args, "durability", "pause"),
         lease=getattr(args, "lease", 30.0),
         secret=os.environ.get("TARRY_SECRET") or None,
+        retention=getattr(args, "retention", None),
     )
 
 

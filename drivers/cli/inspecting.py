@@ -87,21 +87,29 @@ def show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Events `tarry events` reads at a time: a long log prints as it is read, in flat memory.
+PAGE = 500
+
+
 def events(args: argparse.Namespace) -> int:
     rt = runtime_of(args)
     after = 0
     while True:
         view = rt.session(args.session)  # read the status first: events up to it follow
-        for event in view.events(after):
-            after = event.seq
-            if args.jsonl:
-                print(json.dumps(event_to_dict(event), ensure_ascii=False), flush=args.follow)
-            else:
-                print(
-                    f"{event.seq:>6} {event.at:%H:%M:%S.%f} {event.type:<30} "
-                    f"{'/'.join(map(str, event.path))}",
-                    flush=args.follow,
-                )
+        while True:
+            page = view.events(after, PAGE)
+            for event in page:
+                after = event.seq
+                if args.jsonl:
+                    print(json.dumps(event_to_dict(event), ensure_ascii=False), flush=args.follow)
+                else:
+                    print(
+                        f"{event.seq:>6} {event.at:%H:%M:%S.%f} {event.type:<30} "
+                        f"{'/'.join(map(str, event.path))}",
+                        flush=args.follow,
+                    )
+            if len(page) < PAGE:
+                break
         if not args.follow or view.status in ENDED:
             return EXIT_OK
         time.sleep(args.interval)

@@ -6,8 +6,8 @@ import argparse
 import os
 from collections.abc import Callable
 
-from . import driving, inspecting, services
-from .common import store_default
+from . import driving, inspecting, pruning, services
+from .common import ENDED, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
 
@@ -151,6 +151,33 @@ def build_parser() -> argparse.ArgumentParser:
         "demand from the MODULE:FLOW their sessions recorded",
     )
     p.add_argument("--once", action="store_true", help="one round, then exit")
+    p.add_argument(
+        "--retention",
+        type=pruning.duration,
+        metavar="DURATION",
+        help="prune sessions that ended longer ago than this (30s, 15m, 12h, 7d), once a minute",
+    )
+
+    p = command(
+        "prune",
+        pruning.prune,
+        "delete sessions that ended (completed, cancelled, failed) long enough ago",
+        as_json,
+    )
+    p.add_argument(
+        "--older-than",
+        type=pruning.duration,
+        required=True,
+        metavar="DURATION",
+        help="last updated longer ago than this: 30s, 15m, 12h, 7d",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=ENDED,
+        help="only sessions of this ended status (repeatable; default: all three)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
 
     p = command("stats", inspecting.stats, "sessions by status, nodes, metrics", as_json)
     p.add_argument("--flow", help="flow name")

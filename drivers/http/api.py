@@ -87,12 +87,15 @@ class Api:
         after = int_param(request, "after", 0, 0, None)
         limit = int_param(request, "limit", 1000, 1, MAX_EVENTS)
         view = await self._view(request)
-        events = await run_in_threadpool(view.events, after)
+        # One more than asked for tells whether there are more: the store reads that page only.
+        events = await run_in_threadpool(view.events, after, limit + 1)
+        more = len(events) > limit
+        del events[limit:]
         return json_response({
             "session_id": view.session_id,
-            "events": [event_to_dict(e) for e in events[:limit]],
+            "events": [event_to_dict(e) for e in events],
             "last_seq": events[-1].seq if events else after,
-            "more": len(events) > limit,
+            "more": more,
         })
 
     async def stats(self, request: Request) -> Response:

@@ -13,6 +13,8 @@ the sessions this runtime's subscribers named, every running session, and the ne
 `scan` sessions. Events that reach the store from elsewhere are found as long as their session
 is among those when it writes them; a session older than the newest `scan` that another process
 resumes and finishes within one poll is missed (its own stream, which reads its log, is not).
+Each look reads at most a page (`PAGE` events) of each session; a session with more to read is
+looked at again at once, so a long log streams in pages and the server's memory stays flat.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from tarry.engine.errors import SnapshotError
 from tarry.engine.events import Event
+from tarry.snapshots.records import SessionRecord
 
 from ..views import state_of
 from .sse import KEEP_ALIVE, Streams, Wakeup, event_message, message, retry_hint, silence
@@ -36,6 +40,9 @@ log = logging.getLogger("tarry.server")
 #: What a record looked like when the watcher last read its events; if it still looks the
 #: same and is not running, it has no new events.
 Mark = tuple[Any, ...]
+
+#: The most events one look reads of one session.
+PAGE = 500
 
 
 class Journal:
@@ -74,6 +81,7 @@ class Journal:
         self._cursors: dict[str, int] = {}  # session id -> last seq journaled (or baseline)
         self._marks: dict[str, Mark] = {}
         self._dirty: dict[str, int] = {}  # session id -> lowest seq a subscriber announced
+        self._behind: set[str] = set()  # sessions with more events to read than a look reads
         self._idle_since = time.monotonic()
 
     # -- streams -------------------------------------------------------------------------------
@@ -138,6 +146,7 @@ class Journal:
         self._count = 0
         self._cursors = {}
         self._marks = {}
+        self._behind = set()
         self._take_dirty()
         self._unsubscribe = self._rt.subscribe(self._heard)
         self._look(self._take_dirty(), baseline=True)
@@ -203,9 +212,12 @@ class Journal:
             if found:
                 for wake in listeners:
                     wake()
+            if self._behind:  # more to read: look again without waiting
+                self._kick.set()
 
     def _look(self, dirty: dict[str, int], *, baseline: bool) -> list[Event]:
-        """The events stored since the last look, in the order they are to be journaled.
+        """The events stored since the last look, in the order they are to be journaled: at
+        most a page of each session (the rest at the next look, which follows at once).
 
         Only the watcher calls this (and `_start`, before the watcher exists), so the cursors
         need no lock. With `baseline`, only note where every session stands.
@@ -214,36 +226,61 @@ class Journal:
         running = {r.session_id: r for r in store.list(status="running", limit=self._scan)}
         newest = {r.session_id: r for r in store.list(limit=self._scan)}
         records = {**running, **newest}
-        for sid in dirty:
+        behind = self._behind
+        for sid in (*dirty, *behind):
             if sid not in records:
                 record = store.load(sid)
                 if record is not None:
                     records[sid] = record
         found: list[Event] = []
+        still_behind: set[str] = set()
         for sid, record in records.items():
             mark = (record.version, record.status, record.updated_at, record.lease_owner,
                     record.lease_until)
             cursor = self._cursors.get(sid)
-            if (cursor is not None and sid not in dirty and record.status != "running"
-                    and self._marks.get(sid) == mark):
+            if (cursor is not None and sid not in dirty and sid not in behind
+                    and record.status != "running" and self._marks.get(sid) == mark):
                 continue
+            try:
+                if cursor is None:
+                    if baseline:
+                        cursor = _snapshot_seq(store, record)
+                    elif sid in dirty:
+                        cursor = dirty[sid] - 1
+                    elif sid in newest:
+                        cursor = 0  # not among the newest at the last look: created since
+                    else:
+                        cursor = _snapshot_seq(store, record)  # an old session, resumed elsewhere
+                while True:
+                    events = store.events(sid, cursor, PAGE)
+                    if events:
+                        cursor = events[-1].seq
+                        if not baseline:
+                            found.extend(events)
+                    if len(events) < PAGE:
+                        break
+                    if not baseline:  # the next page at the next look
+                        still_behind.add(sid)
+                        break
+            except SnapshotError as exc:  # one unreadable session must not stop the others
+                if self._marks.get(sid) != mark:
+                    log.warning("tarry journal: session %s cannot be read: %s", sid, exc)
+            else:
+                self._cursors[sid] = cursor
             self._marks[sid] = mark
-            if cursor is None:
-                if baseline:
-                    cursor = state_of(record).last_seq
-                elif sid in dirty:
-                    cursor = dirty[sid] - 1
-                elif sid in newest:
-                    cursor = 0  # not among the newest at the last look: created since
-                else:
-                    cursor = state_of(record).last_seq  # an old session, resumed elsewhere
-            events = store.events(sid, cursor)
-            if events:
-                cursor = events[-1].seq
-                if not baseline:
-                    found.extend(events)
-            self._cursors[sid] = cursor
+        self._behind = still_behind  # only once the look is done: a failed one is repeated
         return found
+
+
+def _snapshot_seq(store: Any, record: SessionRecord) -> int:
+    """The seq of the last event in the session's snapshot (a listed record has no state: the
+    session is loaded for it)."""
+    if not record.state:
+        loaded = store.load(record.session_id)
+        if loaded is None:
+            return 0
+        record = loaded
+    return state_of(record).last_seq
 
 
 async def journal_feed(

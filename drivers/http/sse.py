@@ -30,6 +30,9 @@ FAST_POLL = 0.1
 FAST_WINDOW = 2.0
 #: How long a browser waits before reconnecting a dropped stream (milliseconds).
 RETRY_MS = 1000
+#: The most events a stream reads from the store at once: a stream from the start of a long log
+#: reads it a page at a time, as fast as the client takes them, and holds one page at most.
+PAGE = 500
 
 KEEP_ALIVE = b": keep-alive\n\n"
 
@@ -146,7 +149,7 @@ class Streams:
 
 
 async def session_feed(
-    read: Callable[[int], list[Event]],
+    read: Callable[[int, int], list[Event]],
     after: int,
     wakeup: Wakeup,
     streams: Streams,
@@ -156,15 +159,16 @@ async def session_feed(
 ) -> AsyncIterator[bytes]:
     """One session's events with seq > `after`, then each new one as it is stored.
 
-    `read(after_seq)` reads the store (it runs in a worker thread); the stream ends only when
-    the client leaves or the server shuts down. A comment goes out after `heartbeat` seconds
-    of silence, so proxies and browsers keep the connection open.
+    `read(after_seq, limit)` reads a page of the store (it runs in a worker thread); a full
+    page is followed by the next at once. The stream ends only when the client leaves or the
+    server shuts down. A comment goes out after `heartbeat` seconds of silence, so proxies and
+    browsers keep the connection open.
     """
     yield retry_hint()
     quiet_since = time.monotonic()
     while True:
         try:
-            events = await anyio.to_thread.run_sync(read, after)
+            events = await anyio.to_thread.run_sync(read, after, PAGE)
         except Exception:  # a busy or briefly unreachable store: try again at the next poll
             log.exception("tarry event stream: reading the store failed")
             events = []
@@ -178,6 +182,7 @@ async def session_feed(
         elif silence(quiet_since, heartbeat):
             yield KEEP_ALIVE
             quiet_since = time.monotonic()
-        await wakeup.wait(min(poll, heartbeat))
+        if len(events) < PAGE:  # caught up: wait for more
+            await wakeup.wait(min(poll, heartbeat))
         if streams.closing:
             return

@@ -13,6 +13,7 @@ import pytest
 import tarry
 from support import live
 from tarry import Flow, ForEach, Gate
+from tarry.snapshots import MemoryStore
 
 pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
@@ -51,6 +52,10 @@ def after(ctx):
 
 
 FRAGILE = Flow("fragile", [explode, after])
+
+
+def work_item(ctx):
+    return ctx.item
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -700,3 +705,80 @@ def test_abort_and_cancel_a_running_session() -> None:
     gate.set()
     thread.join(10)
     assert result[0].error.type == "cancelled"
+
+
+# --- reading long logs a page at a time --------------------------------------------------------
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore that records every `events` read: (session, after_seq, limit, found)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[tuple[str, int, int | None, int]] = []
+
+    def events(self, session_id, after_seq=0, limit=None):
+        found = super().events(session_id, after_seq, limit)
+        self.reads.append((session_id, after_seq, limit, len(found)))
+        return found
+
+
+LONG = Flow("long", [ForEach("items", lambda ctx: list(range(ctx.input)), [work_item])])
+
+
+def long_session(rt: tarry.Runtime, items: int = 400) -> tuple[str, int]:
+    """A completed session of 4 events per item; its id and last seq."""
+    out = rt.run(LONG, items)
+    assert out.ok
+    return out.session_id, rt.session(out.session_id).state.last_seq
+
+
+def test_the_events_endpoint_reads_only_the_page_it_serves() -> None:
+    store = CountingStore()
+    rt = tarry.Runtime(store=store)
+    sid, last = long_session(rt)
+    api = client(rt)
+    store.reads.clear()
+    body = api.get(f"/api/sessions/{sid}/events", params={"after": 100, "limit": 5}).json()
+    assert [e["seq"] for e in body["events"]] == [101, 102, 103, 104, 105]
+    assert body["more"] is True and body["last_seq"] == 105
+    assert store.reads == [(sid, 100, 6, 6)]  # one more than served, to know there is more
+    end = api.get(f"/api/sessions/{sid}/events", params={"after": last - 2}).json()
+    assert [e["seq"] for e in end["events"]] == [last - 1, last]
+    assert end["more"] is False and end["last_seq"] == last
+    assert all(limit is not None for _, _, limit, _ in store.reads)
+
+
+def test_session_streams_read_a_long_log_in_pages() -> None:
+    from tarry.drivers.http import sse
+
+    store = CountingStore()
+    rt = tarry.Runtime(store=store)
+    sid, last = long_session(rt, 300)  # more than two pages
+    assert last > 2 * sse.PAGE
+    store.reads.clear()
+    with live(create_app(rt, poll_interval=0.2)) as base:
+        streams = [Stream(f"{base}/api/sessions/{sid}/events/stream") for _ in range(3)]
+        for stream in streams:
+            got = stream.events(last)
+            assert [m["data"]["seq"] for m in got] == list(range(1, last + 1))
+            stream.close()
+    mine = [r for r in store.reads if r[0] == sid]
+    assert mine and all(limit == sse.PAGE and found <= sse.PAGE for _, _, limit, found in mine)
+
+
+def test_the_all_sessions_stream_reads_a_long_log_in_pages() -> None:
+    from tarry.drivers.http import journal
+
+    store = CountingStore()
+    rt = tarry.Runtime(store=store)
+    with live(create_app(rt, poll_interval=0.2)) as base:
+        stream = Stream(f"{base}/api/events/stream")
+        sid, last = long_session(rt, 300)
+        got = stream.events(last)
+        stream.close()
+    assert [(m["data"]["session_id"], m["data"]["seq"]) for m in got] == [
+        (sid, seq) for seq in range(1, last + 1)
+    ]
+    mine = [r for r in store.reads if r[0] == sid]
+    assert len(mine) >= 3 and all(limit == journal.PAGE for _, _, limit, _ in mine)

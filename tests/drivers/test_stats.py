@@ -127,3 +127,83 @@ def test_export_events_as_json_lines(tmp_path: Path) -> None:
     buffer = io.StringIO()
     assert tarry.export_events(view.events(after_seq=count - 2), buffer) == 2
     assert buffer.getvalue() == "\n".join(lines[-2:]) + "\n"
+
+
+# -- stats on big and damaged stores --------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    import pgserver
+    from tarry.snapshots import MemoryStore, SQLiteStore
+
+    made = {
+        "memory": MemoryStore,
+        "sqlite": lambda: SQLiteStore(tmp_path / "s.db"),
+        "postgres": pgserver.scratch_store,
+    }[request.param]()
+    yield made
+    close = getattr(made, "close", None)
+    if close is not None:
+        close()
+
+
+def corrupt_an_event(store, session_id: str) -> None:
+    """Overwrite the stored bytes of the session's second event with something undecodable."""
+    junk = b"\xc1"  # never valid msgpack
+    if hasattr(store, "_sessions"):  # MemoryStore: one blob per write
+        store._sessions[session_id].batches[-1] = junk
+    elif hasattr(store, "_pool"):  # PostgresStore
+        with store._pool.connection() as conn:
+            conn.execute(
+                "UPDATE tarry_events SET blob = %s WHERE session_id = %s AND seq = 2",
+                (junk, session_id),
+            )
+    else:
+        with store._lock:
+            store._db.execute(
+                "UPDATE events SET blob = ? WHERE session_id = ? AND seq = 2", (junk, session_id)
+            )
+
+
+def test_one_unreadable_session_does_not_stop_stats(store, caplog) -> None:
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock)
+    flow = scoring_flow(clock)
+    assert rt.run(flow, ["ab"]).ok
+    broken = rt.run(flow, ["cd"])
+    assert rt.run(flow, ["efg"]).ok
+    corrupt_an_event(store, broken.session_id)
+    with pytest.raises(tarry.SnapshotError):
+        rt.session(broken.session_id).events()
+    stats = rt.stats()
+    assert stats.by_status == {"completed": 3}  # still counted by status
+    assert stats.nodes["ask"].executions == 2  # left out of the node figures
+    assert stats.metrics == {"tokens": 22, "cost": 1.0}
+    assert broken.session_id in caplog.text and "left out" in caplog.text
+    assert rt.stats() == stats  # and again, the same
+
+
+def test_stats_read_only_new_events(store) -> None:
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock)
+    flow = scoring_flow(clock)
+    for items in (["a"] * 30, ["b"] * 30):
+        assert rt.run(flow, items).ok
+    first = rt.stats()
+    assert first.nodes["ask"].executions == 60
+    reads: list[tuple[str, int, int | None]] = []
+    events = store.events
+
+    def spy(session_id, after_seq=0, limit=None):
+        reads.append((session_id, after_seq, limit))
+        return events(session_id, after_seq, limit)
+
+    store.events = spy
+    assert rt.stats() == first
+    assert reads == []  # every tally is up to date: no event is read
+    out = rt.run(flow, ["c"])
+    second = rt.stats()
+    assert second.nodes["ask"].executions == 61
+    assert {sid for sid, _, _ in reads} == {out.session_id}
+    assert all(limit is not None for _, _, limit in reads)

@@ -609,7 +609,9 @@ class Pool:
         token, lease...), the events written since the last `sync`, every token's state.
         Equal images: nothing observable changed (events are append-only)."""
         store = self.rt.store
-        rows = sorted(store.list(limit=10_000), key=lambda r: r.session_id)
+        # Loaded, not only listed: a listing leaves out the state.
+        listed = sorted(r.session_id for r in store.list(limit=10_000))
+        rows = [store.load(sid) for sid in listed]
         new = tuple(
             tuple(map(encode_event, store.events(r.session_id, self.seen.get(r.session_id, 0))))
             for r in rows
@@ -680,7 +682,7 @@ def corpus() -> list[bytes]:
         blobs.append(rt.store.load(extra.session_id).state)
     rt.cancel(rt.run_sync(FLOWS["gate"]).token)
     for row in rt.store.list(limit=100):
-        blobs.append(row.state)
+        blobs.append(rt.store.load(row.session_id).state)  # a listing leaves the state out
         blobs.extend(encode_event(e) for e in rt.store.events(row.session_id))
     return [b for b in blobs if b]
 

@@ -197,7 +197,11 @@ def test_list_newest_first_filtered_and_paginated(store: Any) -> None:
     assert ids(limit=2, offset=2) == ["c", "a"]
     assert ids(limit=2, offset=4) == ["e"]
     assert ids(offset=5) == []
-    assert store.list(status="running") == [rec("b", created_at=at(30), status="running")]
+    # Without the state: listing reads no snapshot.
+    assert store.list(status="running") == [
+        rec("b", created_at=at(30), status="running", state=b"")
+    ]
+    assert store.load("b").state == b"state of b"
 
 
 def test_delete_removes_everything(store: Any) -> None:
@@ -244,6 +248,28 @@ def test_events_append_and_read_after_seq(store: Any) -> None:
     event = store.events("s1")[0]
     assert event.at.utcoffset() == dt.timedelta(0)
     assert event.path == ("root", 1)
+
+
+def test_events_read_a_page(store: Any) -> None:
+    store.create(rec(), events=[ev(1), ev(2)])
+    store.append_events("s1", [ev(3), ev(4), ev(5)])
+    store.save(rec(), 0, events=[ev(6), ev(7)])
+    store.append_events("s1", [ev(8)])
+    whole = store.events("s1")
+    assert [e.seq for e in whole] == list(range(1, 9))
+    for after in range(10):
+        for limit in (1, 2, 3, 5, 100):
+            page = store.events("s1", after_seq=after, limit=limit)
+            assert page == whole[after : after + limit], (after, limit)
+    assert store.events("s1", 3, None) == whole[3:]
+    assert store.events("s1", after_seq=2, limit=0) == []
+    assert store.events("nope", limit=3) == []
+    # Paging through the log from the start reads it exactly once, in order.
+    seen, after = [], 0
+    while page := store.events("s1", after, 3):
+        seen += page
+        after = page[-1].seq
+    assert seen == whole
 
 
 def test_append_events_to_unknown_session_raises(store: Any) -> None:
@@ -628,3 +654,150 @@ def test_stop_requests_race_with_the_save_that_ends_the_run(store: Any) -> None:
         assert results[0] in ("running", "paused")
         assert store.stop_requested(sid) is None
 
+
+# -- retention ---------------------------------------------------------------------------------
+
+ENDED = ("completed", "cancelled", "failed")
+
+
+def _ended_and_not(store: Any) -> None:
+    """Sessions of every kind, each with events, a value and a token: ended ones last updated
+    at 10 s (one at 100 s), paused and running ones at 10 s, and a failed one at 10 s that is
+    being resumed (its lease runs to 200 s)."""
+    specs = [
+        ("done", "completed", {}),
+        ("gone", "cancelled", {}),
+        ("broke", "failed", {}),
+        ("recent", "completed", {"updated_at": at(100)}),
+        ("waits", "paused", {}),
+        ("runs", "running", {}),
+        ("retried", "failed", {"lease_owner": "w", "lease_until": at(200)}),
+    ]
+    for sid, status, changes in specs:
+        store.create(rec(sid, token=f"tk_{sid}"), events=[ev(1, sid)])
+        fields = {"status": status, "updated_at": at(10), "token": f"tk2_{sid}", **changes}
+        store.save(rec(sid, **fields), 0, events=[ev(2, sid)], values=[("k", 0, b"v")])
+
+
+def test_prune_deletes_ended_sessions_last_updated_before_a_time(store: Any) -> None:
+    _ended_and_not(store)
+    everything = {r.session_id for r in store.list()}
+    kw = {"before": at(50), "now": at(60)}
+    assert store.prune(statuses=ENDED, dry_run=True, **kw) == 3
+    assert store.prune(statuses=("failed", "completed"), dry_run=True, **kw) == 2
+    assert {r.session_id for r in store.list()} == everything  # a dry run deletes nothing
+    assert store.prune(statuses=("completed",), **kw) == 1
+    assert store.prune(statuses=ENDED, limit=1, **kw) == 1  # batches: the oldest first
+    assert store.prune(statuses=ENDED, limit=10, **kw) == 1
+    assert store.prune(statuses=ENDED, **kw) == 0
+    assert {r.session_id for r in store.list()} == {"recent", "waits", "runs", "retried"}
+    for sid in ("done", "gone", "broke"):
+        assert store.load(sid) is None
+        assert store.events(sid) == []
+        assert store.get_values(sid, "k", 10) == []
+        assert store.find_token(f"tk_{sid}") is None and store.find_token(f"tk2_{sid}") is None
+    kept = store.load("retried")
+    assert (kept.status, store.find_token("tk2_retried")) == ("failed", TokenInfo("retried", False))
+    assert [e.seq for e in store.events("waits")] == [1, 2]
+    # Once its lease is over, the failed one goes too; paused and running ones never do.
+    assert store.prune(statuses=ENDED, before=at(50), now=at(300)) == 1
+    assert store.prune(statuses=("paused", "running"), before=at(500), now=at(500)) == 0
+    assert store.prune(statuses=ENDED, before=at(500), now=at(500)) == 1  # "recent"
+    assert {r.session_id for r in store.list()} == {"waits", "runs"}
+
+
+def test_prune_of_many_sessions_in_batches(store: Any) -> None:
+    for i in range(25):
+        sid = f"s{i:02}"
+        store.create(rec(sid, status="completed", updated_at=at(i)), events=[ev(1, sid)])
+    store.create(rec("later", status="completed", updated_at=at(99)))
+    kw = {"statuses": ENDED, "before": at(50), "now": at(50)}
+    assert store.prune(limit=10, **kw) == 10
+    left = sorted(r.session_id for r in store.list(limit=100))
+    assert left == ["later", *(f"s{i}" for i in range(10, 25))]  # the oldest went first
+    assert store.prune(limit=10, **kw) == 10
+    assert store.prune(limit=10, **kw) == 5
+    assert [r.session_id for r in store.list()] == ["later"]
+
+
+# -- stats -------------------------------------------------------------------------------------
+
+
+def node(seq: int, type_: str, name: str, seconds: float, sid: str = "s1", **data: Any) -> Event:
+    return Event(seq, type_, sid, at(seconds), ("f", name), data)
+
+
+def test_stats_count_statuses_and_add_up_node_tallies(store: Any) -> None:
+    from tarry.snapshots.tally import NodeTotals
+
+    store.create(rec("s1", flow="f"), events=[
+        Event(1, RUN_STARTED, "s1", at(0), (), {}),
+        node(2, "node.started", "a", 1),
+        node(3, "node.completed", "a", 3, metrics={"tokens": 5}),
+        node(4, "node.started", "b", 3),
+        node(5, "node.failed", "b", 4, metrics={"tokens": 1}),
+        node(6, "node.retrying", "b", 4, delay=2.0),
+    ])
+    store.create(rec("s2", flow="g", status="completed"), events=[
+        Event(1, RUN_STARTED, "s2", at(0), (), {}),
+        node(2, "node.started", "a", 10, "s2"),
+        node(3, "node.completed", "a", 14, "s2"),
+        node(4, "node.completed", "c", 14, "s2", skipped=True),  # `skip`: not an execution
+    ])
+    store.create(rec("s3", flow="f", status="paused"))
+    totals = store.stats()
+    assert totals.by_status == {"running": 1, "completed": 1, "paused": 1}
+    assert totals.nodes == {
+        "a": NodeTotals(executions=2, failures=0, seconds=6.0, timed=2, metrics={"tokens": 5}),
+        "b": NodeTotals(executions=1, failures=1, seconds=1.0, timed=1, metrics={"tokens": 1}),
+    }
+    # Later events fold into what was tallied, across writes: b's next attempt began when its
+    # back-off ended (at 6 s), an attempt of a in progress since before is timed whole.
+    store.append_events("s1", [node(7, "node.started", "a", 20)])
+    assert store.stats().nodes["a"].executions == 2
+    store.save(rec("s1", flow="f", status="completed"), 0, events=[
+        node(8, "node.completed", "b", 7),
+        node(9, "node.completed", "a", 25, metrics={"tokens": 2}),
+    ])
+    totals = store.stats()
+    assert totals.by_status == {"completed": 2, "paused": 1}
+    assert totals.nodes["a"] == NodeTotals(3, 0, 11.0, 3, {"tokens": 7})
+    assert totals.nodes["b"] == NodeTotals(2, 1, 2.0, 2, {"tokens": 1})
+    only = store.stats(flow="g")
+    assert only.by_status == {"completed": 1}
+    assert only.nodes == {"a": NodeTotals(1, 0, 4.0, 1, {})}
+    assert store.stats(flow="nope").by_status == {}
+
+
+def test_stats_read_only_the_events_written_since_the_last_report(store: Any) -> None:
+    for i in range(3):
+        sid = f"s{i}"
+        events = [Event(1, RUN_STARTED, sid, at(0), (), {})]
+        events += [node(2 + k, "node.completed", "a", 1, sid) for k in range(40)]
+        store.create(rec(sid, status="completed" if i else "running"), events=events)
+    reads: list[tuple[str, int, int | None]] = []
+    events = store.events
+
+    def spy(session_id: str, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        reads.append((session_id, after_seq, limit))
+        return events(session_id, after_seq, limit)
+
+    store.events = spy
+    assert store.stats().nodes["a"].executions == 120
+    assert sorted(r[:2] for r in reads) == [("s0", 0), ("s1", 0), ("s2", 0)]
+    assert all(limit is not None for _, _, limit in reads)  # paged, never the whole log
+    reads.clear()
+    assert store.stats().nodes["a"].executions == 120
+    assert reads == []  # nothing new: no event read at all
+    store.append_events("s0", [node(42, "node.completed", "a", 2, "s0")])
+    assert store.stats().nodes["a"].executions == 121
+    assert [r[:2] for r in reads] == [("s0", 41)]
+
+
+def test_a_deleted_session_leaves_no_tally(store: Any) -> None:
+    store.create(rec(status="completed"), events=[node(1, "node.completed", "a", 1)])
+    assert store.stats().nodes["a"].executions == 1
+    store.delete("s1")
+    assert store.stats().nodes == {}
+    store.create(rec(status="completed"), events=[node(1, "node.completed", "b", 1)])
+    assert set(store.stats().nodes) == {"b"}

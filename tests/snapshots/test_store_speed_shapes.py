@@ -278,13 +278,18 @@ def test_memory_events_after_any_seq_across_writes(monkeypatch: pytest.MonkeyPat
     # Reading the tail decodes the writes it spans, not the whole log.
     decoded: list[bytes] = []
 
-    def counting(blob: bytes, sid: str) -> list[Event]:
+    def counting(blob: bytes, sid: str, *args: Any) -> list[Event]:
         decoded.append(blob)
-        return _decode_batch(blob, sid)
+        return _decode_batch(blob, sid, *args)
 
     monkeypatch.setattr("tarry.snapshots.memory._decode_batch", counting)
     assert store.events("s1", 6) == everything[6:]
     assert len(decoded) == 1
+    # So does a page anywhere else: the write holding its first event is found by bisection.
+    decoded.clear()
+    assert store.events("s1", 0, 2) == everything[:2]
+    assert store.events("s1", 2, 3) == everything[2:5]
+    assert len(decoded) == 4  # the first two writes, then the second and third
 
 
 def test_memory_events_do_not_change_when_callers_mutate_their_data() -> None:
