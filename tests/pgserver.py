@@ -121,7 +121,7 @@ def scratch_store(**options: Any) -> Any:
                 self._emptied = True
                 with self._pool.connection() as conn:
                     conn.execute(
-                        "TRUNCATE tarry_sessions, tarry_events, tarry_values, tarry_tokens"
+                        "TRUNCATE tarry_sessions, tarry_events, tarry_values, tarry_tokens, tarry_marks"
                     )
                 _spare.append(self.schema)
             super().close()
