@@ -23,6 +23,7 @@ from .clock import Clock, SystemClock
 from .drive import value_check
 from .limits import DURABILITY, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES, positive_int
 from .registry import FlowRegistry
+from .reported import Reported
 from .running import Running
 from .statecache import StateCache
 from .stores import open_store
@@ -36,7 +37,7 @@ class Core:
     __slots__ = (
         "store", "clock", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "tokens", "flows", "running",
-        "states", "hub",
+        "states", "hub", "reported",
     )
 
     def __init__(
@@ -94,6 +95,8 @@ class Core:
         #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
         self.states = StateCache()
         self.hub = Subscribers()
+        #: The sessions whose trouble a round has logged (each once, not every round).
+        self.reported = Reported()
 
 
 def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:

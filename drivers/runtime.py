@@ -207,10 +207,15 @@ class Runtime:
         whose `wake_at` passed, and a Gate or Wait whose timeout passed (which then does what
         its `on_timeout` says). Returns the outcomes of the sessions it resumed.
 
-        Each session is resumed by using its token, so of two callers (threads, processes,
-        machines) only one resumes it; the other skips it. A decision that used the token
-        first wins, and then the timer does nothing. Sessions of flows this Runtime does not
-        know are left for a Runtime that does. Async steps run on a private event loop.
+        Due sessions are claimed from the store a page at a time, so concurrent callers take
+        different ones; each is resumed by using its token, so of two callers (threads,
+        processes, machines) only one resumes it. A decision that used the token first wins,
+        and then the timer does nothing. Each session is handled inside its own error
+        boundary: one whose flow is unknown here or changed, or whose snapshot cannot be
+        read, is logged once and left as it was (its token unused); one whose resume raised
+        after its token was used is failed with an error typed by the exception (its outcome
+        is returned). Either way the call goes on with the others; sessions set aside do not
+        count towards `limit`. Async steps run on a private event loop.
         """
         return timers.resume_due(self._core, limit)
 
@@ -222,6 +227,7 @@ class Runtime:
         A session is claimed through the store before its adapter is asked, so two pollers
         never ask about (or resume) the same session at once. An adapter that raises, or
         returns a value the paused element refuses, is logged and the session stays paused.
+        Each session is handled inside its own error boundary, as in `resume_due`.
         """
         return polling.poll(self._core, limit)
 
@@ -231,8 +237,11 @@ class Runtime:
         flight runs again, with the same `ctx.idempotency_key`); with "pause", the last pause.
 
         Each recovered session is claimed through the store first, so two processes calling
-        `recover()` never continue the same session. Sessions of flows this Runtime does not
-        know are left for a Runtime that does. Async steps are driven on a private loop.
+        `recover()` never continue the same session. Each is handled inside its own error
+        boundary: one that cannot be recovered here (its flow unknown, its snapshot
+        unreadable) is logged once and stays listed for a Runtime that can; one whose
+        recovery raised after the run went on is failed with a typed error. Async steps are
+        driven on a private loop.
         """
         return recovery.recover(self._core)
 
