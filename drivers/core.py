@@ -87,7 +87,7 @@ class Core:
         #: The check of every value a session takes in: encodable and within max_value_bytes.
         self.check = value_check(self.max_value_bytes)
         #: Mints tokens and checks them (signed with `secret` when one is given).
-        self.tokens = Tokens(secret)
+        self.tokens = Tokens(secret, self.store)
         self.flows = FlowRegistry()
         for flow in flows:
             self.flows.register(flow)

@@ -28,6 +28,7 @@ LIMIT = 100
 
 
 def recover(core: Core, round: Round | None = None, limit: int = LIMIT) -> list[Outcome]:
+    core.tokens.check()
     round = round or Round()
     outcomes: list[Outcome] = []
     now = core.clock.now()

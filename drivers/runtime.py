@@ -36,7 +36,8 @@ class Runtime:
     Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
     resume and recovery), `clock`, `adapters` ({pause kind: callable}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
-    tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
+    tokens so that a store's contents cannot resume its sessions; a store once used with a
+    secret is refused without one: `SecretRequired`), `lease` (seconds),
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
     `max_snapshot_bytes` (largest snapshot of a waiting session). See docs/guarantees.md.
     """

@@ -31,6 +31,7 @@ def begin(
     asynchronous: bool,
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it."""
+    core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     core.flows.register(flow)
     core.check(input, "input")
     if meta is not None:

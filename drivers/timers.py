@@ -37,6 +37,7 @@ def resume_due(core: Core, limit: int, round: Round | None = None) -> list[Outco
     """Resume up to `limit` due sessions; the outcomes of those resumed (a session failed by
     its boundary included). Sessions set aside do not count towards `limit`."""
     check_limit(limit)
+    core.tokens.check()
     round = round or Round()
     now = core.clock.now()
     until = now + timedelta(seconds=core.lease)

@@ -195,9 +195,13 @@ def test_tarry_secret_signs_tokens_for_every_command(jobs: Path) -> None:
     key = Runtime(store=db(jobs)).store.load(field(ran.stdout, "session")).token
     assert token.startswith(key + ".")  # the store holds the key, not the token
 
-    for env in (_env(), _env(TARRY_SECRET="another secret, sixteen bytes+")):
-        refused = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=env)
-        assert refused.returncode == 2 and "unknown resume token" in refused.stderr
+    other = _env(TARRY_SECRET="another secret, sixteen bytes+")
+    refused = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=other)
+    assert refused.returncode == 2 and "unknown resume token" in refused.stderr
+    # Without the secret, the store's keys are refused too (fail closed), and so is a worker.
+    for command in (["resume", token, "--value", "true"], ["resume", key], ["worker", "--once"]):
+        refused = tarry(*command, "--store", db(jobs), cwd=jobs)
+        assert refused.returncode == 2 and "TARRY_SECRET" in refused.stderr, command
     done = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=signed)
     assert done.returncode == 0, done.stderr
 
