@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 from collections.abc import Sequence
+from time import monotonic as _monotonic
 from typing import Any
 
 from tarry.engine.errors import InvalidArgument, SecretRequired
@@ -60,17 +60,19 @@ class Tokens:
     store whose keys these are, marked or checked so that signing fails closed (see `check`).
     """
 
-    __slots__ = ("_secrets", "_store", "_marked", "_unmarked_until")
+    __slots__ = ("_secrets", "_store", "_settled", "_refused", "_unmarked_until")
 
     def __init__(
         self, secret: str | bytes | Sequence[str | bytes] | None = None, store: Any = None
     ) -> None:
         self._secrets: tuple[bytes, ...] = _secrets(secret)
-        self._store = store
-        #: With a secret: this process marked the store. Without: the store is marked (for
-        #: good: a mark is never removed).
-        self._marked = False
-        #: Without a secret: until when (time.monotonic) the store counts as unmarked.
+        # A store of an older protocol has no marks: nothing to mark or ask then.
+        self._store = store if hasattr(store, "marked") else None
+        #: Nothing (more) to check: no store, or the store is marked (with a secret).
+        self._settled = self._store is None
+        #: Without a secret: the store holds signed tokens (for good: marks are never removed).
+        self._refused = False
+        #: Without a secret: until when (`_monotonic`) the store counts as unmarked.
         self._unmarked_until = 0.0
 
     @property
@@ -80,23 +82,22 @@ class Tokens:
     def check(self) -> None:
         """Fail closed. With a secret, mark the store as holding signed tokens (once per
         process). Without one, raise `SecretRequired` if the store is so marked (asked at most
-        once a second; a mark is remembered for good)."""
-        if self._marked:
-            if not self._secrets:
-                raise SecretRequired()
+        once a second; a mark is remembered for good). Runs on every token minted, handed out
+        or taken in, so its usual path is two attribute reads and a clock read."""
+        if self._settled:
             return
+        if self._refused:
+            raise SecretRequired()
         store = self._store
-        if store is None or not hasattr(store, "marked"):
-            return  # a bare Tokens, or a store of an older protocol: nothing to mark
         if self._secrets:
             store.mark(SIGNED_MARK)
-            self._marked = True
+            self._settled = True
             return
-        now = time.monotonic()
+        now = _monotonic()
         if now < self._unmarked_until:
             return
         if store.marked(SIGNED_MARK):
-            self._marked = True
+            self._refused = True
             raise SecretRequired()
         self._unmarked_until = now + RECHECK_SECONDS
 
@@ -104,15 +105,13 @@ class Tokens:
         """A fresh key for the store (and, unsigned, the token too). With a secret, the store
         is marked before the first key goes into it; without, `SecretRequired` on a store that
         holds signed tokens."""
-        if not (self._marked and self._secrets):
-            self.check()
+        self.check()
         return new_token()
 
     def token(self, key: str) -> str:
         """The token a caller gets for `key`; `SecretRequired` without a secret on a store
         that holds signed tokens."""
-        if not (self._marked and self._secrets):
-            self.check()
+        self.check()
         if not self._secrets:
             return key
         return key + _SEPARATOR + _mac(self._secrets[0], key)
@@ -121,8 +120,7 @@ class Tokens:
         """The store key of `token`, or None when it cannot be one of ours (wrong type, shape or
         signature): callers turn None into `UnknownToken`. `SecretRequired` without a secret on
         a store that holds signed tokens."""
-        if not (self._marked and self._secrets):
-            self.check()
+        self.check()
         if (
             type(token) is not str
             or len(token) > MAX_LENGTH

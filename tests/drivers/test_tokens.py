@@ -169,7 +169,7 @@ def test_a_process_that_found_the_store_unsigned_sees_the_mark_within_a_second(
     from tarry.drivers import tokens
 
     now = [1000.0]
-    monkeypatch.setattr(tokens.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(tokens, "_monotonic", lambda: now[0])
     unsigned = Runtime()
     first = unsigned.run(gated())  # the store is unmarked: unsigned tokens, as ever
     assert first.token == unsigned.store.load(first.session_id).token
