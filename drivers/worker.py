@@ -236,7 +236,11 @@ class Worker:
     def _hand_back(self, core: Core) -> None:
         """Make the sessions this worker stopped due, for any worker to continue."""
         while self._stopped:
-            timers.hand_back(core, self._stopped.pop())
+            sid = self._stopped.pop()
+            try:
+                timers.hand_back(core, sid)
+            except Exception:  # it stays paused, for a resume by hand; the others go on
+                log.exception("tarry worker: could not hand back session %s", sid)
 
     def _import_flow(self, record: SessionRecord) -> bool:
         return bool(register_recorded_flows(self.runtime, [record], self._tried))
