@@ -3,9 +3,10 @@ sessions resumed by several threads at once, and many sessions resumed by 1, 2 a
 processes sharing one database (`docs/scaling.md`, "Measured").
 
 This file is also the worker script of the last benchmark:
-    python test_postgres.py DSN SCHEMA
-opens a store, prints "ready", waits for a line on stdin, then loops `resume_due()` until
-nothing is due and exits.
+    python test_postgres.py DSN SCHEMA CLAIMS
+opens a store, prints "ready", waits for a line on stdin, then works as a worker did before
+issue 14 (CLAIMS "before") or does now ("after") until nothing is due, and prints its token
+attempts and resumes as JSON.
 
 Needs a server: `TARRY_TEST_POSTGRES` (a DSN), by default the one `.ci/run` sets up; skipped
 when none is reachable. `make test` runs each benchmark once at a tiny size.
@@ -13,6 +14,7 @@ when none is reachable. `make test` runs each benchmark once at a tiny size.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,8 +45,9 @@ def one_gate() -> Flow:
     return Flow("pg_bench_one", [step(noop, "before"), Gate("review"), step(noop, "after")])
 
 
-#: The workers' flow: a step, a one-second Sleep (the session all workers race for), a step.
-SLEEPER = Flow("pg_bench_sleep", [step(noop, "before"), Sleep("s", 1), step(noop, "after")])
+#: The workers' flow: a step, a Sleep that is due at once (the session the workers are
+#: after), a step.
+SLEEPER = Flow("pg_bench_sleep", [step(noop, "before"), Sleep("s", 0), step(noop, "after")])
 
 
 @pytest.fixture
@@ -124,18 +127,33 @@ def test_postgres_resumes_from_threads(benchmark, dsn: str, request) -> None:
     rt.store.close()
 
 
+#: How workers found due sessions, compared by the worker-process benchmark:
+#: - "before": as until issue 14. Every round, each worker fetched the same earliest due
+#:   sessions (`store.due`) and raced the other workers for their tokens, then slept the
+#:   interval even after a full round (`old_round` and `old_loop` below keep that path).
+#: - "after": `tarry.drivers.worker.Worker` as it is: due sessions claimed with
+#:   `FOR UPDATE SKIP LOCKED` (disjoint pages per worker), no sleep after a full round.
+CLAIMS = ("before", "after")
+#: The worker's defaults: sessions per round, seconds between rounds that were not full.
+LIMIT, INTERVAL = 100, 1.0
+
+
+@pytest.mark.parametrize("claims", CLAIMS)
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_postgres_resumes_from_worker_processes(
-    benchmark, server_schema: tuple[str, str], request, workers: int
+    benchmark, server_schema: tuple[str, str], request, workers: int, claims: str
 ) -> None:
-    """S sessions asleep on a due Sleep, resumed to the end by `workers` processes, each
-    looping `resume_due(limit=50)` until nothing is due. Timed from the go signal (the
-    processes are started and connected beforehand) to the last worker's exit; the rate is
-    S / that time. Every session must be resumed exactly once."""
+    """S sessions asleep on a due Sleep, resumed to the end by `workers` processes. Timed from
+    the go signal (the processes are started and connected beforehand) to the last worker's
+    exit; the rate is S / that time. Every session must be resumed exactly once. Each worker
+    counts its token attempts (`consume_token` calls): attempts per resume is their sum over
+    S (1.0: no worker ever tried a token that another one used)."""
     from tarry.snapshots import PostgresStore
 
+    if not _full(request) and workers != 2:
+        pytest.skip("smoke run (make test): the 2-worker case runs this path; starting processes is slow")
     server, schema = server_schema
-    sessions = 1_000 if _full(request) else 40
+    sessions = 2_000 if _full(request) else 20
     store = PostgresStore(server, schema=schema, max_size=4)
     rt = Runtime(store=store, flows=[SLEEPER])
 
@@ -143,11 +161,10 @@ def test_postgres_resumes_from_worker_processes(
         with ThreadPoolExecutor(4) as pool:
             outs = list(pool.map(lambda _: rt.run(SLEEPER), range(sessions)))
         assert all(o.paused for o in outs)
-        time.sleep(1.05)  # the last one's Sleep is due too
         assert len(store.due(rt.clock.now(), sessions)) == sessions
         procs = [
             subprocess.Popen(
-                [sys.executable, __file__, server, schema],
+                [sys.executable, __file__, server, schema, claims],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -160,6 +177,7 @@ def test_postgres_resumes_from_worker_processes(
         return (procs,), {}
 
     timed: list[float] = []
+    counts: list[dict[str, int]] = []
 
     def resume_all(procs: list[subprocess.Popen]) -> None:
         start = time.perf_counter()
@@ -167,8 +185,9 @@ def test_postgres_resumes_from_worker_processes(
             p.stdin.write("go\n")
             p.stdin.flush()
         for p in procs:
-            _, err = p.communicate(timeout=120)
+            out, err = p.communicate(timeout=600)
             assert p.returncode == 0, err[-2000:]
+            counts.append(json.loads(out.strip().splitlines()[-1]))
         timed.append(time.perf_counter() - start)  # also when the benchmarks are disabled
 
     benchmark.pedantic(resume_all, setup=setup, rounds=1, iterations=1)
@@ -181,30 +200,107 @@ def test_postgres_resumes_from_worker_processes(
         ).fetchall()
     assert len(rows) == sessions
     assert all(status == "completed" and resumed == 1 for status, resumed in rows), rows[:5]
+    assert sum(c["resumed"] for c in counts) == sessions
+    attempts = sum(c["attempts"] for c in counts) / sessions
+    if claims == "after":
+        assert attempts == 1.0
 
     elapsed = benchmark.stats.stats.mean if benchmark.stats is not None else timed[0]
     rate = sessions / elapsed
+    benchmark.extra_info["workload"] = "pg_workers"
+    benchmark.extra_info["system"] = "tarry"
+    benchmark.extra_info["variant"] = claims
     benchmark.extra_info["resumes_per_second"] = round(rate, 1)
+    benchmark.extra_info["token_attempts_per_resume"] = round(attempts, 2)
     benchmark.extra_info["workers"] = workers
     benchmark.extra_info["sessions"] = sessions
     benchmark.extra_info["store"] = "postgres"
-    print(f"\n{workers} worker process(es): {sessions} resumes in {elapsed:.2f} s = {rate:.0f}/s")
+    print(
+        f"\n{claims}: {workers} worker process(es): {sessions} resumes in {elapsed:.2f} s = "
+        f"{rate:.0f}/s, {attempts:.2f} token attempts per resume"
+    )
     store.close()
 
 
-def _worker(server: str, schema: str) -> None:
+# -- the worker processes -------------------------------------------------------------------------
+
+
+def old_round(rt: Runtime, limit: int) -> int:
+    """One round of `resume_due` as it was before due sessions were claimed: fetch the
+    earliest due sessions, the same ones every other worker fetches, and try each token; a
+    worker that loses a race skips the session. Returns how many it resumed."""
+    from tarry.drivers.resuming import prepare
+    from tarry.drivers.settle import settle
+    from tarry.engine.errors import SessionNotResumable, TokenAlreadyUsed, UnknownToken
+
+    core = rt._core
+    resumed = 0
+    for record in core.store.due(core.clock.now(), limit):
+        try:
+            settle(prepare(core, record.token, None, False, trigger="timer"))
+        except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+            continue
+        resumed += 1
+    return resumed
+
+
+def old_loop(rt: Runtime) -> None:
+    """The worker loop as it was: recover, a round, and then the interval, every time."""
+    while True:
+        rt.recover()
+        old_round(rt, LIMIT)
+        if not rt.store.due(rt.clock.now(), 1):
+            return
+        time.sleep(INTERVAL)
+
+
+def new_loop(rt: Runtime, watcher_store: Any) -> None:
+    """The worker as it is, until nothing is due (a watcher with a store of its own stops
+    it)."""
+    import threading
+
+    from tarry.drivers.worker import Worker
+
+    worker = Worker(rt, interval=INTERVAL, limit=LIMIT)
+
+    def watch() -> None:
+        while watcher_store.due(rt.clock.now(), 1):
+            time.sleep(0.02)
+        worker.stop()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    worker.run_forever()
+    watcher.join()
+
+
+def _worker(server: str, schema: str, claims: str) -> None:
     from tarry.snapshots import PostgresStore
 
     store = PostgresStore(server, schema=schema, max_size=1)
+    counts = {"attempts": 0, "resumed": 0}
+    consume = store.consume_token
+
+    def counted(token: str, **kwargs: Any) -> bool:
+        won = consume(token, **kwargs)
+        counts["attempts"] += 1
+        counts["resumed"] += won
+        return won
+
+    store.consume_token = counted  # type: ignore[method-assign]
     rt = Runtime(store=store, flows=[SLEEPER])
-    store.due(rt.clock.now(), 1)  # connected and warm before the go signal
+    watcher_store = PostgresStore(server, schema=schema, max_size=1)
+    for warm in (store, watcher_store):  # connected and warm before the go signal
+        warm.due(rt.clock.now(), 1)
     print("ready", flush=True)
     sys.stdin.readline()
-    while True:
-        if not rt.resume_due(limit=50) and not store.due(rt.clock.now(), 1):
-            break  # nothing resumed this round and nothing left due (others hold the rest)
+    if claims == "before":
+        old_loop(rt)
+    else:
+        new_loop(rt, watcher_store)
     store.close()
+    print(json.dumps(counts), flush=True)
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2])
+    _worker(sys.argv[1], sys.argv[2], sys.argv[3])

@@ -25,6 +25,7 @@ from .clock import Clock, SystemClock
 from .drive import value_check
 from .limits import DURABILITY, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES, positive_int
 from .registry import FlowRegistry
+from .reported import Reported
 from .running import Running
 from .statecache import StateCache
 from .stores import open_store
@@ -38,7 +39,7 @@ class Core:
     __slots__ = (
         "store", "clock", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "tokens", "flows", "running",
-        "states", "hub", "retention", "retain_at",
+        "states", "hub", "retention", "retain_at", "reported",
     )
 
     def __init__(
@@ -89,7 +90,7 @@ class Core:
         #: The check of every value a session takes in: encodable and within max_value_bytes.
         self.check = value_check(self.max_value_bytes)
         #: Mints tokens and checks them (signed with `secret` when one is given).
-        self.tokens = Tokens(secret)
+        self.tokens = Tokens(secret, self.store)
         self.flows = FlowRegistry()
         for flow in flows:
             self.flows.register(flow)
@@ -101,6 +102,8 @@ class Core:
         self.retention = None if retention is None else checked_age(retention, "retention")
         #: When (by `clock`) workers may prune by `retention` next.
         self.retain_at: datetime | None = None
+        #: The sessions whose trouble a round has logged (each once, not every round).
+        self.reported = Reported()
 
 
 def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:

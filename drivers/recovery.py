@@ -1,63 +1,98 @@
-"""Recovery: `Runtime.recover` continues the sessions whose process died mid-run."""
+"""Recovery: `Runtime.recover` continues the sessions whose process died mid-run — each session
+inside its own error boundary (boundary.py).
+
+A session that cannot be recovered here (its flow is unknown or changed, its snapshot cannot
+be read) keeps its lapsed lease, so that it stays listed for a runtime that can, and the
+listing pages past it (after its (lease_until, session id)); one whose recovery raised after
+the run went on is failed with a typed error.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tarry.engine import events as ev
-from tarry.engine.errors import FlowMismatch, InconsistentSnapshot, SnapshotError, UnknownFlow
+from tarry.engine.errors import InconsistentSnapshot, SnapshotError
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply
 from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord
 
+from .boundary import Round, contain, flow_of, infrastructure
 from .core import Core
 from .drive import fold
-from .limits import log
 from .outcome import Outcome
 from .resuming import stored_state
 from .settle import settle
 from .starting import start
 from .validate import validate
 
-#: What leaves a session as it is: no flow at hand for it, or a state that cannot go on.
-REFUSED = (UnknownFlow, FlowMismatch, SnapshotError)
+#: Sessions `recover()` continues at most per call (and lists per page).
+LIMIT = 100
 
 
-def recover(core: Core) -> list[Outcome]:
+def recover(core: Core, round: Round | None = None, limit: int = LIMIT) -> list[Outcome]:
+    core.tokens.check()
+    round = round or Round()
     outcomes: list[Outcome] = []
     now = core.clock.now()
     until = now + timedelta(seconds=core.lease)
-    for stale in core.store.expired(now):
-        sid = stale.session_id
-        if stale.flow not in core.flows:
-            log().warning("recover: no flow %r registered for session %s", stale.flow, sid)
-            continue
+    after = None
+    while len(outcomes) < limit and not round.stopping():
+        page = core.store.expired(now, limit, after=after)
+        for stale in page:
+            assert stale.lease_until is not None  # what `expired` lists
+            after = (stale.lease_until, stale.session_id)
+            if not round.begin(stale.session_id):
+                return outcomes
+            try:
+                outcome = _recover_one(core, stale, now, until, round)
+            finally:
+                round.current = None
+            if outcome is not None:
+                outcomes.append(outcome)
+        if len(page) < limit:
+            break
+    return outcomes
+
+
+def _recover_one(
+    core: Core, stale: SessionRecord, now: datetime, until: datetime, round: Round
+) -> Outcome | None:
+    sid = stale.session_id
+    claimed = resumed = False
+    try:
+        if flow_of(core, stale, round, "recover") is None:
+            return None
         # Checked before its lease is taken: a session this runtime cannot continue keeps its
         # expired lease, for a runtime that can (one with the version that started it).
-        try:
-            recoverable(core, stale)
-        except REFUSED as exc:
-            log().warning("recover: session %s left as it is: %s", sid, exc)
-            continue
+        recoverable(core, stale)
         if not core.store.claim(sid, core.owner, until, now):
-            continue  # another worker got there first
+            return None  # another worker got there first
+        claimed = True
         record = core.store.load(sid)
         if record is None:
-            continue
-        try:
-            flow, state = recoverable(core, record)
-        except REFUSED as exc:  # changed since: left to this lease's end, then to others
-            log().warning("recover: session %s left as it is: %s", sid, exc)
-            continue
+            return None
+        # Changed since it was listed: refused the same way (its lease lapses again).
+        flow, state = recoverable(core, record)
         if flow is None:
             core.store.release(sid, core.owner)
-            continue
+            return None
         state, events = fold(state, now, [(ev.RUN_RESUMED, (), {"recovered": True})])
         core.store.append_events(sid, events)
+        resumed = True
         meta = {"trigger": "recover"}
-        outcomes.append(settle(start(core, flow, record, state, events, meta=meta)))
-    return outcomes
+        outcome = settle(start(core, flow, record, state, events, meta=meta))
+    except Exception as exc:
+        if infrastructure(exc):
+            raise
+        if claimed and not resumed:
+            # Left as it was: its lease lapsed again, so that it stays listed for a runtime
+            # that can continue it (given back, it would never be listed again).
+            core.store.claim(sid, core.owner, stale.lease_until or now, now)
+        return contain(core, "recover", stale, exc, claimed=False, used=resumed)
+    core.reported.forget(sid)
+    return outcome
 
 
 def recoverable(core: Core, record: SessionRecord) -> tuple[Flow | None, SessionState]:

@@ -38,7 +38,8 @@ class Runtime:
     resume, timers and recovery; several versions of one flow may be given side by side, and
     each session continues with the one whose fingerprint started it), `clock`, `adapters` ({pause kind: callable}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
-    tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
+    tokens so that a store's contents cannot resume its sessions; a store once used with a
+    secret is refused without one: `SecretRequired`), `lease` (seconds),
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
     `max_snapshot_bytes` (largest snapshot of a waiting session), `retention` (a timedelta:
     workers prune sessions that ended longer ago, see `prune`). See docs/guarantees.md.
@@ -263,10 +264,15 @@ class Runtime:
         whose `wake_at` passed, and a Gate or Wait whose timeout passed (which then does what
         its `on_timeout` says). Returns the outcomes of the sessions it resumed.
 
-        Each session is resumed by using its token, so of two callers (threads, processes,
-        machines) only one resumes it; the other skips it. A decision that used the token
-        first wins, and then the timer does nothing. Sessions of flows this Runtime does not
-        know are left for a Runtime that does. Async steps run on a private event loop.
+        Due sessions are claimed from the store a page at a time, so concurrent callers take
+        different ones; each is resumed by using its token, so of two callers (threads,
+        processes, machines) only one resumes it. A decision that used the token first wins,
+        and then the timer does nothing. Each session is handled inside its own error
+        boundary: one whose flow is unknown here or changed, or whose snapshot cannot be
+        read, is logged once and left as it was (its token unused); one whose resume raised
+        after its token was used is failed with an error typed by the exception (its outcome
+        is returned). Either way the call goes on with the others; sessions set aside do not
+        count towards `limit`. Async steps run on a private event loop.
         """
         return timers.resume_due(self._core, limit)
 
@@ -278,6 +284,7 @@ class Runtime:
         A session is claimed through the store before its adapter is asked, so two pollers
         never ask about (or resume) the same session at once. An adapter that raises, or
         returns a value the paused element refuses, is logged and the session stays paused.
+        Each session is handled inside its own error boundary, as in `resume_due`.
         """
         return polling.poll(self._core, limit)
 
@@ -289,10 +296,12 @@ class Runtime:
         Each recovered session is claimed through the store first, so two processes calling
         `recover()` never continue the same session. A session continues only with the flow
         whose fingerprint it runs with (the one that started it, or the changed one a
-        `resume(..., allow_changed=True)` gave it), checked exactly as `resume` checks it; a
-        session whose flow version is not registered, or whose snapshot cannot be continued
-        (corrupt, or holding a position its flow does not have), is logged and left as it is,
-        its lease not taken, for a Runtime that can. Async steps are driven on a private loop.
+        `resume(..., allow_changed=True)` gave it), checked exactly as `resume` checks it. Each
+        is handled inside its own error boundary: one that cannot be recovered here (its flow
+        version not registered, its snapshot corrupt or holding a position its flow does not
+        have) is logged once and left as it is, its lease not taken, for a Runtime that can;
+        one whose recovery raised after the run went on is failed with a typed error. Async
+        steps are driven on a private loop.
         """
         return recovery.recover(self._core)
 

@@ -33,6 +33,7 @@ def begin(
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it.
     `durability` is the session's own (the Runtime's default when None)."""
+    core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     if durability is None:
         durability = core.durability
     elif durability not in DURABILITY:

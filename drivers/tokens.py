@@ -7,6 +7,12 @@ store keeps only the key. Whoever reads the store (a leaked backup, a read-only 
 then holds keys, not tokens, and cannot compute a token without the secret; a token whose
 signature does not match is refused, compared in constant time, before the store is asked at
 all.
+
+Signing fails closed. The first Runtime with a secret that uses a store marks it
+(`store.mark("signed_tokens")`); a process without the secret then refuses that store's keys
+with `SecretRequired` — to accept them as tokens, to hand them out as tokens, to start or
+resume sessions that would store unsigned ones — instead of quietly running unsigned on a store
+whose keys are meant to be worthless without the secret.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Sequence
+from time import monotonic as _monotonic
+from typing import Any
 
-from tarry.engine.errors import InvalidArgument
+from tarry.engine.errors import InvalidArgument, SecretRequired
 
 PREFIX = "tk_"
 #: 32 random bytes: 256 bits, far above the 128 bits a guess would need to be hopeless.
@@ -26,6 +34,11 @@ _SEPARATOR = "."
 # Bound into every signature, so a MAC made with the same secret for another purpose can never
 # pass for a token's.
 _DOMAIN = b"tarry resume token v1\x00"
+#: The store mark of a store that holds signed tokens.
+SIGNED_MARK = "signed_tokens"
+#: Seconds a process without a secret takes a store it found unmarked to be still unmarked:
+#: it asks the store again at most this often, so the check costs one read a second at most.
+RECHECK_SECONDS = 1.0
 
 
 def new_token() -> str:
@@ -43,31 +56,71 @@ class Tokens:
 
     `secret` is None (tokens are keys), a str or bytes, or a non-empty sequence of them for
     rotation: the first signs new tokens, every one is accepted when checking a token, so
-    tokens issued before a rotation stay valid until the old secret is dropped.
+    tokens issued before a rotation stay valid until the old secret is dropped. `store`: the
+    store whose keys these are, marked or checked so that signing fails closed (see `check`).
     """
 
-    __slots__ = ("_secrets",)
+    __slots__ = ("_secrets", "_store", "_settled", "_refused", "_unmarked_until")
 
-    def __init__(self, secret: str | bytes | Sequence[str | bytes] | None = None) -> None:
+    def __init__(
+        self, secret: str | bytes | Sequence[str | bytes] | None = None, store: Any = None
+    ) -> None:
         self._secrets: tuple[bytes, ...] = _secrets(secret)
+        # A store of an older protocol has no marks: nothing to mark or ask then.
+        self._store = store if hasattr(store, "marked") else None
+        #: Nothing (more) to check: no store, or the store is marked (with a secret).
+        self._settled = self._store is None
+        #: Without a secret: the store holds signed tokens (for good: marks are never removed).
+        self._refused = False
+        #: Without a secret: until when (`_monotonic`) the store counts as unmarked.
+        self._unmarked_until = 0.0
 
     @property
     def signed(self) -> bool:
         return bool(self._secrets)
 
+    def check(self) -> None:
+        """Fail closed. With a secret, mark the store as holding signed tokens (once per
+        process). Without one, raise `SecretRequired` if the store is so marked (asked at most
+        once a second; a mark is remembered for good). Runs on every token minted, handed out
+        or taken in, so its usual path is two attribute reads and a clock read."""
+        if self._settled:
+            return
+        if self._refused:
+            raise SecretRequired()
+        store = self._store
+        if self._secrets:
+            store.mark(SIGNED_MARK)
+            self._settled = True
+            return
+        now = _monotonic()
+        if now < self._unmarked_until:
+            return
+        if store.marked(SIGNED_MARK):
+            self._refused = True
+            raise SecretRequired()
+        self._unmarked_until = now + RECHECK_SECONDS
+
     def new_key(self) -> str:
-        """A fresh key for the store (and, unsigned, the token too)."""
+        """A fresh key for the store (and, unsigned, the token too). With a secret, the store
+        is marked before the first key goes into it; without, `SecretRequired` on a store that
+        holds signed tokens."""
+        self.check()
         return new_token()
 
     def token(self, key: str) -> str:
-        """The token a caller gets for `key`."""
+        """The token a caller gets for `key`; `SecretRequired` without a secret on a store
+        that holds signed tokens."""
+        self.check()
         if not self._secrets:
             return key
         return key + _SEPARATOR + _mac(self._secrets[0], key)
 
     def key(self, token: object) -> str | None:
         """The store key of `token`, or None when it cannot be one of ours (wrong type, shape or
-        signature). Never raises: callers turn None into `UnknownToken`."""
+        signature): callers turn None into `UnknownToken`. `SecretRequired` without a secret on
+        a store that holds signed tokens."""
+        self.check()
         if (
             type(token) is not str
             or len(token) > MAX_LENGTH

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,6 +20,10 @@ from tarry.engine.errors import InvalidFlow
 from tarry.engine.flow import Flow
 from tarry.snapshots.records import SessionRecord
 
+from . import polling, recovery, timers
+from .boundary import Round
+from .core import Core
+from .limits import check_limit
 from .outcome import Outcome
 from .runtime import Runtime
 
@@ -26,12 +31,6 @@ log = logging.getLogger("tarry.worker")
 
 #: The key of a session's `meta` that names where its flow is defined.
 FLOW_REF = "flow_ref"
-
-#: How many due and expired records the worker looks at per round for flows to import (as
-#: many as `poll()` and `recover()` take per round), and the page size for paused ones.
-SCAN_LIMIT = 100
-SCAN_PAGE = 500
-
 
 # --- flow references -------------------------------------------------------------------------
 
@@ -114,20 +113,30 @@ def register_recorded_flows(
 
 # --- the loop --------------------------------------------------------------------------------
 
+#: Seconds between a stopping worker's requests to stop the session it has in hand, while that
+#: session's drive is still starting.
+HALT_POLL = 0.01
+
 #: Called with ("resumed" | "recovered", outcome) for each session the worker drove.
 Report = Callable[[str, Outcome], Any]
 
 
 class Worker:
-    """Loops `runtime.recover()` and `runtime.poll()` (due timers, back-offs, timeouts and
-    adapter-ready sessions) every `interval` seconds until `stop()`.
+    """Loops `recover()` and `poll()` (due timers, back-offs, timeouts and adapter-ready
+    sessions) until `stop()`.
 
-    Before each round it imports the flows of the sessions about to be continued, from the
-    `MODULE:FLOW` recorded in their meta (`import_flows=False` turns that off), since the
-    runtime only continues sessions of flows it knows; each reference is imported once per
-    worker. `stop()` is safe from a signal handler or another thread: the batch of sessions in
-    progress finishes (steps are never cut in half), and no other starts. Many workers may
-    share one durable store: the store's claims make sure no session is driven by two of them.
+    A round that handled a full batch (`limit` due sessions, or as many recoveries) starts the
+    next one at once; otherwise the worker waits `interval` seconds. Each session is handled
+    inside its own error boundary: one that cannot be continued is logged once and set aside,
+    and the round goes on (see drivers/boundary.py).
+
+    A session of a flow the runtime does not know has its flow imported from the `MODULE:FLOW`
+    recorded in its meta when the round meets it (`import_flows=False` turns that off); each
+    reference is imported once per worker. `stop()` is safe from a signal handler or another
+    thread: the session in progress stops at its next checkpoint (steps are never cut in half),
+    paused, and is handed back — due at once, so that any worker continues it — and no other
+    session starts. Many workers may share one durable store: due sessions are claimed a page
+    at a time (`SessionStore.claim_due`), so no two workers fetch the same ones.
     """
 
     def __init__(
@@ -137,45 +146,55 @@ class Worker:
         interval: float = 1.0,
         report: Report | None = None,
         import_flows: bool = True,
+        limit: int = 100,
     ) -> None:
         if not (isinstance(interval, int | float) and interval > 0):
             msg = f"interval must be a positive number of seconds (got {interval!r})"
             raise ValueError(msg)
+        check_limit(limit)
         self.runtime = runtime
         self.interval = float(interval)
         self.report = report
         self.import_flows = import_flows
+        self.limit = limit
         self._stopping = False
         self._wake = threading.Event()
         self._tried: set[str] = set()
+        self._round = Round(
+            stopping=lambda: self._stopping,
+            import_flow=self._import_flow if import_flows else None,
+        )
+        #: Sessions this worker asked to stop at a checkpoint, to hand back after the round.
+        self._stopped: set[str] = set()
 
     @property
     def stopping(self) -> bool:
         return self._stopping
 
     def stop(self) -> None:
-        """End `run_forever` after the round in progress. Safe from a signal handler and from
-        any thread."""
+        """End `run_forever`: the session in progress stops at its next checkpoint and is
+        handed back, and no other starts. Safe from a signal handler and from any thread."""
         self._stopping = True
-        # Event.set() takes the lock that Event.wait() holds for a moment; a signal handler
-        # runs in the thread that may be inside wait(), so it must not take that lock itself.
-        threading.Thread(target=self._wake.set, name="tarry-worker-stop", daemon=True).start()
+        # A thread does the rest: Event.set() and the abort take locks that the code this
+        # handler interrupted may be holding, in this very thread.
+        threading.Thread(target=self._halt, name="tarry-worker-stop", daemon=True).start()
+
+    def _halt(self) -> None:
+        self._wake.set()
+        running = _core(self.runtime).running
+        # The session in hand may not have started its drive yet (its token is being used):
+        # ask again until it has, or until the round let go of it.
+        while (sid := self._round.current) is not None:
+            self._stopped.add(sid)  # before the abort lands, so the round's end sees it
+            if running.request_abort(sid, True):
+                return
+            self._stopped.discard(sid)
+            time.sleep(HALT_POLL)
 
     def run_once(self) -> list[Outcome]:
         """One round: recover dead runs, then resume what is due or ready. Sync; async steps
         are driven on a private event loop. Returns the outcomes, recovered ones first."""
-        rt = self.runtime
-        if self.import_flows:
-            self._import_flows()
-        outcomes: list[Outcome] = []
-        for source, call in (("recovered", rt.recover), ("resumed", rt.poll)):
-            if source == "resumed" and self._stopping:
-                break  # stopping: do not start another batch of sessions
-            for outcome in call():
-                outcomes.append(outcome)
-                if self.report is not None:
-                    self.report(source, outcome)
-        rt.retain()  # prunes by `Runtime(retention=)`, at most once a minute
+        outcomes, _ = self._run_round()
         return outcomes
 
     def run_forever(self) -> None:
@@ -183,24 +202,52 @@ class Worker:
         unreachable, say) is logged and the loop goes on after `interval`."""
         while not self._stopping:
             try:
-                self.run_once()
+                _, full = self._run_round()
             except Exception:
                 log.exception("tarry worker: a round failed; retrying in %s s", self.interval)
-            if not self._stopping:
+                full = False
+            if not self._stopping and not full:
                 self._wake.wait(self.interval)
 
-    def _import_flows(self) -> None:
-        rt = self.runtime
-        store = rt.store
-        now = rt.clock.now()
-        register_recorded_flows(rt, store.expired(now, SCAN_LIMIT), self._tried)
-        register_recorded_flows(rt, store.due(now, SCAN_LIMIT), self._tried)
-        if rt.adapters:
-            # Adapter-ready sessions have no wake_at: `poll()` asks about every paused one.
-            offset = 0
-            while True:
-                page = store.list(status="paused", limit=SCAN_PAGE, offset=offset)
-                register_recorded_flows(rt, page, self._tried)
-                if len(page) < SCAN_PAGE:
-                    break
-                offset += len(page)
+    def _run_round(self) -> tuple[list[Outcome], bool]:
+        """One round; its outcomes, and whether it handled a full batch (then more may be
+        waiting, and the next round starts at once)."""
+        core = _core(self.runtime)
+        outcomes: list[Outcome] = []
+        try:
+            recovered = recovery.recover(core, self._round, self.limit)
+            self._report("recovered", recovered, outcomes)
+            if self._stopping:
+                return outcomes, False
+            resumed = timers.resume_due(core, self.limit, self._round)
+            self._report("resumed", resumed, outcomes)
+            if not self._stopping:
+                self._report("resumed", polling.ask_adapters(core, self._round), outcomes)
+        finally:
+            self._hand_back(core)
+        self.runtime.retain()  # prunes by `Runtime(retention=)`, at most once a minute
+        return outcomes, len(recovered) >= self.limit or len(resumed) >= self.limit
+
+    def _report(self, source: str, got: list[Outcome], outcomes: list[Outcome]) -> None:
+        for outcome in got:
+            outcomes.append(outcome)
+            if self.report is not None:
+                self.report(source, outcome)
+
+    def _hand_back(self, core: Core) -> None:
+        """Make the sessions this worker stopped due, for any worker to continue."""
+        while self._stopped:
+            sid = self._stopped.pop()
+            try:
+                timers.hand_back(core, sid)
+            except Exception:  # it stays paused, for a resume by hand; the others go on
+                log.exception("tarry worker: could not hand back session %s", sid)
+
+    def _import_flow(self, record: SessionRecord) -> bool:
+        return bool(register_recorded_flows(self.runtime, [record], self._tried))
+
+
+def _core(runtime: Runtime) -> Core:
+    # The worker drives the method families itself (a round that can be stopped between
+    # sessions, with flows imported on demand), on the Runtime's one Core.
+    return runtime._core

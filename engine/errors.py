@@ -56,6 +56,19 @@ class TokenAlreadyUsed(TarryError):
         super().__init__(f"resume token of session {session_id!r} was already used")
 
 
+class SecretRequired(TarryError):
+    """The store holds signed tokens (a Runtime with a secret uses it) and this process has no
+    secret: it refuses to hand out or accept the store's keys as tokens (fail closed)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this store holds signed resume tokens (a Runtime with secret= uses it), but this "
+            "process has no secret: set TARRY_SECRET (the tarry command, worker and server) or "
+            "pass Runtime(secret=...) with the store's secret; without it, what the store holds "
+            "would pass for tokens"
+        )
+
+
 class UnknownFlow(TarryError):
     """`resume` found no flow of the session's name: pass `flow=` or register it."""
 

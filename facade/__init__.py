@@ -59,6 +59,7 @@ from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
     PayloadTooLarge,
+    SecretRequired,
     SnapshotTooLarge,
 )
 from tarry.engine.retry import Retry
@@ -120,6 +121,7 @@ __all__ = [
     "Retry",
     "Route",
     "Runtime",
+    "SecretRequired",
     "SessionExists",
     "SessionNotResumable",
     "SessionState",

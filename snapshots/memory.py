@@ -138,6 +138,7 @@ class MemoryStore:
         # Tokens by session id; a consumed one is also in `_used` until its session is gone.
         self._tokens: dict[str, str] = {}
         self._used: set[str] = set()
+        self._marks: set[str] = set()
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
@@ -373,15 +374,55 @@ class MemoryStore:
                 entry.record.lease_owner = None
                 entry.record.lease_until = None
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = [
                 e.record
                 for e in self._sessions.values()
-                if e.record.lease_until is not None and e.record.lease_until <= now
+                if e.record.status == "paused"
+                and e.record.wake_at is not None
+                and e.record.wake_at <= now
+                and (after is None or (e.record.wake_at, e.record.session_id) > after)
+                and e.record.token is not None
+                and e.record.token not in self._used
+                and (e.record.lease_until is None or e.record.lease_until <= now)
+            ]
+            rows.sort(key=lambda r: (r.wake_at, r.session_id))
+            claimed = rows[:limit]
+            for rec in claimed:
+                rec.lease_owner = owner
+                rec.lease_until = until
+            return [_copy(r) for r in claimed]
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.lease_until is not None
+                and e.record.lease_until <= now
+                and (after is None or (e.record.lease_until, e.record.session_id) > after)
             ]
             rows.sort(key=lambda r: (r.lease_until, r.session_id))
             return [_copy(r) for r in rows[:limit]]
+
+    # -- store-wide marks --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        with self._lock:
+            self._marks.add(name)
+
+    def marked(self, name: str) -> bool:
+        return name in self._marks
 
     # -- internals ---------------------------------------------------------------------------
     def __len__(self) -> int:

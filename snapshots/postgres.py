@@ -24,7 +24,7 @@ try:
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg_pool import ConnectionPool
+    from psycopg_pool import ConnectionPool, PoolTimeout
 except ModuleNotFoundError as exc:  # the optional extra is missing
     msg = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'tarry[postgres]'"
     raise ModuleNotFoundError(msg, name=exc.name) from exc
@@ -116,6 +116,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(3, upkeep.DESCRIPTION, upkeep.STATEMENTS),
+    Migration(
+        4,
+        "store-wide marks",
+        (
+            """CREATE TABLE tarry_marks (
+                name      text COLLATE "C" PRIMARY KEY,
+                marked_at timestamptz NOT NULL DEFAULT now()
+            )""",
+        ),
+    ),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this
@@ -199,6 +209,26 @@ _CLAIM = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
     "WHERE session_id = (SELECT session_id FROM tarry_sessions "
     f"WHERE session_id = %(sid)s AND {_FREE} FOR NO KEY UPDATE SKIP LOCKED)"
+)
+# Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
+# SKIP LOCKED: rows that another worker is claiming (or a resumer is saving) are passed over,
+# so concurrent workers take disjoint pages instead of all fetching the earliest sessions and
+# racing for their tokens. The partial index tarry_sessions_due serves the scan in order.
+_CLAIM_DUE_ROWS = """
+    SELECT c.session_id FROM tarry_sessions AS c
+    WHERE c.status = 'paused' AND c.wake_at IS NOT NULL AND c.wake_at <= %(now)s {after}
+    AND c.token IS NOT NULL AND (c.lease_until IS NULL OR c.lease_until <= %(now)s)
+    AND NOT EXISTS (SELECT 1 FROM tarry_tokens AS t WHERE t.token = c.token AND t.used)
+    ORDER BY c.wake_at, c.session_id LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+"""
+_CLAIM_DUE_SQL = (
+    "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
+    "WHERE session_id IN ({rows}) RETURNING " + _COLUMNS + ", stop"
+)
+_CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
+_CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
+    rows=_CLAIM_DUE_ROWS.format(after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)")
 )
 _RENEW = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
@@ -368,9 +398,37 @@ class PostgresStore:
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
     ) -> int:
-        sid = record.session_id
         row = _row(record, version=expected_version + 1)[1:]
         encoded = encode_events(events)
+        try:
+            self._save(record, row, expected_version, events, encoded, values)
+        except psycopg.OperationalError as exc:
+            if isinstance(exc, PoolTimeout):
+                raise  # no connection to be had: waiting as long again would not help
+            # The connection dropped (a server restart, a network cut, an idle timeout): the
+            # pool discards it when it comes back. Retry once on a fresh connection, after
+            # the pool has checked its idle ones (a restart drops them all), so that the final
+            # save of a run is not lost to one broken socket.
+            self._pool.check()
+            try:
+                self._save(record, row, expected_version, events, encoded, values)
+            except ConcurrentUpdate:
+                # The first attempt may have committed before its reply was lost.
+                if not self._saved(record, expected_version):
+                    raise
+        self._count(written=len(record.state) + sum(map(len, encoded)) + _size(values))
+        return expected_version + 1
+
+    def _save(
+        self,
+        record: SessionRecord,
+        row: tuple[Any, ...],
+        expected_version: int,
+        events: Sequence[Event],
+        encoded: builtins.list[bytes],
+        values: Sequence[tuple[str, int, bytes]],
+    ) -> None:
+        sid = record.session_id
         try:
             with self._batch() as (conn, flush):
                 # The UPDATE locks the row: of two racing savers the second waits, then finds
@@ -391,8 +449,17 @@ class PostgresStore:
                 _check_appended(appended, sid, events)
         except pg_errors.IntegrityError as exc:
             raise _conflict(exc, sid) from exc
-        self._count(written=len(record.state) + sum(map(len, encoded)) + _size(values))
-        return expected_version + 1
+
+    def _saved(self, record: SessionRecord, expected_version: int) -> bool:
+        """Whether the store holds `record` as a save from `expected_version` wrote it."""
+        stored = self.load(record.session_id)
+        return (
+            stored is not None
+            and stored.version == expected_version + 1
+            and stored.state == bytes(record.state)
+            and stored.token == record.token
+            and stored.status == record.status
+        )
 
     def delete(self, session_id: str) -> None:
         with self._pool.connection() as conn:
@@ -593,11 +660,50 @@ class PostgresStore:
                 (session_id, owner),
             )
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
+        args = {"owner": owner, "until": until, "now": now, "limit": limit}
+        sql = _CLAIM_DUE_AFTER if after is not None else _CLAIM_DUE
+        if after is not None:
+            args["after_at"], args["after_id"] = after
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        records = [_record(row) for row in rows]
+        records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
+        return records
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        if after is None:
+            return self._select(
+                f"{_SELECT} WHERE lease_until <= %s ORDER BY lease_until, session_id LIMIT %s",
+                (now, limit),
+            )
         return self._select(
-            f"{_SELECT} WHERE lease_until <= %s ORDER BY lease_until, session_id LIMIT %s",
-            (now, limit),
+            f"{_SELECT} WHERE lease_until <= %s AND (lease_until, session_id) > (%s, %s) "
+            "ORDER BY lease_until, session_id LIMIT %s",
+            (now, *after, limit),
         )
+
+    # -- store-wide marks --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        with self._pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO tarry_marks (name) VALUES (%s) ON CONFLICT DO NOTHING", (name,)
+            )
+
+    def marked(self, name: str) -> bool:
+        with self._pool.connection() as conn:
+            row = conn.execute("SELECT 1 FROM tarry_marks WHERE name = %s", (name,)).fetchone()
+        return row is not None
 
     # -- internals ---------------------------------------------------------------------------
     def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:

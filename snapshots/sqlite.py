@@ -38,6 +38,8 @@ _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
     "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
     *upkeep.SCHEMA,
+    # Store-wide marks (SessionStore.mark), e.g. that a Runtime with a secret uses the store.
+    "CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY)",
 )
 
 #: Columns added since version 1, with their definitions: added to files made before them.
@@ -249,7 +251,8 @@ class SQLiteStore:
                 if statement.strip():
                     self._db.execute(statement)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        # Columns and indexes added since version 1, so files made before them get them too.
+        # Columns, indexes and tables added since version 1, so files made before them get
+        # them too (idempotent).
         have = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
         for name, definition in _LATER_COLUMNS:
             if name not in have:
@@ -529,8 +532,40 @@ class SQLiteStore:
                 (session_id, owner),
             )
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
-        return self._select(_EXPIRED, (_micros(now), limit))
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
+        # One statement under the write lock: no other claimant (thread or process) can take
+        # the same rows between the SELECT and the UPDATE.
+        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        args = (owner, _micros(until), _micros(now), *cursor, limit)
+        with self._lock:
+            rows = self._cur.execute(_CLAIM_DUE, args).fetchall()
+        records = [_record(row) for row in rows]
+        records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
+        return records
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        return self._select(_EXPIRED, (_micros(now), *cursor, limit))
+
+    # -- store-wide marks --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        with self._lock:
+            self._cur.execute("INSERT OR IGNORE INTO marks (name) VALUES (?)", (name,))
+
+    def marked(self, name: str) -> bool:
+        with self._lock:
+            row = self._cur.execute("SELECT 1 FROM marks WHERE name = ?", (name,)).fetchone()
+        return row is not None
 
     # -- internals ---------------------------------------------------------------------------
     def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:
@@ -564,7 +599,18 @@ WITH RECURSIVE statuses(status) AS (
     FROM statuses WHERE status IS NOT NULL
 )
 {_SELECT} WHERE status IN (SELECT status FROM statuses) AND lease_until <= ?
+AND (lease_until, session_id) > (?, ?)
 ORDER BY lease_until, session_id LIMIT ?
+"""
+# Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
+_CLAIM_DUE = f"""
+UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
+    SELECT session_id FROM sessions
+    WHERE status = 'paused' AND wake_at <= ?3 AND (wake_at, session_id) > (?4, ?5)
+    AND token IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?3)
+    AND NOT EXISTS (SELECT 1 FROM tokens WHERE tokens.token = sessions.token AND used)
+    ORDER BY wake_at, session_id LIMIT ?6
+) RETURNING {_COLUMNS}, stop
 """
 
 

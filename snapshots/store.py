@@ -141,5 +141,38 @@ class SessionStore(Protocol):
     def release(self, session_id: str, owner: str) -> None:
         """Give up the lease if `owner` holds it."""
 
-    def expired(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
-        """Sessions whose lease ended at or before `now`: their worker died mid-run."""
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
+        """Claim up to `limit` paused sessions that are due and free, and return them with
+        their new lease, earliest first by (`wake_at`, session id).
+
+        Due: `wake_at` <= `now`. Free: a live token that was not used (a session whose token
+        was used is being resumed, or its resumer died: `expired` finds that one), and no lease
+        or one that ended at or before `now` (a lease of `owner`'s own is not free here, unlike
+        in `claim`). Each is leased to `owner` until `until` in the same transaction. `after`
+        is a cursor, the (`wake_at`, session id) of the last row of a previous page: only rows
+        after it are claimed, so a caller pages past sessions it could not handle. Rows that
+        another transaction holds are skipped, never waited for: concurrent claimants get
+        disjoint sessions, and none queues behind another."""
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        """Sessions whose lease ended at or before `now` (their worker died mid-run), earliest
+        lease first by (`lease_until`, session id); with `after`, only those after that pair."""
+
+    # -- store-wide marks ------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        """Record the mark `name` for the whole store (once; marking again changes nothing).
+        Marks are never removed: e.g. "signed_tokens", written by the first Runtime with a
+        secret that uses the store (see drivers/tokens.py)."""
+
+    def marked(self, name: str) -> bool:
+        """Whether `mark(name)` was ever called on this store."""

@@ -57,6 +57,8 @@ PUBLIC = {
     "InvalidArgument", "NodeStats", "Stats", "export_events",
     # bounds
     "PayloadTooLarge", "SnapshotTooLarge",
+    # tokens fail closed
+    "SecretRequired",
 }
 
 

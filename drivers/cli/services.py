@@ -24,6 +24,9 @@ def worker(args: argparse.Namespace) -> int:
     # its log, with times.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     rt = runtime_of(args)
+    # A worker without the secret of a store that holds signed tokens would fail every round:
+    # refuse at once instead (SecretRequired, exit 2, saying to set TARRY_SECRET).
+    rt.tokens.check()
     for ref in args.flows:
         rt.register(load_flow(ref))
 
@@ -39,13 +42,15 @@ def worker(args: argparse.Namespace) -> int:
         # Nothing is written here: the interrupted code may be writing to the same stream.
         if worker.stopping:  # asked twice: stop now (the step in flight is recovered later)
             raise KeyboardInterrupt
+        # The session in progress pauses at its next checkpoint (after the step in flight)
+        # and is handed back, due at once for the next worker; no other session starts.
         worker.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     err(f"tarry worker: store {args.store}, a round every {args.interval:g} s")
     worker.run_forever()
-    err("tarry worker: stopped after the round in progress")
+    err("tarry worker: stopped (a session in progress was paused and handed back)")
     return EXIT_OK
 
 

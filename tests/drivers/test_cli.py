@@ -195,9 +195,13 @@ def test_tarry_secret_signs_tokens_for_every_command(jobs: Path) -> None:
     key = Runtime(store=db(jobs)).store.load(field(ran.stdout, "session")).token
     assert token.startswith(key + ".")  # the store holds the key, not the token
 
-    for env in (_env(), _env(TARRY_SECRET="another secret, sixteen bytes+")):
-        refused = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=env)
-        assert refused.returncode == 2 and "unknown resume token" in refused.stderr
+    other = _env(TARRY_SECRET="another secret, sixteen bytes+")
+    refused = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=other)
+    assert refused.returncode == 2 and "unknown resume token" in refused.stderr
+    # Without the secret, the store's keys are refused too (fail closed), and so is a worker.
+    for command in (["resume", token, "--value", "true"], ["resume", key], ["worker", "--once"]):
+        refused = tarry(*command, "--store", db(jobs), cwd=jobs)
+        assert refused.returncode == 2 and "TARRY_SECRET" in refused.stderr, command
     done = tarry("resume", token, "--value", "true", "--store", db(jobs), cwd=jobs, env=signed)
     assert done.returncode == 0, done.stderr
 
@@ -504,6 +508,90 @@ def test_worker_wakes_a_sleeping_session_and_stops_on_sigterm(jobs: Path) -> Non
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=10) == 0
     assert Runtime(store=db(jobs)).session(session).outcome.output == "awake"
+
+
+LONG_JOB = """
+import time
+from pathlib import Path
+
+from tarry import Flow, ForEach, Sleep
+
+
+def item(ctx):
+    with open(ctx.input["log"], "a") as f:
+        f.write(f"{ctx.item}\\n")
+    if Path(ctx.input["slow"]).exists():
+        time.sleep(ctx.input["delay"])
+    return ctx.item
+
+
+long = Flow("long", [Sleep("nap", seconds=0),
+                     ForEach("items", lambda ctx: list(range(ctx.input["n"])), item)])
+"""
+
+
+def test_sigterm_pauses_the_session_in_progress_and_the_next_worker_goes_on(jobs: Path) -> None:
+    (jobs / "longjob.py").write_text(LONG_JOB)
+    log, slow = jobs / "items.log", jobs / "slow"
+    slow.touch()
+    n = 1000  # a minute of work at 0.06 s an item
+    given = {"log": str(log), "slow": str(slow), "delay": 0.06, "n": n}
+    ran = tarry("run", "longjob:long", "--input", json.dumps(given), "--store", db(jobs), cwd=jobs)
+    assert ran.returncode == 3, ran.stderr  # asleep on its Sleep(0): due at once
+    session = field(ran.stdout, "session")
+
+    worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
+    deadline = time.monotonic() + 30
+    while not (log.exists() and len(log.read_text().splitlines()) >= 5):
+        assert time.monotonic() < deadline and worker.poll() is None, "the run never started"
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0, worker.stderr.read()  # not after the whole minute
+    view = Runtime(store=db(jobs)).session(session)
+    assert view.status == "paused" and view.state.pause.reason == "aborted"
+    assert len(log.read_text().splitlines()) < n
+
+    slow.unlink()  # the rest is quick: the next worker goes on where this one stopped
+    again = tarry("worker", "--once", "--store", db(jobs), cwd=jobs)
+    assert again.returncode == 0 and f"resumed {session}: ok" in again.stdout, again.stderr
+    assert Runtime(store=db(jobs)).session(session).outcome.output == list(range(n))
+    items = log.read_text().splitlines()
+    assert sorted(map(int, items)) == list(range(n))  # each item ran exactly once
+
+
+def test_a_second_sigterm_stops_the_worker_at_once(jobs: Path) -> None:
+    (jobs / "longjob.py").write_text(LONG_JOB)
+    log = jobs / "items.log"
+    slow = jobs / "slow"
+    slow.touch()
+    given = {"log": str(log), "slow": str(slow), "delay": 120, "n": 2}  # a step of two minutes
+    ran = tarry("run", "longjob:long", "--input", json.dumps(given), "--store", db(jobs), cwd=jobs)
+    assert ran.returncode == 3, ran.stderr
+    worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
+    deadline = time.monotonic() + 30
+    while not log.exists():
+        assert time.monotonic() < deadline and worker.poll() is None, "the run never started"
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGTERM)  # waits for the step in flight ...
+    time.sleep(0.5)
+    assert worker.poll() is None
+    worker.send_signal(signal.SIGTERM)  # ... unless asked twice
+    assert worker.wait(timeout=15) == 130
+
+
+def test_worker_once_resumes_the_others_when_a_session_cannot_be_continued(jobs: Path) -> None:
+    runs = [tarry("run", "jobs:instant", "--store", db(jobs), cwd=jobs) for _ in range(3)]
+    assert [r.returncode for r in runs] == [3, 3, 3]
+    bad, *good = [field(r.stdout, "session") for r in runs]
+    store = Runtime(store=db(jobs)).store
+    record = store.load(bad)
+    record.state = record.state[:10]  # a truncated snapshot
+    store.save(record, record.version)
+    worker = tarry("worker", "--once", "--store", db(jobs), cwd=jobs)
+    assert worker.returncode == 0, worker.stderr
+    assert all(f"resumed {sid}: ok" in worker.stdout for sid in good)
+    assert f"session {bad} cannot be continued (SnapshotError" in worker.stderr
+    assert Runtime(store=db(jobs)).session(bad).status == "paused"
 
 
 def test_worker_recovers_a_run_whose_process_was_killed(jobs: Path) -> None:

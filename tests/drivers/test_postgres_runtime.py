@@ -149,6 +149,33 @@ def test_processes_racing_for_one_token_resume_it_once(dsn: str, tmp_path: Path)
 # -- the child processes -----------------------------------------------------------------------
 
 
+def test_a_final_save_on_a_dropped_connection_is_retried_on_a_fresh_one(dsn: str) -> None:
+    import uuid
+
+    import pgserver
+    import psycopg
+
+    app = f"tarry_cut_{uuid.uuid4().hex[:8]}"  # names this test's connections, and no others
+
+    def cut(ctx):
+        # The server drops every connection of the store's pool while the step runs (a
+        # restart, a network cut): the run's final save meets a dead pooled connection.
+        with psycopg.connect(pgserver.server_dsn(), autocommit=True) as admin:
+            (dropped,) = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            ).fetchone()
+        return dropped
+
+    rt = Runtime(store=f"{dsn}&application_name={app}")
+    out = rt.run(Flow("cut", [cut, lambda ctx: {"dropped": ctx.prev}]))
+    assert out.ok and out.output["dropped"] >= 1
+    view = rt.session(out.session_id)
+    assert view.status == "completed" and view.derive_state() == view.state
+    rt.store.close()
+
+
 def _main(command: str, dsn: str, arg: str, *rest: str) -> None:
     rt = Runtime(store=dsn, flows=[make_flow()])
     try:

@@ -176,6 +176,53 @@ def test_workers_resume_each_session_once_and_recover_a_killed_one(
     rt.store.close()
 
 
+def test_workers_claim_disjoint_sessions_and_try_each_token_once(dsn: str) -> None:
+    """Workers claim due sessions with SKIP LOCKED: none fetches a session another one holds,
+    so each token is tried once (not once per worker that fetched it)."""
+    import threading
+
+    from tarry.snapshots import PostgresStore
+
+    flow = Flow("pg_claims", [Sleep("nap", 0), lambda ctx: ctx.session_id])
+    starter = Runtime(store=dsn)
+    sids = {starter.run(flow).session_id for _ in range(60)}
+    attempts: Counter[str] = Counter()
+    lock = threading.Lock()
+    barrier = threading.Barrier(WORKERS)
+    done: list[str] = []
+
+    def work() -> None:
+        store = PostgresStore(dsn, max_size=1)
+        consume = store.consume_token
+
+        def counted(token: str, **kwargs):
+            with lock:
+                attempts[token] += 1
+            return consume(token, **kwargs)
+
+        store.consume_token = counted  # type: ignore[method-assign]
+        rt = Runtime(store=store, flows=[flow])
+        barrier.wait(timeout=30)
+        try:
+            while True:
+                got = rt.resume_due(limit=5)
+                with lock:
+                    done.extend(o.session_id for o in got)
+                if not got and not store.due(rt.clock.now(), 1):
+                    return
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=work) for _ in range(WORKERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(done) == sorted(sids)
+    assert sum(attempts.values()) == len(sids) and set(attempts.values()) == {1}
+    starter.store.close()
+
+
 # -- the worker --------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from tarry import (
     Wait,
 )
 from tarry.drivers.tokens import Tokens
+from tarry.snapshots import MemoryStore, SQLiteStore
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 OTHER = b"fedcba9876543210fedcba9876543210"
@@ -109,16 +110,73 @@ def test_forged_tokens_are_unknown_and_change_nothing(forge) -> None:
     assert rt.resume(out.token, {"approved": True}).output == "after"
 
 
-def test_a_runtime_without_the_secret_cannot_use_signed_tokens() -> None:
-    rt = Runtime(secret=SECRET)
+def _signed_store(kind: str, tmp_path: Path):
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "signed.db")
+    import pgserver
+
+    return pgserver.scratch_store()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_a_process_without_the_secret_refuses_a_signed_store(kind: str, tmp_path: Path) -> None:
+    store = _signed_store(kind, tmp_path)
+    clock = ManualClock()
+    rt = Runtime(store=store, secret=SECRET, clock=clock)
+    napper = Flow("napper", [Sleep("nap", seconds=5), lambda ctx: "awake"])
     out = rt.run(gated())
-    unsigned = Runtime(store=rt.store, flows=[gated()])
-    with pytest.raises(UnknownToken):
-        unsigned.resume(out.token, {"approved": True})
+    asleep = rt.run(napper)
     key = rt.store.load(out.session_id).token
-    # A runtime without the secret holding the key works: that is the unsigned mode, and why
-    # a secret is what protects a leaked store.
-    assert unsigned.session(out.session_id).outcome.token == key
+    before = stored(rt, out.session_id)
+
+    # Started later without the secret (a forgotten TARRY_SECRET): it neither takes the
+    # store's keys as tokens nor hands them out, nor adds unsigned sessions to the store.
+    unsigned = Runtime(store=store, flows=[gated(), napper], clock=clock)
+    for attempt in (
+        lambda: unsigned.resume(key, {"approved": True}),
+        lambda: unsigned.resume(out.token, {"approved": True}),
+        lambda: unsigned.skip(key),
+        lambda: unsigned.cancel(key),
+        lambda: unsigned.session(out.session_id).outcome,
+        lambda: unsigned.run(gated()),
+        lambda: unsigned.resume_due(),
+        lambda: unsigned.poll(),
+        lambda: unsigned.recover(),
+    ):
+        with pytest.raises(tarry.SecretRequired, match="TARRY_SECRET"):
+            attempt()
+    assert stored(rt, out.session_id) == before
+    assert len(rt.sessions(limit=10)) == 2
+    clock.advance(10)
+    with pytest.raises(tarry.SecretRequired):
+        unsigned.resume_due()
+    assert rt.session(asleep.session_id).status == "paused"
+
+    # Reading the store is still allowed, and the secret's holder goes on as before.
+    assert unsigned.session(out.session_id).status == "paused"
+    assert rt.resume(out.token, {"approved": True}).output == "after"
+    [woke] = rt.resume_due()
+    assert woke.output == "awake"
+    if kind != "memory":
+        store.close()
+
+
+def test_a_process_that_found_the_store_unsigned_sees_the_mark_within_a_second(
+    monkeypatch,
+) -> None:
+    from tarry.drivers import tokens
+
+    now = [1000.0]
+    monkeypatch.setattr(tokens, "_monotonic", lambda: now[0])
+    unsigned = Runtime()
+    first = unsigned.run(gated())  # the store is unmarked: unsigned tokens, as ever
+    assert first.token == unsigned.store.load(first.session_id).token
+    Runtime(store=unsigned.store, secret=SECRET).run(gated())  # marks the store
+    now[0] += tokens.RECHECK_SECONDS
+    with pytest.raises(tarry.SecretRequired):
+        unsigned.resume(first.token, {"approved": True})
 
 
 def test_rotation_signs_with_the_first_secret_and_accepts_the_others() -> None:

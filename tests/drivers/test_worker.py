@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from tarry import NOT_READY, Flow, ManualClock, Runtime, Sleep, Wait
+from tarry import NOT_READY, Flow, ForEach, ManualClock, Runtime, Sleep, Wait
 from tarry.drivers.worker import FlowRefError, Worker, load_flow
 from tarry.snapshots import SQLiteStore
 
@@ -67,19 +67,19 @@ def test_run_forever_stops_between_rounds() -> None:
     assert rt.session(out.session_id).status == "completed"
 
 
-def test_a_failing_round_is_logged_and_the_loop_goes_on(caplog) -> None:
+def test_a_failing_round_is_logged_and_the_loop_goes_on(caplog, monkeypatch) -> None:
     rt = Runtime()
     rounds: list[int] = []
     worker = Worker(rt, interval=0.01)
 
-    def flaky() -> list:
+    def flaky(*args, **kwargs) -> list:
         rounds.append(1)
         if len(rounds) == 1:
             raise OSError("store briefly away")
         worker.stop()
         return []
 
-    rt.poll = flaky  # type: ignore[method-assign]
+    monkeypatch.setattr(rt.store, "expired", flaky)
     worker.run_forever()
     assert len(rounds) == 2 and "a round failed" in caplog.text
 
@@ -159,3 +159,90 @@ def test_stop_from_another_thread_wakes_a_long_wait() -> None:
     worker.stop()
     thread.join(5)
     assert not thread.is_alive() and time.monotonic() - started < 2
+
+
+# --- batches, stopping ---------------------------------------------------------------------------
+
+
+def test_a_round_that_handled_a_full_batch_starts_the_next_at_once() -> None:
+    clock = ManualClock()
+    flow = Flow("nap", [Sleep("s", seconds=1), lambda ctx: "up"])
+    rt = Runtime(clock=clock, flows=[flow])
+    sids = [rt.run(flow).session_id for _ in range(5)]
+    clock.advance(2)
+    done: list[str] = []
+    all_done = threading.Event()
+
+    def report(source: str, outcome) -> None:
+        done.append(outcome.session_id)
+        if len(done) == len(sids):
+            all_done.set()
+
+    # Two sessions a round, and an hour between rounds that were not full: all five are
+    # resumed in three rounds back to back (2, 2, 1), and only then does the worker wait.
+    worker = Worker(rt, interval=3600, limit=2, report=report)
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    try:
+        assert all_done.wait(30), f"resumed {len(done)} of {len(sids)}, then waited"
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert sorted(done) == sorted(sids) and not thread.is_alive()
+
+
+def test_stop_pauses_the_session_in_progress_and_hands_it_back() -> None:
+    started, go = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def item(ctx):
+        ran.append(ctx.item)
+        if ctx.item == 3:
+            started.set()  # the worker is told to stop while this step runs
+            go.wait(10)
+        return ctx.item
+
+    flow = Flow("long", [Sleep("nap", seconds=0), ForEach("items", list(range(50)), item)])
+    rt = Runtime(flows=[flow])
+    sid = rt.run(flow).session_id
+    worker = Worker(rt, interval=3600)
+    thread = threading.Thread(target=worker.run_forever)
+    thread.start()
+    assert started.wait(10)
+    worker.stop()
+    deadline = time.monotonic() + 10
+    while sid not in rt._core.running.aborts:  # the stop is asked from a thread of its own
+        assert time.monotonic() < deadline, "the stop never reached the run"
+        time.sleep(0.01)
+    go.set()
+    thread.join(10)
+    assert not thread.is_alive()
+
+    view = rt.session(sid)
+    assert view.status == "paused" and view.state.pause.reason == "aborted"
+    assert ran == [0, 1, 2, 3]  # the step in flight finished; no other started
+    assert rt.store.load(sid).wake_at is not None  # handed back: due for any worker
+
+    [done] = Worker(rt).run_once()
+    assert done.ok and done.output == list(range(50))
+    assert sorted(ran) == [0, 1, 2, 3, *range(4, 50)]  # nothing ran twice
+
+
+def test_flows_are_imported_when_a_round_meets_their_sessions(tmp_path: Path, module) -> None:
+    name = module(
+        "from tarry import Flow, Sleep\n"
+        "nap = Flow('nap', [Sleep('s', seconds=60), lambda ctx: 'up'])\n"
+    )
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "w.db")
+    starter = Runtime(store=store, clock=clock)
+    broken = Flow("broken", [Sleep("s", seconds=30)])
+    for _ in range(3):  # first in line, with a flow reference that cannot be imported
+        starter.run(broken, meta={"flow_ref": "gone_module:broken"})
+    healthy = {
+        starter.run(load_flow(f"{name}:nap"), meta={"flow_ref": f"{name}:nap"}).session_id
+        for _ in range(3)
+    }
+    clock.advance(61)
+    worker = Worker(Runtime(store=store, clock=clock), limit=2)
+    assert {o.session_id for o in worker.run_once() + worker.run_once()} == healthy

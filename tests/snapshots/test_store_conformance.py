@@ -444,6 +444,106 @@ def test_expired_lists_sessions_with_lapsed_leases(store: Any) -> None:
     assert store.expired(at(0)) == []
 
 
+def test_expired_pages_after_a_cursor(store: Any) -> None:
+    for sid, until in [("b", at(10)), ("a", at(10)), ("c", at(20)), ("d", at(5))]:
+        store.create(rec(sid, lease_owner="w", lease_until=until))
+    now = at(100)
+    assert [r.session_id for r in store.expired(now, after=(at(5), "d"))] == ["a", "b", "c"]
+    assert [r.session_id for r in store.expired(now, after=(at(10), "a"))] == ["b", "c"]
+    assert [r.session_id for r in store.expired(now, 1, after=(at(10), "b"))] == ["c"]
+    assert store.expired(now, after=(at(20), "c")) == []
+
+
+# -- claiming due sessions ---------------------------------------------------------------------
+
+
+def due_session(store: Any, sid: str, wake_at: dt.datetime, **changes: Any) -> None:
+    """A paused session with a live token `tk_<sid>`, due at `wake_at`."""
+    store.create(rec(sid, status="paused", wake_at=wake_at, token=f"tk_{sid}", **changes))
+
+
+def test_claim_due_leases_due_sessions_earliest_first(store: Any) -> None:
+    now = at(100)
+    for sid, wake_at in [("late", at(90)), ("now", now), ("early", at(50)), ("tie", at(50)),
+                         ("future", at(100.000001))]:
+        due_session(store, sid, wake_at)
+    store.create(rec("no timer", status="paused", token="tk_x"))
+    store.create(rec("running", status="running", wake_at=at(10), token="tk_r"))
+    store.create(rec("done", status="completed", wake_at=at(10)))
+    claimed = store.claim_due(now, "w1", at(130), limit=2)
+    assert [r.session_id for r in claimed] == ["early", "tie"]
+    assert claimed[0] == rec("early", status="paused", wake_at=at(50), token="tk_early",
+                             lease_owner="w1", lease_until=at(130))
+    for sid in ("early", "tie"):
+        loaded = store.load(sid)
+        assert (loaded.lease_owner, loaded.lease_until, loaded.version) == ("w1", at(130), 0)
+    # Claimed sessions are no longer free, not even for their owner; the rest come next.
+    assert [r.session_id for r in store.claim_due(now, "w1", at(130))] == ["late", "now"]
+    assert store.claim_due(now, "w2", at(130)) == []
+    assert store.load("future").lease_owner is None
+
+
+def test_claim_due_takes_only_free_sessions_with_a_live_token(store: Any) -> None:
+    now = at(100)
+    due_session(store, "free", at(1))
+    due_session(store, "lapsed", at(2), lease_owner="gone", lease_until=at(100))
+    due_session(store, "leased", at(3), lease_owner="other", lease_until=at(100.5))
+    due_session(store, "used", at(4))
+    store.consume_token("tk_used")
+    store.create(rec("tokenless", status="paused", wake_at=at(5)))
+    claimed = store.claim_due(now, "me", at(130))
+    assert [r.session_id for r in claimed] == ["free", "lapsed"]
+    assert store.load("leased").lease_owner == "other"
+    assert store.load("used").lease_owner is None
+    assert store.find_token("tk_free") == TokenInfo("free", False)  # claiming uses no token
+
+
+def test_claim_due_pages_after_a_cursor(store: Any) -> None:
+    for sid, wake_at in [("b", at(10)), ("a", at(10)), ("c", at(20)), ("d", at(5))]:
+        due_session(store, sid, wake_at)
+    now = at(100)
+    page = store.claim_due(now, "w", at(130), limit=2, after=(at(5), "d"))
+    assert [r.session_id for r in page] == ["a", "b"]
+    last = page[-1]
+    assert [r.session_id for r in store.claim_due(now, "w", at(130), after=(last.wake_at,
+                                                                          last.session_id))] == ["c"]
+    assert store.load("d").lease_owner is None  # before the cursor: left alone
+    store.release("a", "w")
+    assert [r.session_id for r in store.claim_due(now, "w", at(130))] == ["d", "a"]
+
+
+def test_concurrent_claimants_of_due_sessions_get_disjoint_ones(store: Any) -> None:
+    sessions = 40
+    for n in range(sessions):
+        due_session(store, f"s{n:02}", at(n % 7))
+    results = race(THREADS, lambda i: store.claim_due(at(100), f"w{i}", at(130), limit=10))
+    assert not [r for r in results if isinstance(r, Exception)]
+    claimed = [r.session_id for result in results for r in result]
+    assert len(claimed) == len(set(claimed))  # no session claimed twice
+    rest = store.claim_due(at(100), "late", at(130), limit=sessions)
+    assert sorted(claimed + [r.session_id for r in rest]) == [f"s{n:02}" for n in range(sessions)]
+    for i, result in enumerate(results):
+        assert all(store.load(r.session_id).lease_owner == f"w{i}" for r in result)
+
+
+# -- store-wide marks --------------------------------------------------------------------------
+
+
+def test_marks_are_kept_once_and_for_all(store: Any) -> None:
+    assert store.marked("signed_tokens") is False
+    store.mark("signed_tokens")
+    store.mark("signed_tokens")
+    assert store.marked("signed_tokens") is True
+    assert store.marked("other") is False
+
+
+def test_sqlite_marks_are_seen_by_other_stores_on_the_file(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "m.db") as one:
+        one.mark("signed_tokens")
+    with SQLiteStore(tmp_path / "m.db") as two:
+        assert two.marked("signed_tokens") is True
+
+
 # -- the cost model ----------------------------------------------------------------------------
 
 
@@ -517,7 +617,7 @@ def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:
         assert db.execute("PRAGMA user_version").fetchone() == (1,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"sessions", "events", "vals", "tokens"} <= tables
+        assert {"sessions", "events", "vals", "tokens", "marks"} <= tables
         db.execute("PRAGMA user_version = 2")
         db.commit()
     finally:

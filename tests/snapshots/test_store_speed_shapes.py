@@ -219,8 +219,9 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         "follows": (m._FOLLOWS, ("s", 3)),
         "resuming": (m._RESUMING, ("s", "w", 1, 3)),
         "save": (m._update((True, True, True, False)), (None,) * (len(m._NAMES) + 2)),
-        "expired": (m._EXPIRED, (1, 10)),
+        "expired": (m._EXPIRED, (1, 0, "", 10)),
         "due": (f"{m._SELECT} WHERE status = 'paused' AND wake_at <= ? LIMIT ?", (1, 10)),
+        "claim due": (m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)),
         "events": ("SELECT blob FROM events WHERE session_id = ? AND seq > ?", ("s", 0)),
     }
     for name, (sql, args) in queries.items():
@@ -228,8 +229,11 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         # No full scan of a table: every lookup goes through an index or the primary key.
         for table in ("sessions", "events", "tokens", "vals"):
             assert f"SCAN {table}" not in found, (name, found)
-    assert "INDEX sessions_expired (status=? AND lease_until<?)" in plan(
-        sqlite_store, m._EXPIRED, (1, 10)
+    assert "INDEX sessions_expired (status=? AND lease_until>? AND lease_until<?)" in plan(
+        sqlite_store, m._EXPIRED, (1, 0, "", 10)
+    )
+    assert "INDEX sessions_due (status=? AND wake_at>? AND wake_at<?)" in plan(
+        sqlite_store, m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)
     )
 
 
