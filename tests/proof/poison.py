@@ -68,10 +68,14 @@ def setup(url: str, n: int, rng: random.Random, ledger: Path) -> dict[str, str]:
     """`n` sessions paused on a due timer; returns the poisoned ones: id -> kind."""
     rt = tarry.Runtime(store=url)
     flow = make_flow()
-    chosen = set(rng.sample(range(n), max(1, n // 20)))
+    # 5% of the sessions, each kind of poison as often as the others (in a random order).
+    chosen = sorted(rng.sample(range(n), max(len(KINDS), n // 20)))
+    kinds = [KINDS[j % len(KINDS)] for j in range(len(chosen))]
+    rng.shuffle(kinds)
+    kind_of = dict(zip(chosen, kinds, strict=True))
     poisoned: dict[str, str] = {}
     for i in range(n):
-        kind = rng.choice(KINDS) if i in chosen else None
+        kind = kind_of.get(i)
         sid = f"p{i:05d}"
         value = {"ledger": str(ledger), "raise": kind == "raises"}
         out = rt.run(flow, value, session_id=sid)
@@ -132,6 +136,13 @@ def worker(url: str) -> None:
         idle = 0 if got else idle + 1
     print(json.dumps({"rounds": rounds, "resumed": resumed, "raised": raised,
                       "first_error": first_error}), flush=True)
+
+
+def worker_round(url: str) -> list[Any]:
+    """One worker round in this process (for the oracle's own tests)."""
+    from tarry.drivers.worker import Worker
+
+    return Worker(tarry.Runtime(store=url, flows=[make_flow()]), import_flows=False).run_once()
 
 
 def run_workers(url: str) -> list[dict[str, Any]]:
