@@ -32,7 +32,7 @@ def begin(
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it."""
     core.flows.register(flow)
-    core.check(input, "input")
+    input, _ = core.take(input, "input")  # the session's own copy: the caller may change theirs
     if meta is not None:
         if not isinstance(meta, dict):
             msg = f"meta must be a dict (got {describe(meta)})"
