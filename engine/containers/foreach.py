@@ -81,6 +81,7 @@ class ForEach(Element):
         # The encoded size of the results gathered by this run: each was measured when it was
         # checked, so bounding the output costs an addition per iteration, never a re-encoding.
         gathered = 0
+        limit = ex.bounds.value
         for index in range(start, size):
             ipath = path + (index,)
             if frame is not None and frame.started:
@@ -106,7 +107,7 @@ class ForEach(Element):
             ex.ledger.put_result(path, index, out)
             results.append(out)
             gathered += n
-            if gathered > ex.bounds.value:  # already too large: no use running the rest
+            if gathered > limit:  # already too large: no use running the rest
                 check_gathered(ex, path, gathered, f" (the results of items {start}..{index})")
         if start:
             # Gathered once, when the container completes: never on the per-iteration path.
