@@ -37,8 +37,9 @@ class Runtime:
     resume and recovery), `clock`, `adapters` ({pause kind: callable}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions), `lease` (seconds),
-    `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
-    `max_snapshot_bytes` (largest snapshot of a waiting session). See docs/guarantees.md.
+    `retry` (the default Retry), `max_value_bytes` (largest value one event carries, a
+    container's gathered output too) and `max_snapshot_bytes` (largest state a session holds,
+    checked at every node). See docs/guarantees.md.
     """
 
     def __init__(
