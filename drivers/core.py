@@ -23,7 +23,13 @@ from tarry.snapshots.store import SessionStore
 
 from .clock import Clock, SystemClock
 from .drive import value_check
-from .limits import DURABILITY, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES, positive_int
+from .limits import (
+    DURABILITY,
+    ERROR_ALLOWANCE,
+    MAX_SNAPSHOT_BYTES,
+    MAX_VALUE_BYTES,
+    positive_int,
+)
 from .registry import FlowRegistry
 from .reported import Reported
 from .running import Running
@@ -31,6 +37,7 @@ from .statecache import StateCache
 from .stores import open_store
 from .subscribers import Subscribers
 from .tokens import Tokens
+from .values import value_take
 
 
 class Core:
@@ -38,7 +45,7 @@ class Core:
 
     __slots__ = (
         "store", "clock", "durability", "lease", "owner", "retry", "adapters",
-        "max_value_bytes", "max_snapshot_bytes", "check", "tokens", "flows", "running",
+        "max_value_bytes", "max_snapshot_bytes", "check", "take", "tokens", "flows", "running",
         "states", "hub", "retention", "retain_at", "reported",
     )
 
@@ -81,14 +88,21 @@ class Core:
         #: output, a ctx.state value, a resume value, a pause payload) and a whole snapshot.
         self.max_value_bytes = positive_int(max_value_bytes, "max_value_bytes")
         self.max_snapshot_bytes = positive_int(max_snapshot_bytes, "max_snapshot_bytes")
-        if self.max_snapshot_bytes > MAX_BLOB_BYTES:
+        # Every node keeps the state within max_snapshot_bytes; a completed session's snapshot
+        # holds the run's output besides (one value), a failed one's its error (see
+        # engine/failure.py). Either must still be one that tarry reads back.
+        most = MAX_BLOB_BYTES - ERROR_ALLOWANCE
+        if self.max_snapshot_bytes + self.max_value_bytes > most:
             msg = (
-                f"max_snapshot_bytes must be at most {MAX_BLOB_BYTES}, the largest snapshot "
-                f"tarry reads back (got {max_snapshot_bytes})"
+                f"max_snapshot_bytes plus max_value_bytes must be at most {most}, the largest "
+                f"snapshot tarry reads back less room for an error (got {max_snapshot_bytes} "
+                f"+ {max_value_bytes})"
             )
             raise InvalidArgument(msg)
         #: The check of every value a session takes in: encodable and within max_value_bytes.
         self.check = value_check(self.max_value_bytes)
+        #: The same check, which also makes the value the session's own copy (see values.py).
+        self.take = value_take(self.max_value_bytes)
         #: Mints tokens and checks them (signed with `secret` when one is given).
         self.tokens = Tokens(secret, self.store)
         self.flows = FlowRegistry()

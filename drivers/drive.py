@@ -23,6 +23,7 @@ from .clock import sleepers
 from .ledger import StoreLedger
 from .outcome import ERROR, Outcome, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
+from .values import bounds, copy
 
 if TYPE_CHECKING:
     from .core import Core
@@ -121,7 +122,9 @@ class Drive:
             state,
             now=core.clock.now,
             ledger=self.ledger,
-            check=core.check,
+            take=core.take,
+            copy=copy,
+            bounds=bounds(core, flow, record, meta),
             stop=self._on_checkpoint,
             listener=listener,
             retry=core.retry,
@@ -333,8 +336,10 @@ class Drive:
 
         A session that stops to wait (paused, aborted) with a snapshot over
         `max_snapshot_bytes` fails there instead, with SnapshotTooLarge; what it holds is
-        written all the same, so nothing is lost. A completed session's snapshot is final and
-        written whatever its size. Returns the token key the session keeps."""
+        written all the same, so nothing is lost. A completed session's snapshot is final: the
+        engine failed any node that would have made the state larger than `max_snapshot_bytes`,
+        so it holds at most that plus the run's output (one value), which tarry reads back
+        (see Core). Returns the token key the session keeps."""
         blob = self._encode()
         if len(blob) > self.core.max_snapshot_bytes and self.ex.state.status == "paused":
             self._fail(self._too_large(len(blob)))

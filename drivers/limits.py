@@ -16,6 +16,9 @@ DURABILITY = ("pause", "step")
 #: results of a few KiB each become one output, yet far below what a reader accepts.
 MAX_VALUE_BYTES = 32 * 1024 * 1024
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
+#: What a failed session's snapshot may hold beyond `max_snapshot_bytes`: its error, whose
+#: message and traceback are cut to engine.failure.MAX_ERROR_TEXT characters each.
+ERROR_ALLOWANCE = 1024 * 1024
 #: Longest caller-chosen session id.
 MAX_SESSION_ID = 256
 

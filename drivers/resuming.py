@@ -113,7 +113,7 @@ def prepare(
     if skip:
         if state.status != "failed" or state.error is None:
             raise SessionNotResumable(record.session_id, state.status, "skip")
-        core.check(value, "skip output")
+        value, _ = core.take(value, "skip output")  # the session's own copy from here on
     elif failure is not None:
         if state.status != "paused":
             raise SessionNotResumable(record.session_id, state.status, "time out")
@@ -125,7 +125,7 @@ def prepare(
             element = flow.find(pause.path)
             if element is not None and hasattr(element, "accept"):
                 value = element.accept(value)  # InvalidResumeValue: nothing changed
-            core.check(value, "resume value")
+            value, _ = core.take(value, "resume value")
     if failure is not None:
         specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True, **resumed})]
     elif skip:

@@ -40,9 +40,10 @@ class Runtime:
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions; a store once used with a
     secret is refused without one: `SecretRequired`), `lease` (seconds),
-    `retry` (the default Retry), `max_value_bytes` (largest value one event carries) and
-    `max_snapshot_bytes` (largest snapshot of a waiting session), `retention` (a timedelta:
-    workers prune sessions that ended longer ago, see `prune`). See docs/guarantees.md.
+    `retry` (the default Retry), `max_value_bytes` (largest value one event carries, a
+    container's gathered output too), `max_snapshot_bytes` (largest state a session holds,
+    checked at every node), `retention` (a timedelta: workers prune sessions that ended longer
+    ago, see `prune`). See docs/guarantees.md.
     """
 
     def __init__(

@@ -40,7 +40,7 @@ def begin(
         msg = f"durability must be 'pause', 'step' or None (got {describe(durability)})"
         raise InvalidArgument(msg)
     core.flows.register(flow)
-    core.check(input, "input")
+    input, _ = core.take(input, "input")  # the session's own copy: the caller may change theirs
     if meta is not None:
         if not isinstance(meta, dict):
             msg = f"meta must be a dict (got {describe(meta)})"

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .execution import Execution
+from .values import IMMUTABLE
 
 
 class Scope:
@@ -58,6 +59,19 @@ class Outputs(Mapping[str, Any]):
         return scopes
 
     def __getitem__(self, name: str) -> Any:
+        """A copy of the output (see values.py): changing it changes nothing else."""
+        value = self.lookup(name)
+        return value if type(value) in IMMUTABLE else self._ex.copy(value)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self.lookup(name)  # type: ignore[arg-type]
+        except KeyError:
+            return False
+        return True
+
+    def lookup(self, name: str) -> Any:
+        """The output itself, as the session holds it: for the engine, never for user code."""
         state = self._ex.state
         for frame in reversed(state.container_stack):
             if name in frame.child_outputs:
@@ -84,13 +98,18 @@ _DELETED = object()
 
 class SharedState(MutableMapping[str, Any]):
     """`ctx.state`: the session's shared dict. Top-level assignments are recorded when the step
-    completes; a step that fails or pauses leaves the session's state as it was."""
+    completes; a step that fails or pauses leaves the session's state as it was.
 
-    __slots__ = ("_base", "_changes")
+    Assigning a key is the one way to change it: reading a key gives a copy of its value (see
+    values.py), so changing that in place changes nothing else. A value this step assigned is
+    read back as it is, and recorded as it is when the step completes."""
 
-    def __init__(self, base: Mapping[str, Any]) -> None:
+    __slots__ = ("_base", "_changes", "_copy")
+
+    def __init__(self, base: Mapping[str, Any], copy: Any) -> None:
         self._base = base
         self._changes: dict[str, Any] = {}
+        self._copy = copy
 
     def __getitem__(self, key: str) -> Any:
         if key in self._changes:
@@ -98,7 +117,13 @@ class SharedState(MutableMapping[str, Any]):
             if value is _DELETED:
                 raise KeyError(key)
             return value
-        return self._base[key]
+        value = self._base[key]
+        return value if type(value) in IMMUTABLE else self._copy(value)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._changes:
+            return self._changes[key] is not _DELETED
+        return key in self._base
 
     def __setitem__(self, key: str, value: Any) -> None:
         if not isinstance(key, str):
@@ -159,13 +184,19 @@ class Context:
         self._metrics: dict[str, float] | None = None
         self._interrupts = 0
 
+    # What a step reads of the session is a copy: changing it in place changes nothing that
+    # later steps, a resume or a recovery see (values.py). Values that cannot change are
+    # handed on as they are, after one type check.
+
     @property
     def input(self) -> Any:
-        return self._ex.state.input
+        value = self._ex.state.input
+        return value if type(value) in IMMUTABLE else self._ex.copy(value)
 
     @property
     def item(self) -> Any:
-        return self._scope.item
+        value = self._scope.item
+        return value if type(value) in IMMUTABLE else self._ex.copy(value)
 
     @property
     def index(self) -> int | None:
@@ -186,7 +217,7 @@ class Context:
     @property
     def state(self) -> SharedState:
         if self._state is None:
-            self._state = SharedState(self._ex.state.shared)
+            self._state = SharedState(self._ex.state.shared, self._ex.copy)
         return self._state
 
     @property
@@ -215,7 +246,8 @@ class Context:
         self._interrupts += 1
         values = self._ex.state.resume_values
         if number < len(values):
-            return values[number]
+            value = values[number]
+            return value if type(value) in IMMUTABLE else self._ex.copy(value)
         if kind not in ("human", "external", "system"):
             msg = f"interrupt kind must be 'human', 'external' or 'system' (got {kind!r})"
             raise ValueError(msg)
@@ -231,3 +263,28 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<Context {'/'.join(map(str, self.path))} attempt={self.attempt}>"
+
+
+class CopyingContext(Context):
+    """The `ctx` of an element whose `prev` may change: reading `ctx.prev` gives a copy. A class
+    of its own so that a `prev` that cannot change (the common case) stays a plain attribute,
+    read at no cost. Whoever makes a `ctx` picks the class (`context_for`)."""
+
+    __slots__ = ()
+
+    @property  # type: ignore[override]
+    def prev(self) -> Any:
+        return self._ex.copy(_PREV.__get__(self))
+
+    @prev.setter
+    def prev(self, value: Any) -> None:
+        _PREV.__set__(self, value)
+
+
+#: The slot that holds `prev`, under CopyingContext's property.
+_PREV = Context.__dict__["prev"]
+
+
+def context_for(prev: Any) -> type[Context]:
+    """The class of the `ctx` to build for an element handed `prev` (see `CopyingContext`)."""
+    return Context if type(prev) in IMMUTABLE else CopyingContext

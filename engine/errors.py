@@ -167,16 +167,26 @@ class PayloadTooLarge(NotSerializable):
 
 
 class SnapshotTooLarge(TarryError):
-    """A session's snapshot grew larger than the runtime allows (`Runtime(max_snapshot_bytes=...)`)."""
+    """A session's snapshot grew larger than the runtime allows (`Runtime(max_snapshot_bytes=...)`).
 
-    def __init__(self, session_id: str, size: int, limit: int) -> None:
+    With `path`, the node there would have made it so: it fails instead, and the session keeps
+    everything it held before, and a token (skip the node with a smaller output)."""
+
+    def __init__(self, session_id: str, size: int, limit: int, path: str | None = None) -> None:
+        if path is None:
+            what = f"its snapshot is {size} bytes"
+            then = "the run stops here"
+        else:
+            what = f"the output of {path} would make its snapshot {size} bytes"
+            then = "the node fails: skip it with a smaller output, or keep large data outside"
         super().__init__(
-            f"session {session_id!r}: its snapshot is {size} bytes, more than the limit of "
-            f"{limit} bytes (Runtime(max_snapshot_bytes=...)); the run stops here"
+            f"session {session_id!r}: {what}, more than the limit of {limit} bytes "
+            f"(Runtime(max_snapshot_bytes=...)); {then}"
         )
         self.session_id = session_id
         self.size = size
         self.limit = limit
+        self.path = path
 
 
 class SnapshotError(TarryError):

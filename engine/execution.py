@@ -2,8 +2,8 @@
 
 `Execution` is the only object the element generators talk to. It turns what they report into
 events, folds each through the reducer and keeps them for the driver to persist. What touches
-storage, encoding or control (`ledger`, `check`, `stop`) is injected by the driver: the engine
-imports none of it.
+storage, encoding or control (`ledger`, `take`, `copy`, `bounds`, `stop`) is injected by the
+driver: the engine imports none of it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
+from .bounds import UNBOUNDED, Bounds
+from .errors import PayloadTooLarge
 from .events import Event, new_event
 from .reducer import apply, own
 from .state import ContainerFrame, SessionState
+from .values import deep_copy, take_copy
 
 
 class Ledger(Protocol):
@@ -25,10 +28,6 @@ class Ledger(Protocol):
     def item(self, path: tuple[Any, ...], index: int) -> Any: ...
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None: ...
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]: ...
-
-
-def _no_check(value: Any, where: Any) -> None:
-    return None
 
 
 def _go_on(path: tuple[Any, ...]) -> bool:
@@ -43,8 +42,8 @@ class Execution:
     """
 
     __slots__ = (
-        "session_id", "state", "now", "at", "log", "restoring", "ledger", "check", "stop",
-        "listener", "retry",
+        "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
+        "bounds", "room", "out_value", "out_size", "stop", "listener", "retry",
     )
 
     def __init__(
@@ -53,13 +52,15 @@ class Execution:
         *,
         now: Callable[[], datetime],
         ledger: Ledger,
-        check: Callable[[Any, Any], None] = _no_check,
+        take: Callable[[Any, Any], tuple[Any, int]] = take_copy,
+        copy: Callable[[Any], Any] = deep_copy,
+        bounds: Bounds = UNBOUNDED,
         stop: Callable[[tuple[Any, ...]], bool] = _go_on,
         listener: Callable[[Event], None] | None = None,
         retry: Any = None,
     ) -> None:
         self.session_id = state.session_id
-        self.state = own(state)
+        self.state = own(state, copy)
         self.now = now
         #: The time of the last event. The next event reuses it unless time may have passed
         #: since: whoever runs user code, waits or writes sets it to None, and the next event
@@ -71,9 +72,19 @@ class Execution:
             frame.path: frame for frame in self.state.container_stack
         }
         self.ledger = ledger
-        #: check(value, where) raises NotSerializable unless the codec can encode `value`;
-        #: `where` is a str, or a (path, key) pair formatted only if the check fails.
-        self.check = check
+        #: take(value, where) -> (private copy, encoded size): what a value entering the session
+        #: becomes, or NotSerializable (PayloadTooLarge) naming `where`, a str or a (path, key)
+        #: pair formatted only if the check fails. See values.py.
+        self.take = take
+        #: copy(value): a copy of a value the session holds, for user code to read.
+        self.copy = copy
+        self.bounds = bounds
+        #: Bytes the state may still grow by before it must be measured (see bounds.py).
+        self.room = -1 if bounds.held is None else bounds.state - bounds.held
+        #: The output the last node completed with, and its encoded size: a container asks for
+        #: the size of its child's output, which the child's check already measured.
+        self.out_value: Any = None
+        self.out_size = 1
         #: stop(path) is asked at every checkpoint (before each iteration and each child): True
         #: stops the run there (an abort, a lost lease). The driver may also write there.
         self.stop = stop
@@ -95,6 +106,29 @@ class Execution:
             self.listener(event)
             self.at = None  # a subscriber may take its time
         return event
+
+    def fits(self, size: int, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> bool:
+        """Whether the state may take the event (type, path, data), which adds at most `size`
+        bytes to it; if so they are counted. When `room` (an estimate that errs low) is not
+        enough, the state the event would leave is measured exactly: what the event drops
+        (a closing frame, an iteration's outputs) is then counted as well."""
+        if size <= self.room:
+            self.room -= size
+            return True
+        state = self.state
+        after = apply(state, new_event(state.last_seq + 1, type, self.session_id, self.at, path, data))
+        self.room = self.bounds.state - self.bounds.measure(after)
+        return self.room >= 0
+
+    def size_of(self, value: Any) -> int:
+        """The encoded size of a node's output: known when it is the output the last node
+        completed with (the common case: a container's last child), else measured."""
+        if value is self.out_value:
+            return self.out_size
+        try:
+            return self.take(value, "output")[1]
+        except PayloadTooLarge as exc:  # a measure, not a check: the caller bounds it
+            return exc.size
 
     def take_frame(self, path: tuple[Any, ...]) -> ContainerFrame | None:
         """The frame this container left when the run stopped, if it is being resumed.

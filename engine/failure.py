@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as ev
-from .errors import TarryError
+from .bounds import ENTRY_BYTES
+from .errors import PayloadTooLarge, SnapshotTooLarge, TarryError
 from .execution import Execution
 from .reducer import error_to_data
 from .state import ErrorInfo
@@ -17,6 +18,24 @@ class NodeFailure(Exception):
     def __init__(self, error: ErrorInfo) -> None:
         self.error = error
         super().__init__(error.message)
+
+
+#: The most characters of an error's message and of its traceback a session keeps: a failed
+#: session's snapshot is its state plus its error, and stays readable however large the
+#: exception's text (the message keeps its start, the traceback its end, where the error is).
+MAX_ERROR_TEXT = 8192
+
+
+def _head(text: str) -> str:
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return f"{text[:MAX_ERROR_TEXT]}... ({len(text) - MAX_ERROR_TEXT} more characters)"
+
+
+def _tail(text: str) -> str:
+    if len(text) <= MAX_ERROR_TEXT:
+        return text
+    return f"({len(text) - MAX_ERROR_TEXT} characters before) ...{text[-MAX_ERROR_TEXT:]}"
 
 
 def error_type(exc: BaseException) -> str:
@@ -39,11 +58,11 @@ def fail(
     """
     error = ErrorInfo(
         type=error_type(exc),
-        message=str(exc),
+        message=_head(str(exc)),
         path=path,
         retryable=not isinstance(exc, TarryError) if retryable is None else retryable,
         attempts=attempt,
-        traceback="".join(_format(exc)),
+        traceback=_tail("".join(_format(exc))),
     )
     return record_failure(ex, error, metrics=metrics)
 
@@ -57,6 +76,49 @@ def record_failure(
         data["metrics"] = metrics
     ex.emit(ev.NODE_FAILED, error.path, data)
     return NodeFailure(error)
+
+
+def admit(
+    ex: Execution,
+    type: str,
+    path: tuple[Any, ...],
+    data: dict[str, Any],
+    size: int,
+    metrics: dict[str, float] | None = None,
+) -> None:
+    """Let the node at `path` record the event (type, path, data), which adds at most `size`
+    bytes to the state, or fail it with SnapshotTooLarge: the session keeps what it held and a
+    token, and no snapshot, a completed one included, is larger than `max_snapshot_bytes`."""
+    if not ex.fits(size, type, path, data):
+        limit = ex.bounds.state
+        where = "/".join(map(str, path)) or "the flow"
+        exc = SnapshotTooLarge(ex.session_id, limit - ex.room, limit, where)
+        raise fail(ex, path, exc, metrics=metrics)
+
+
+def completed(
+    ex: Execution,
+    path: tuple[Any, ...],
+    output: Any,
+    size: int,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """A container completes with `output` (`size` bytes encoded; `data`: more of the event's
+    data): counted in the state, and recorded."""
+    data = {"output": output, **data} if data else {"output": output}
+    admit(ex, ev.NODE_COMPLETED, path, data, size + ENTRY_BYTES + len(str(path[-1])))
+    ex.out_value = output
+    ex.out_size = size
+    ex.emit(ev.NODE_COMPLETED, path, data)
+
+
+def check_gathered(ex: Execution, path: tuple[Any, ...], size: int, note: str = "") -> None:
+    """Fail the container at `path` with PayloadTooLarge if the output it gathers (`size`
+    bytes, encoded) is larger than one value may be."""
+    limit = ex.bounds.value
+    if size > limit:
+        where = f"{'/'.join(map(str, path))}['output']{note}"
+        raise fail(ex, path, PayloadTooLarge(where, size, limit))
 
 
 def _format(exc: BaseException) -> list[str]:

@@ -9,7 +9,7 @@ its state in place, so an event costs a few dict writes and no copy at all.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import events as ev
@@ -39,18 +39,23 @@ def _copy(inst: Any) -> Any:
     return from_fields(type(inst), dict(inst.__dict__))
 
 
-def own(state: SessionState) -> SessionState:
+def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> SessionState:
     """A copy of `state` for a run to change in place (`apply(..., owned=True)`): its frames and
     the dicts the reducer writes into (outputs, `ctx.state`, metrics, each frame's outputs) are
     its own, so `state` itself is never changed and may be shared (the driver keeps the state
     of the snapshot it wrote, for the next resume). Costs O(depth of the container stack plus
-    the entries of those dicts): what decoding the snapshot costs, far less."""
+    the entries of those dicts): what decoding the snapshot costs, far less.
+
+    With `copy`, the resume values are copied with it too: they are the caller's objects (see
+    values.py), the rest of a state handed to a run is the run's own or cannot change."""
     live = _copy(state)
     fields = live.__dict__
     fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"]))
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])
+    if copy is not None and fields["resume_values"]:
+        fields["resume_values"] = tuple(map(copy, fields["resume_values"]))
     return live
 
 

@@ -7,13 +7,15 @@ from datetime import timedelta
 from typing import Any
 
 from . import events as ev
-from .context import Context, Interrupted, Scope
+from .bounds import ENTRY_BYTES
+from .context import Context, CopyingContext, Interrupted, Scope
 from .element import Element, Route, Signal, check_name
 from .errors import InvalidFlow, NotSerializable
 from .execution import Execution
-from .failure import fail
+from .failure import admit, fail
 from .retry import Retry
 from .signals import Await, Backoff, Pause
+from .values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.
@@ -52,6 +54,8 @@ class Step(Element):
             msg = f"step timeout must be a positive number of seconds (got {timeout!r})"
             raise InvalidFlow(msg)
         self.timeout = timeout
+        #: What an output's entry takes in the state besides the output (see bounds.py).
+        self._entry = ENTRY_BYTES + len(self.name)
 
     def __call__(self, ctx: Context) -> Any:
         return self.fn(ctx)
@@ -62,8 +66,9 @@ class Step(Element):
         ex.emit(ev.NODE_STARTED, path, _STARTED)
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
         attempt = ex.state.retries + 1
+        make = Context if type(prev) in IMMUTABLE else CopyingContext  # see CopyingContext
         while True:
-            ctx = Context(ex, path, prev, scope, attempt)
+            ctx = make(ex, path, prev, scope, attempt)
             try:
                 result = self.fn(ctx)
                 if type(result) not in _PLAIN and is_awaitable(result):
@@ -81,20 +86,35 @@ class Step(Element):
             else:
                 break
         ex.at = None  # the step ran: its completion reads the clock
-        if type(result) is Route:
-            data = {"output": result.value, "action": result.action}
-        else:
-            data = {"output": result}
-        if ctx._state is not None or ctx._metrics:  # the step used ctx.state or ctx.metric
-            ctx.effects(data)
+        route = type(result) is Route
+        # What the step completes with becomes the session's own (a private copy: the step may
+        # keep and change what it returned), checked and measured on the way. Each value on
+        # its own: most outputs are scalars, which the check passes at once.
+        take = ex.take
         try:
-            # Each value on its own: most outputs are scalars, which the check passes at once.
-            for key, value in data.items():
-                ex.check(value, (path, key))
+            output, out_size = take(result.value if route else result, (path, "output"))
+            data = {"output": output}
+            size = out_size + self._entry
+            if route or ctx._state is not None or ctx._metrics:  # ctx.state or ctx.metric used
+                if route:
+                    data["action"] = result.action
+                ctx.effects(data)
+                for key, value in data.items():
+                    if key != "output":
+                        data[key], n = take(value, (path, key))
+                        size += n
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        if size <= ex.room:
+            ex.room -= size
+        else:
+            admit(ex, ev.NODE_COMPLETED, path, data, size, ctx._metrics)
+        ex.out_value = output
+        ex.out_size = out_size
         ex.emit(ev.NODE_COMPLETED, path, data)
-        return result
+        if route:
+            return result if output is result.value else Route(result.action, output)
+        return output
 
     def _retry(
         self,

@@ -12,8 +12,9 @@ from . import events as ev
 from .context import Scope
 from .describe import describe
 from .element import Element, Signal, check_name
-from .errors import InvalidFlow, InvalidResumeValue
+from .errors import InvalidFlow, InvalidResumeValue, NotSerializable
 from .execution import Execution
+from .failure import completed, fail
 from .signals import Pause
 
 PAUSE_KINDS = ("human", "external", "system")
@@ -66,8 +67,11 @@ class _Waiting(Element):
             yield self._pause(ex, path)
             msg = "a paused element was sent a value; resume builds a new run instead"
             raise RuntimeError(msg)
-        output = self.accept(values[0])
-        ex.emit(ev.NODE_COMPLETED, path, {"output": output})
+        try:
+            output, size = ex.take(self.accept(values[0]), (path, "output"))
+        except NotSerializable as exc:
+            raise fail(ex, path, exc) from exc
+        completed(ex, path, output, size)
         return output
 
 

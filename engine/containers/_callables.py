@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ..context import Context, Interrupted, Scope
+from ..context import Context, Interrupted, Scope, context_for
 from ..element import Signal
 from ..errors import InvalidFlow
 from ..execution import Execution
@@ -22,7 +22,7 @@ def evaluate(
     scope: Scope,
 ) -> Generator[Signal, Any, Any]:
     """Call `fn(ctx)`; a failure fails the container at `path`. Async callables are awaited."""
-    ctx = Context(ex, path, prev, scope)
+    ctx = context_for(prev)(ex, path, prev, scope)
     try:
         value = fn(ctx)
         if is_awaitable(value):

@@ -6,10 +6,12 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from .. import events as ev
+from ..bounds import frame_bytes
 from ..context import Context, Scope
 from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow
 from ..execution import Execution
+from ..failure import admit, completed
 from ._callables import check_callable, evaluate
 
 _SKIPPED = {"reason": "branch_not_taken"}
@@ -47,6 +49,7 @@ class Branch(Element):
         if frame is None:
             taken = yield from evaluate(ex, path, self.when, prev, scope)
             side = "then" if taken else "otherwise"
+            ex.room -= frame_bytes(path)  # checked with what the container adds next
             ex.emit(ev.NODE_STARTED, path, {"kind": "branch"})
             ex.emit(ev.ITERATION_STARTED, path, {"index": 0, "item": side})
             for element in self.otherwise if side == "then" else self.then:
@@ -61,6 +64,9 @@ class Branch(Element):
         out = unwrap((yield from run_body(ex, body, path, child, first, scope)))
         if not body:
             out = None
-        ex.emit(ev.ITERATION_COMPLETED, path, {"index": 0, "output": out})
-        ex.emit(ev.NODE_COMPLETED, path, {"output": out, "selected": side})
+        size = ex.size_of(out)
+        data = {"index": 0, "output": out}
+        admit(ex, ev.ITERATION_COMPLETED, path, data, size)  # kept as the iteration's output
+        ex.emit(ev.ITERATION_COMPLETED, path, data)
+        completed(ex, path, out, size, {"selected": side})
         return out

@@ -6,11 +6,12 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from .. import events as ev
+from ..bounds import frame_bytes, list_header
 from ..context import Outputs, Scope
 from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow, NotSerializable, SnapshotError
 from ..execution import Execution
-from ..failure import fail
+from ..failure import admit, check_gathered, completed, fail
 from ..signals import Checkpoint
 from ._callables import evaluate
 
@@ -42,7 +43,7 @@ class ForEach(Element):
         source = self.items
         if isinstance(source, str):
             try:
-                value = Outputs(ex)[source]
+                value = Outputs(ex).lookup(source)
             except KeyError:
                 exc = InvalidFlow(f"ForEach {self.name!r}: no completed output named {source!r}")
                 raise fail(ex, path, exc) from None
@@ -55,7 +56,8 @@ class ForEach(Element):
         except TypeError as exc:
             raise fail(ex, path, exc) from exc
         try:
-            ex.check(items, "/".join(map(str, path)) + ".items")
+            # The session's own copy: the list (or the flow's definition) may change later.
+            items, _ = ex.take(items, "/".join(map(str, path)) + ".items")
         except NotSerializable as exc:
             raise fail(ex, path, exc) from exc
         return items
@@ -69,12 +71,17 @@ class ForEach(Element):
         if frame is None:
             items = yield from self._resolve(ex, path, prev, scope)
             size = len(items)
+            ex.room -= frame_bytes(path)  # checked with what the container adds next
             ex.emit(ev.NODE_STARTED, path, {"kind": "foreach", "size": size})
             ex.ledger.put_items(path, items)
             start = 0
         else:
             items, size, start = None, frame.size or 0, frame.iteration
         results: list[Any] = []
+        # The encoded size of the results gathered by this run: each was measured when it was
+        # checked, so bounding the output costs an addition per iteration, never a re-encoding.
+        gathered = 0
+        limit = ex.bounds.value
         for index in range(start, size):
             ipath = path + (index,)
             if frame is not None and frame.started:
@@ -96,13 +103,26 @@ class ForEach(Element):
             frame = None
             out = yield from run_body(ex, body, ipath, child, first, Scope(item, index, index))
             out = unwrap(out)
-            ex.emit(ev.ITERATION_COMPLETED, path, {"index": index, "output": out})
+            n = ex.out_size if out is ex.out_value else ex.size_of(out)
+            data = {"index": index, "output": out}
+            if n <= ex.room:  # the frame keeps it as the last iteration's output
+                ex.room -= n
+            else:
+                admit(ex, ev.ITERATION_COMPLETED, path, data, n)
+            ex.emit(ev.ITERATION_COMPLETED, path, data)
             ex.ledger.put_result(path, index, out)
             results.append(out)
+            gathered += n
+            if gathered > limit:  # already too large: no use running the rest
+                check_gathered(ex, path, gathered, f" (the results of items {start}..{index})")
         if start:
             # Gathered once, when the container completes: never on the per-iteration path.
-            results = _stored(ex, path, ex.ledger.results, start) + results
-        ex.emit(ev.NODE_COMPLETED, path, {"output": results})
+            restored = _stored(ex, path, ex.ledger.results, start)
+            gathered += ex.size_of(restored) - list_header(len(restored))
+            results = restored + results
+        n = gathered + list_header(len(results))
+        check_gathered(ex, path, n)
+        completed(ex, path, results, n)
         return results
 
 

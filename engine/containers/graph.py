@@ -6,11 +6,12 @@ from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
 from .. import events as ev
+from ..bounds import frame_bytes
 from ..context import Scope
 from ..element import Element, Route, Signal, as_element, check_name
 from ..errors import InvalidFlow, UnknownRoute
 from ..execution import Execution
-from ..failure import fail
+from ..failure import admit, completed, fail
 from ..signals import Checkpoint
 
 
@@ -88,6 +89,7 @@ class Graph(Element):
     ) -> Generator[Signal, Any, Any]:
         frame = ex.take_frame(path)
         if frame is None:
+            ex.room -= frame_bytes(path)  # checked with what the container adds next
             ex.emit(ev.NODE_STARTED, path, {"kind": "graph"})
             index, current, last = 0, self.start, prev
         else:
@@ -115,12 +117,10 @@ class Graph(Element):
                     action, value = "default", result
             frame = None
             nxt = self._next(ex, path, current, action)
-            ex.emit(
-                ev.ITERATION_COMPLETED,
-                path,
-                {"index": index, "output": value, "action": action, "next": nxt},
-            )
+            data = {"index": index, "output": value, "action": action, "next": nxt}
+            admit(ex, ev.ITERATION_COMPLETED, path, data, ex.size_of(value))  # the last output
+            ex.emit(ev.ITERATION_COMPLETED, path, data)
             visited = current
             last, current, index = value, nxt, index + 1
-        ex.emit(ev.NODE_COMPLETED, path, {"output": last, "selected": visited})
+        completed(ex, path, last, ex.size_of(last), {"selected": visited})
         return last

@@ -6,10 +6,12 @@ from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from .. import events as ev
+from ..bounds import frame_bytes
 from ..context import Context, Scope
 from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow
 from ..execution import Execution
+from ..failure import admit, completed
 from ..signals import Checkpoint
 from ._callables import check_callable, evaluate
 
@@ -44,6 +46,7 @@ class Loop(Element):
         frame = ex.take_frame(path)
         body = self.body
         if frame is None:
+            ex.room -= frame_bytes(path)  # checked with what the container adds next
             ex.emit(ev.NODE_STARTED, path, {"kind": "loop"})
             index, last = 0, prev
         else:
@@ -62,10 +65,13 @@ class Loop(Element):
             frame = None
             inner = Scope(scope.item, scope.index, index)
             last = unwrap((yield from run_body(ex, body, ipath, child, first, inner)))
-            ex.emit(ev.ITERATION_COMPLETED, path, {"index": index, "output": last})
+            size = ex.size_of(last)
+            data = {"index": index, "output": last}
+            admit(ex, ev.ITERATION_COMPLETED, path, data, size)  # kept as the last output
+            ex.emit(ev.ITERATION_COMPLETED, path, data)
             done = yield from evaluate(ex, path, self.until, last, inner)
             if done or index + 1 >= self.max_iterations:
                 break
             index += 1
-        ex.emit(ev.NODE_COMPLETED, path, {"output": last})
+        completed(ex, path, last, size)
         return last

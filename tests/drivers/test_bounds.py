@@ -99,25 +99,27 @@ def test_a_resume_value_over_the_limit_is_refused_and_changes_nothing(small: Run
 
 def test_a_snapshot_over_the_limit_fails_at_the_pause_and_keeps_everything() -> None:
     rt = Runtime(max_value_bytes=LIMIT, max_snapshot_bytes=4 * LIMIT)
-    parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(6)]
-    flow = Flow("grows", [*parts, Gate("look", "check the parts")])
+    parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(3)]
+    flow = Flow("grows", [*parts, Wait("look", payload="q" * (LIMIT - 50))])
     out = rt.run(flow)
     assert out.failed and out.error.type == "SnapshotTooLarge"
     assert out.error.path == ("look",) and not out.error.retryable
     assert "max_snapshot_bytes" in out.error.message
     view = rt.session(out.session_id)
     # Nothing is lost: every part's output and event is kept, and the state is the fold.
-    assert sorted(view.state.outputs) == [f"part{i}" for i in range(6)]
+    assert sorted(view.state.outputs) == [f"part{i}" for i in range(3)]
     assert [e.type for e in view.events()][-2:] == ["run.paused", "run.failed"]
     assert view.derive_state() == view.state
     assert rt.cancel(out.token).error.type == "cancelled"
 
 
-def test_a_completed_session_is_written_whatever_its_size() -> None:
+def test_a_run_whose_state_would_outgrow_the_limit_fails_at_the_step_that_would_do_it() -> None:
     rt = Runtime(max_value_bytes=LIMIT, max_snapshot_bytes=4 * LIMIT)
     parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(6)]
     out = rt.run(Flow("grows", parts))
-    assert out.ok and rt.session(out.session_id).status == "completed"
+    assert out.failed and out.error.type == "SnapshotTooLarge" and out.token is not None
+    assert out.error.path == ("part3",) and "part3" in out.error.message
+    assert sorted(rt.session(out.session_id).state.outputs) == ["part0", "part1", "part2"]
 
 
 def test_the_same_flow_pauses_under_the_default_bounds() -> None:

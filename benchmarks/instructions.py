@@ -1,0 +1,73 @@
+"""Instructions per step, counted by callgrind: steadier than a clock on a busy machine.
+
+    .venv/bin/python benchmarks/instructions.py [KIND ...]     (needs valgrind)
+
+Each KIND runs 1,000 elements once and four times in a process of its own under
+`valgrind --tool=callgrind`; the difference over 3,000 is the cost of one element, start-up and
+imports cancelled out. The cyclic collector is off: a collection that lands in one count and not
+the other would be noise here. Kinds: `noop` (the chain benchmark's no-op step), `scalar` (each
+step reads `ctx.prev` and returns an int), `dict` (each step reads `ctx.prev` and returns a
+small dict: what the copies of values.py cost), `foreach` (a ForEach of 1,000 no-op items).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+N = 1000
+KINDS = ("noop", "scalar", "dict", "foreach")
+
+
+def workload(kind: str, rounds: int) -> None:
+    from tarry import Flow, ForEach, Runtime, step
+
+    def noop(ctx):
+        return None
+
+    def scalar(ctx):
+        return (ctx.prev or 0) + 1
+
+    def small_dict(ctx):
+        prev = ctx.prev
+        return {"n": (prev["n"] if prev else 0) + 1, "tag": "x"}
+
+    if kind == "foreach":
+        flow = Flow("batch", [ForEach("items", list(range(N)), noop)])
+    else:
+        fn = {"noop": noop, "scalar": scalar, "dict": small_dict}[kind]
+        flow = Flow("chain", [step(fn, f"s{i}") for i in range(N)])
+    rt = Runtime()
+    gc.disable()
+    for _ in range(rounds):
+        assert rt.run(flow).ok
+
+
+def count(kind: str, rounds: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+             sys.executable, __file__, "--run", kind, str(rounds)],
+            capture_output=True, text=True, check=True,
+        )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    assert found, done.stderr
+    return int(found.group(1))
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--run"]:
+        workload(argv[1], int(argv[2]))
+        return
+    for kind in argv or KINDS:
+        per = (count(kind, 4) - count(kind, 1)) // (3 * N)
+        print(f"{kind}: {per} instructions per element")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
