@@ -81,3 +81,7 @@ def rec(sid: str = "s1", **changes: Any) -> Any:
     }
     fields.update(changes)
     return SessionRecord(session_id=sid, **fields)
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing in tarry catches it."""

@@ -9,32 +9,15 @@ resume raised, failed with a typed error; and the round goes on with the others.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+from support import Crash
 from tarry import Flow, ForEach, ManualClock, Runtime, Sleep, Wait
 from tarry.engine import events as ev
 from tarry.engine.events import Event
-from tarry.snapshots import MemoryStore, SQLiteStore
 from tarry.snapshots.records import decode_state, encode_state
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path):
-    if request.param == "memory":
-        made: Any = MemoryStore()
-    elif request.param == "sqlite":
-        made = SQLiteStore(tmp_path / "b.db")
-    else:
-        import pgserver
-
-        made = pgserver.scratch_store()
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
 
 
 @pytest.fixture
@@ -180,8 +163,6 @@ def test_poll_asks_the_adapters_about_the_others_when_one_is_poisoned(
     assert everything(store, bad) == before and logged(caplog, bad) == 1
 
 
-class Crash(BaseException):
-    """Stands for the process dying: nothing in tarry catches it."""
 
 
 def crash_mid_run(store: Any, clock: ManualClock, flow: Flow) -> str:

@@ -6,36 +6,20 @@ with a smaller output), and everything the session held stays readable."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pgserver
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import settle
 from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Runtime, Wait, step
-from tarry.snapshots import MemoryStore, SQLiteStore
+from tarry.snapshots import SQLiteStore
 from tarry.snapshots.records import decode_state
 
 VALUE = 1000
 SNAPSHOT = 4 * VALUE
 
-STORES: dict[str, Callable[[Path], Any]] = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "b.db"),
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = STORES[request.param](tmp_path)
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
 
 
 @pytest.fixture(params=["sync", "async"])

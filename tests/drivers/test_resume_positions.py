@@ -4,29 +4,10 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pgserver
-import pytest
 from tarry import Flow, ForEach, Gate, Graph, Route, Runtime, step
-from tarry.snapshots import MemoryStore, SQLiteStore, dumps, loads
-
-STORES = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "p.db"),
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = STORES[request.param](tmp_path)
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
+from tarry.snapshots import dumps, loads
 
 
 def graphy() -> Flow:

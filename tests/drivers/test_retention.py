@@ -9,17 +9,15 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pgserver
 import pytest
 import tarry
 from tarry import Flow, Gate, ManualClock, Runtime
 from tarry.drivers.worker import Worker
-from tarry.snapshots import MemoryStore, SQLiteStore
+from tarry.snapshots import MemoryStore
 
 TARRY = str(Path(sys.executable).parent / "tarry")
 HOUR = timedelta(hours=1)
@@ -34,17 +32,6 @@ BROKEN = Flow("broken", [boom])
 GATED = Flow("gated", [Gate("ok"), lambda ctx: "approved"])
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made: Any = {
-        "memory": MemoryStore,
-        "sqlite": lambda: SQLiteStore(tmp_path / "r.db"),
-        "postgres": pgserver.scratch_store,
-    }[request.param]()
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
 
 
 def every_kind(rt: Runtime) -> dict[str, tarry.Outcome]:

@@ -10,14 +10,13 @@ snapshot shows nothing was lost. Every test runs on memory, SQLite and PostgreSQ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pgserver
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import Crash
 from tarry import (
     Branch,
     ConcurrentUpdate,
@@ -36,27 +35,7 @@ from tarry import (
     TarryError,
     step,
 )
-from tarry.snapshots import MemoryStore, SQLiteStore, dumps, loads
-
-STORES = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "c.db"),
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = STORES[request.param](tmp_path)
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing in tarry catches it."""
-
+from tarry.snapshots import MemoryStore, dumps, loads
 
 # --- flows, each paused somewhere inside a container --------------------------------------------
 

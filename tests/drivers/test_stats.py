@@ -132,20 +132,6 @@ def test_export_events_as_json_lines(tmp_path: Path) -> None:
 # -- stats on big and damaged stores --------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path):
-    import pgserver
-    from tarry.snapshots import MemoryStore, SQLiteStore
-
-    made = {
-        "memory": MemoryStore,
-        "sqlite": lambda: SQLiteStore(tmp_path / "s.db"),
-        "postgres": pgserver.scratch_store,
-    }[request.param]()
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
 
 
 def corrupt_an_event(store, session_id: str) -> None:

@@ -6,37 +6,15 @@ either in place changes nothing that later steps, a resume or a recovery see. As
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pgserver
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import settle
+from support import Crash, settle
 from tarry import Flow, ForEach, Gate, Loop, ManualClock, Runtime, Wait, step
-from tarry.snapshots import MemoryStore, SQLiteStore
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing in tarry catches it."""
-
-
-STORES: dict[str, Callable[[Path], Any]] = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "v.db"),
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = STORES[request.param](tmp_path)
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
+from tarry.snapshots import MemoryStore
 
 
 @pytest.fixture(params=["sync", "async"])

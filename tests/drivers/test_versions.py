@@ -5,12 +5,10 @@ Every test runs on memory, SQLite and PostgreSQL (a fresh schema per test)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pgserver
 import pytest
+from support import Crash
 from tarry import (
     Flow,
     FlowMismatch,
@@ -22,26 +20,7 @@ from tarry import (
     UnknownFlow,
     step,
 )
-from tarry.snapshots import MemoryStore, SQLiteStore, loads
-
-STORES = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "v.db"),
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-
-@pytest.fixture(params=sorted(STORES))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made = STORES[request.param](tmp_path)
-    yield made
-    close = getattr(made, "close", None)
-    if close is not None:
-        close()
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing in tarry catches it."""
+from tarry.snapshots import loads
 
 
 def finish(tag: str) -> Any:
