@@ -7,15 +7,12 @@ file never shrinks by itself; `VACUUM FULL` gives space back to the system, unde
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tarry.engine.errors import SnapshotError
-
 from .store import ENDED
-from .tally import FOLD_ERRORS, Sums, Tally, Totals, caught_up, final, skipped
+from .tally import Sums, Tally, Totals, add_page
 
 if TYPE_CHECKING:
     import psycopg
@@ -118,26 +115,7 @@ def stats(store: PostgresStore, flow: str | None) -> Totals:
     while True:
         with store._pool.connection() as conn:
             rows = conn.execute(sql, {"after": after, "limit": STATS_PAGE, "flow": flow}).fetchall()
-        fresh = []
-        for sid, status, seq, blob, behind in rows:
-            sums.count(status)
-            tally = None
-            if blob is not None:
-                try:
-                    tally = Tally.decode(bytes(blob), seq)
-                except SnapshotError:
-                    behind = True  # tallied again from the start
-            if not behind:
-                if tally is not None:
-                    sums.add(tally)
-                continue
-            try:
-                new = caught_up(tally, functools.partial(store.events, sid))
-            except FOLD_ERRORS as exc:
-                skipped(sid, exc)
-                continue
-            sums.add(new)
-            fresh.append((sid, seq, new, final(status)))
+        fresh = add_page(sums, rows, store.events)
         if fresh:
             _keep(store, fresh)
         if len(rows) < STATS_PAGE:

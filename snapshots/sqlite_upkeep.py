@@ -4,18 +4,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tarry.engine.errors import SnapshotError
-
 from .records import _micros
 from .store import ENDED
-from .tally import FOLD_ERRORS, Sums, Tally, Totals, caught_up, final, skipped
+from .tally import Sums, Tally, Totals, add_page
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
@@ -155,26 +152,7 @@ def stats(store: SQLiteStore, flow: str | None) -> Totals:
         args: tuple[Any, ...] = (after, STATS_PAGE) if flow is None else (after, STATS_PAGE, flow)
         with store._lock:
             rows = store._cur.execute(sql, args).fetchall()
-        fresh = []
-        for sid, status, seq, blob, behind in rows:
-            sums.count(status)
-            tally = None
-            if blob is not None:
-                try:
-                    tally = Tally.decode(blob, seq)
-                except SnapshotError:
-                    behind = True  # tallied again from the start
-            if not behind:
-                if tally is not None:
-                    sums.add(tally)
-                continue
-            try:
-                new = caught_up(tally, functools.partial(store.events, sid))
-            except FOLD_ERRORS as exc:
-                skipped(sid, exc)
-                continue
-            sums.add(new)
-            fresh.append((sid, seq, new, final(status)))
+        fresh = add_page(sums, rows, store.events)
         if fresh:
             _keep(store, fresh)
         if len(rows) < STATS_PAGE:

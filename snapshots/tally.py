@@ -12,6 +12,7 @@ never pay for it: the tally is brought up to date by the reader.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -154,6 +155,38 @@ def caught_up(tally: Tally | None, read: Callable[[int, int], list[Event]]) -> T
         tally.fold(events)
         if len(events) < PAGE:
             return tally
+
+
+def add_page(
+    sums: Sums,
+    rows: Sequence[tuple[str, str, int | None, bytes | None, bool]],
+    events: Callable[[str, int, int], list[Event]],
+) -> list[tuple[str, int | None, Tally, bool]]:
+    """Add a page of sessions to `sums`: rows of (session id, status, the stored tally's seq
+    and bytes or None, whether events were written after it), `events(sid, after, limit)`
+    reading a session's log. Returns the tallies brought up to date, to save: (session id, the
+    seq of the one they replace, the new tally, whether it is final)."""
+    fresh = []
+    for sid, status, seq, blob, behind in rows:
+        sums.count(status)
+        tally = None
+        if blob is not None:
+            try:
+                tally = Tally.decode(bytes(blob), seq)
+            except SnapshotError:
+                behind = True  # tallied again from the start
+        if not behind:
+            if tally is not None:
+                sums.add(tally)
+            continue
+        try:
+            new = caught_up(tally, functools.partial(events, sid))
+        except FOLD_ERRORS as exc:
+            skipped(sid, exc)
+            continue
+        sums.add(new)
+        fresh.append((sid, seq, new, final(status)))
+    return fresh
 
 
 class Sums:
