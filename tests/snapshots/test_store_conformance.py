@@ -901,3 +901,18 @@ def test_a_deleted_session_leaves_no_tally(store: Any) -> None:
     assert store.stats().nodes == {}
     store.create(rec(status="completed"), events=[node(1, "node.completed", "b", 1)])
     assert set(store.stats().nodes) == {"b"}
+
+
+def test_sqlite_a_file_made_before_the_control_columns_gets_them(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with SQLiteStore(path) as store:
+        store.create(rec("s1", status="paused", token="tk_1"))
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE sessions DROP COLUMN durability")
+    db.execute("ALTER TABLE sessions DROP COLUMN stop")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:  # as a file written by the tarry before them
+        loaded = store.load("s1")
+        assert (loaded.durability, loaded.stop, loaded.token) == ("pause", None, "tk_1")
+        assert store.consume_token("tk_1") and store.request_stop("s1", "abort") == "running"
