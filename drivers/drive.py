@@ -14,14 +14,15 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
-from tarry.engine.signals import Pause
+from tarry.engine.signals import Pause, PauseMany
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check as _codec_check
-from tarry.snapshots.records import SessionRecord, encode_state
+from tarry.snapshots._codec import dumps
+from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
 
 from .clock import sleepers
 from .ledger import StoreLedger
-from .outcome import ERROR, Outcome, outcome_of
+from .outcome import ERROR, Outcome, all_pauses, outcome_of
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from .values import bounds, copy
 
@@ -282,6 +283,7 @@ class Drive:
         sid = ex.session_id
         kind, value = result
         token: str | None = None
+        waits: list[WaitRecord] = []
         if self.lost:  # another worker owns the session now: write nothing
             self._ended()
             return Outcome(ERROR, sid, error=LEASE_LOST)
@@ -290,8 +292,10 @@ class Drive:
                 ex.emit(ev.RUN_COMPLETED, (), {"output": value})
                 self.ledger.discard()
             elif kind == PAUSED:
-                self._pause(value)
-                token = self.core.tokens.new_key()
+                signals = value.pauses if type(value) is PauseMany else (value,)
+                waits = self._pause(signals)
+                # A failed session (a payload refused) keeps a token like any failed one.
+                token = waits[0].token if waits else self._old_token()
             elif kind == STOPPED:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
@@ -305,33 +309,78 @@ class Drive:
                 self._fail(value)
                 # A failed session can be retried, skipped or cancelled: it keeps a token.
                 token = self.core.tokens.new_key()
-            token = self._write(token)
+            token = self._write(token, waits)
         finally:
             self._ended()
-        public = None if token is None else self.core.tokens.token(token)  # token: the store key
-        return outcome_of(ex.state, public, self.meta)
+        tokens = self.core.tokens
+        public = None if token is None else tokens.token(token)  # token: the store key
+        if kind != PAUSED or ex.state.status != "paused":
+            return outcome_of(ex.state, public, self.meta)
+        by_path = {w.path: tokens.token(w.token) for w in waits}
+        if len(waits) < len(all_pauses(ex.state)):  # some waited already: their tokens too
+            for w in self.core.store.waits(sid):
+                if w.path not in by_path:
+                    by_path[w.path] = tokens.token(w.token)
+        return outcome_of(ex.state, public, self.meta, by_path)
 
-    def _pause(self, signal: Pause) -> None:
-        data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
-        if signal.payload is not None:
-            data["payload"] = signal.payload
-        if signal.wake_at is not None:
-            data["wake_at"] = signal.wake_at
-        if signal.expires_at is not None:
-            data["expires_at"] = signal.expires_at
-        if not signal.awaits_value:
-            data["awaits_value"] = False
-        try:
-            self.core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
-        except NotSerializable as exc:
-            self._fail(fail(self.ex, signal.path, exc).error)
-            return
-        self.ex.emit(ev.RUN_PAUSED, signal.path, data)
+    def _old_token(self) -> str:
+        """The token the session keeps when it pauses again on waits of an earlier drive
+        only: the first of theirs (or a new one for a run that failed instead)."""
+        if self.ex.state.status == "paused":
+            for wait in self.core.store.waits(self.ex.session_id):
+                return wait.token
+        return self.core.tokens.new_key()
+
+    def _pause(self, signals: tuple[Pause, ...]) -> list[WaitRecord]:
+        """Record each wait that began (`run.paused`), each with a token of its own; with none
+        (the waits left began in an earlier drive), the session pauses again on its first.
+        A payload that cannot be stored fails the run there: no wait is then recorded."""
+        ex = self.ex
+        core = self.core
+        waits = []
+        for signal in signals:
+            data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
+            if signal.payload is not None:
+                data["payload"] = signal.payload
+            if signal.wake_at is not None:
+                data["wake_at"] = signal.wake_at
+            if signal.expires_at is not None:
+                data["expires_at"] = signal.expires_at
+            if not signal.awaits_value:
+                data["awaits_value"] = False
+            try:
+                core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+            except NotSerializable as exc:
+                self._fail(fail(ex, signal.path, exc).error)
+                return []
+            ex.emit(ev.RUN_PAUSED, signal.path, data)
+            waits.append(
+                WaitRecord(
+                    token=core.tokens.new_key(),
+                    session_id=ex.session_id,
+                    path=signal.path,
+                    kind=signal.kind,
+                    key=getattr(signal, "key", None),
+                    wake_at=signal.wake_at or signal.expires_at,
+                    reason=signal.reason,
+                    payload=b"" if signal.payload is None else dumps(signal.payload),
+                )
+            )
+        if not signals:
+            first = all_pauses(ex.state)[0]
+            data = {"kind": first.kind, "reason": first.reason}
+            for name in ("payload", "wake_at", "expires_at"):
+                if getattr(first, name) is not None:
+                    data[name] = getattr(first, name)
+            if not first.awaits_value:
+                data["awaits_value"] = False
+            ex.emit(ev.RUN_PAUSED, first.path, data)
+        return waits
 
     def _fail(self, error: ErrorInfo) -> None:
         self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})
 
-    def _write(self, token: str | None) -> str | None:
+    def _write(self, token: str | None, waits: Sequence[WaitRecord] = ()) -> str | None:
         """One write: the state, the events since the last write, the unwritten values.
 
         A session that stops to wait (paused, aborted) with a snapshot over
@@ -345,10 +394,13 @@ class Drive:
             self._fail(self._too_large(len(blob)))
             blob = self._encode()
         state = self.ex.state
-        pause = state.pause
         wake = None
-        if pause is not None:
-            wake = pause.wake_at or pause.expires_at
+        if state.status == "paused":
+            # The earliest timer, back-off or deadline of all its waits.
+            times = [t for p in all_pauses(state) if (t := p.wake_at or p.expires_at) is not None]
+            wake = min(times) if times else None
+        else:
+            waits = []
         rec = self.record
         record = SessionRecord(
             session_id=rec.session_id,
@@ -369,7 +421,9 @@ class Drive:
         )
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []
-        record.version = self.core.store.save(record, rec.version, events=events, values=values)
+        record.version = self.core.store.save(
+            record, rec.version, events=events, values=values, waits=waits
+        )
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then
             self.core.states.keep(blob, state)

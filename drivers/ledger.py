@@ -52,19 +52,23 @@ class StoreLedger:
         self._results.append((path, index, value))
 
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]:
-        stored = self._store.get_values(self._sid, self._key(RESULTS, path), stop)
-        found = [loads(b) for b in stored]
-        if len(found) < stop:  # some were written by this run and are not flushed yet
-            pending = {i: v for p, i, v in self._results if p == path and i < stop}
-            missing = [i for i in range(len(found), stop) if i not in pending]
-            if missing:
+        key = self._key(RESULTS, path)
+        stored = self._store.get_values(self._sid, key, stop)
+        if len(stored) < stop:
+            # Some were completed by this run and are not written yet (in any order, when the
+            # iterations ran concurrently): write them first, then read them all in order.
+            mine = [(p, i, v) for p, i, v in self._results if p == path and i < stop]
+            if mine:
+                self._store.put_values(self._sid, [(key, i, dumps(v)) for _, i, v in mine])
+                self._results = [r for r in self._results if r[0] != path or r[1] >= stop]
+                stored = self._store.get_values(self._sid, key, stop)
+            if len(stored) < stop:
                 msg = (
-                    f"session {self._sid!r}: the result of iteration {missing[0]} of "
-                    f"{'/'.join(map(str, path))} is missing from the store"
+                    f"session {self._sid!r}: {stop - len(stored)} of the {stop} results of "
+                    f"{'/'.join(map(str, path))} are missing from the store"
                 )
                 raise SnapshotError(msg)
-            found = found + [pending[i] for i in range(len(found), stop)]
-        return found
+        return [loads(b) for b in stored]
 
     def take(self) -> list[tuple[str, int, bytes]]:
         """Encode and hand over everything not yet written; the caller writes it."""

@@ -6,7 +6,8 @@ from datetime import datetime
 from typing import Any
 
 import attrs
-from tarry.engine.state import ErrorInfo, SessionState
+from tarry.engine.lanes import concurrent, pauses
+from tarry.engine.state import ErrorInfo, PauseState, SessionState
 
 OK, PAUSED, ERROR = "ok", "paused", "error"
 
@@ -22,6 +23,8 @@ class PauseInfo:
     partial: dict[str, Any] = attrs.field(factory=dict)
     wake_at: datetime | None = None
     expires_at: datetime | None = None
+    #: The single-use token that resumes this wait (`Runtime.resume(pause.token, value)`).
+    token: str | None = None
 
 
 @attrs.frozen
@@ -37,6 +40,10 @@ class Outcome:
     pause: PauseInfo | None = None
     error: ErrorInfo | None = None
     meta: dict[str, Any] = attrs.field(factory=dict)
+    #: Every waiting branch's PauseInfo, each with its own token: one for a sequential flow,
+    #: one per waiting iteration or branch of concurrent containers. `pause`/`token` are the
+    #: first of them.
+    pauses: tuple[PauseInfo, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -51,32 +58,54 @@ class Outcome:
         return self.status == ERROR
 
 
+def all_pauses(state: SessionState) -> list[PauseState]:
+    """Every wait of a paused session, its own first (a sequential flow has only that one)."""
+    if state.pause is not None and not concurrent(state):
+        return [state.pause]
+    return pauses(state)
+
+
 CANCELLED = ErrorInfo(type="cancelled", message="the session was cancelled", retryable=False)
 
 
 def outcome_of(
-    state: SessionState, token: str | None, meta: dict[str, Any] | None = None
+    state: SessionState,
+    token: str | None,
+    meta: dict[str, Any] | None = None,
+    tokens: dict[tuple[Any, ...], str] | None = None,
 ) -> Outcome:
     """The outcome a session's state stands for; `meta` says how its drive began (a paused
-    outcome's own `pause_kind` takes precedence over the kind it resumed)."""
+    outcome's own `pause_kind` takes precedence over the kind it resumed). A paused one lists
+    every wait (`pauses`), with its token from `tokens` (by the wait's path; `token` for the
+    first when `tokens` has none for it)."""
     status = state.status
     sid = state.session_id
     meta = dict(meta or {})
     if status == "completed":
         return Outcome(OK, sid, output=state.output, meta=meta)
-    if status == "paused" and state.pause is not None:
-        p = state.pause
-        info = PauseInfo(
-            kind=p.kind,
-            reason=p.reason,
-            path=p.path,
-            payload=p.payload,
-            partial=dict(state.outputs),
-            wake_at=p.wake_at,
-            expires_at=p.expires_at,
-        )
-        meta["pause_kind"] = p.kind
-        return Outcome(PAUSED, sid, token=token, pause=info, meta=meta)
+    if status == "paused":
+        waits = all_pauses(state)
+        if waits:
+            partial = dict(state.outputs)  # one copy, shared by every PauseInfo
+            tokens = tokens or {}
+            infos = tuple(
+                PauseInfo(
+                    kind=p.kind,
+                    reason=p.reason,
+                    path=p.path,
+                    payload=p.payload,
+                    partial=partial,
+                    wake_at=p.wake_at,
+                    expires_at=p.expires_at,
+                    token=tokens.get(p.path, token if i == 0 else None),
+                )
+                for i, p in enumerate(waits)
+            )
+            first = infos[0]
+            meta["pause_kind"] = first.kind
+            return Outcome(
+                PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=infos
+            )
     if status == "failed" and state.error is not None:
         return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
     if status == "cancelled":

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from tarry.engine.context import Interrupted
 from tarry.engine.failure import NodeFailure
-from tarry.engine.signals import Await, Backoff, Checkpoint, Pause
+from tarry.engine.signals import Await, Backoff, Checkpoint, Pause, PauseMany, Select
 
 T = TypeVar("T")
 AwaitableOrValue = Awaitable[T] | T
@@ -26,9 +26,12 @@ DONE, PAUSED, STOPPED, FAILED = "done", "paused", "stopped", "failed"
 Result = tuple[str, Any]
 
 
+Wanted = Await | Backoff | Select
+
+
 def pump(
     gen: Generator[Any, Any, Any], value: Any, throw: BaseException | None = None
-) -> Result | Await | Backoff:
+) -> Result | Wanted:
     """Send `value` (or throw `throw`) into `gen` and return what it comes to: it returned,
     failed, paused or stopped at a checkpoint, or needs something awaited or waited for."""
     try:
@@ -38,11 +41,11 @@ def pump(
     except NodeFailure as failure:
         return (FAILED, failure.error)
     kind = type(signal)
-    if kind is Pause:
+    if kind is Pause or kind is PauseMany:
         return (PAUSED, signal)
     if kind is Checkpoint:
         return (STOPPED, signal)
-    if kind is Await or kind is Backoff:
+    if kind is Await or kind is Backoff or kind is Select:
         return signal
     msg = (
         f"a flow element yielded {signal!r}; only Checkpoint, Pause, Await and Backoff may "
@@ -62,24 +65,56 @@ def drive(
     async step is met (or a back-off, when the caller is `asynchronous`: it then waits with
     `asleep` rather than blocking its event loop)."""
     result = pump(gen, None)
-    while type(result) is Backoff and not asynchronous:
-        sleep(result.seconds)
-        result = pump(gen, None)
-    if type(result) is Await or type(result) is Backoff:
+    while True:
+        kind = type(result)
+        if kind is Backoff and not asynchronous:
+            sleep(result.seconds)
+            result = pump(gen, None)
+        elif kind is Select and _threads_only(result):
+            # Sync steps of a concurrent container, on its pool: waited for in place.
+            result = pump(gen, _wait_threads(result.items))
+        else:
+            break
+    if kind is Await or kind is Backoff or kind is Select:
         return _pump_async(gen, result, finish, asleep)
     return finish(result)
 
 
+def _threads_only(select: Select) -> bool:
+    from concurrent.futures import Future
+
+    return all(type(item) is Future for item in select.items)
+
+
+def _wait_threads(items: tuple[Any, ...]) -> list[tuple[int, bool, Any]]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    wait(items, return_when=FIRST_COMPLETED)
+    return [_answer(i, item) for i, item in enumerate(items) if item.done()]
+
+
+def _answer(position: int, done: Any) -> tuple[int, bool, Any]:
+    """What a finished future or task gives a container: (position, True, result) or
+    (position, False, exception)."""
+    exc = done.exception()
+    return (position, False, exc) if exc is not None else (position, True, done.result())
+
+
 async def _pump_async(
     gen: Generator[Any, Any, Any],
-    signal: Await | Backoff,
+    signal: Wanted,
     finish: Callable[[Result], T],
     asleep: Callable[[float], Awaitable[None]],
 ) -> T:
+    # The tasks of a concurrent container's Select, by the identity of what they wait for: a
+    # Select asks again for what is still in flight, which must not be awaited twice.
+    tasks: dict[int, Any] = {}
     while True:
         if type(signal) is Backoff:
             await asleep(signal.seconds)
             result = pump(gen, None)
+        elif type(signal) is Select:
+            result = pump(gen, await _select(signal.items, tasks))
         else:
             try:
                 if signal.timeout is not None:
@@ -92,6 +127,31 @@ async def _pump_async(
                 result = pump(gen, None, throw=exc)
             else:
                 result = pump(gen, value)
-        if type(result) is not Await and type(result) is not Backoff:
+        kind = type(result)
+        if kind is not Await and kind is not Backoff and kind is not Select:
             return finish(result)
         signal = result
+
+
+async def _select(items: tuple[Any, ...], tasks: dict[int, Any]) -> list[tuple[int, bool, Any]]:
+    """Wait until at least one of `items` (awaitables, thread-pool futures) has finished."""
+    import asyncio
+    from concurrent.futures import Future
+
+    mine = []
+    for item in items:
+        task = tasks.get(id(item))
+        if task is None:
+            if type(item) is Future:
+                task = asyncio.wrap_future(item)
+            else:
+                task = asyncio.ensure_future(item)
+            tasks[id(item)] = task
+        mine.append(task)
+    await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
+    answers = []
+    for i, task in enumerate(mine):
+        if task.done():
+            del tasks[id(items[i])]
+            answers.append(_answer(i, task))
+    return answers

@@ -19,7 +19,8 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.flow import Flow
-from tarry.engine.state import ErrorInfo, SessionState
+from tarry.engine.lanes import concurrent, scope_of
+from tarry.engine.state import ErrorInfo, PauseState, SessionState
 from tarry.snapshots.records import SessionRecord
 
 from .core import Core
@@ -65,6 +66,31 @@ def updated_meta(core: Core, kept: dict[str, Any], meta: Any) -> dict[str, Any]:
     return merged
 
 
+def wait_of(core: Core, key: str, state: SessionState) -> PauseState | None:
+    """The wait that the token `key` resumes: the session's own, or, while concurrent
+    containers wait in several lanes, the lane's whose wait the store lists under that token.
+    (A token that is no lane's — an abort's, a failure's — resumes the session's own.)"""
+    if state.status != "paused" or not concurrent(state):
+        return state.pause
+    for wait in core.store.waits(state.session_id):
+        if wait.token == key:
+            scope = scope_of(state, wait.path)
+            found = scope.pause if scope is not state else state.pause
+            if found is not None and found.path == wait.path:
+                return found
+    return state.pause
+
+
+def accepted(core: Core, flow: Flow, pause: PauseState, value: Any) -> Any:
+    """The session's own copy of `value` as the element waiting at `pause` takes it;
+    InvalidResumeValue (nothing changed) when it refuses it."""
+    element = flow.find(pause.path)
+    if element is not None and hasattr(element, "accept"):
+        value = element.accept(value)
+    value, _ = core.take(value, "resume value")
+    return value
+
+
 def prepare(
     core: Core,
     key: str,
@@ -103,13 +129,14 @@ def prepare(
     if kept is None or flow.fingerprint != record.fingerprint:
         # (A state this runtime kept is one its own run of that very flow wrote: it fits.)
         validate(record.session_id, record.fingerprint, state, flow)
+    pause = wait_of(core, key, state)
     resumed: dict[str, Any] = {}
     if flow.fingerprint != record.fingerprint:
         resumed["flow"] = {"fingerprint": flow.fingerprint, "version": flow.version}
     session_meta = record.meta if meta is None else updated_meta(core, record.meta, meta)
     outcome_meta: dict[str, Any] = {"trigger": "skip" if skip else trigger}
-    if state.pause is not None:
-        outcome_meta["pause_kind"] = outcome_meta["resumed_kind"] = state.pause.kind
+    if pause is not None:
+        outcome_meta["pause_kind"] = outcome_meta["resumed_kind"] = pause.kind
     if skip:
         if state.status != "failed" or state.error is None:
             raise SessionNotResumable(record.session_id, state.status, "skip")
@@ -120,12 +147,8 @@ def prepare(
     else:
         if state.status not in ("paused", "failed"):
             raise SessionNotResumable(record.session_id, state.status, "resume")
-        pause = state.pause
         if state.status == "paused" and pause is not None and pause.awaits_value:
-            element = flow.find(pause.path)
-            if element is not None and hasattr(element, "accept"):
-                value = element.accept(value)  # InvalidResumeValue: nothing changed
-            value, _ = core.take(value, "resume value")
+            value = accepted(core, flow, pause, value)
     if failure is not None:
         specs = [(ev.RUN_RESUMED, failure.path, {"timeout": True, **resumed})]
     elif skip:
@@ -134,10 +157,10 @@ def prepare(
             (ev.RUN_RESUMED, path, {"skip": True, **resumed}),
             (ev.NODE_COMPLETED, path, {"output": value, "skipped": True}),
         ]
-    elif state.status == "paused" and state.pause is not None and state.pause.awaits_value:
-        specs = [(ev.RUN_RESUMED, state.pause.path, {"value": value, **resumed})]
+    elif state.status == "paused" and pause is not None and pause.awaits_value:
+        specs = [(ev.RUN_RESUMED, pause.path, {"value": value, **resumed})]
     else:
-        path = state.pause.path if state.pause else state.error.path if state.error else ()
+        path = pause.path if pause else state.error.path if state.error else ()
         specs = [(ev.RUN_RESUMED, path, resumed)]
     now = core.clock.now()
     state, events = fold(state, now, specs)

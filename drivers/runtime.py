@@ -14,6 +14,7 @@ from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 
 from . import control, inspecting, polling, pruning, recovery, timers
+from .batch import resume_many
 from .clock import Clock
 from .core import Core, checked_adapters
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
@@ -241,6 +242,22 @@ class Runtime:
         result = prepare(
             self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta
         )
+        if is_awaitable(result):
+            result = await result
+        return result  # type: ignore[return-value]
+
+    def resume_many(self, values: dict[str, Any]) -> AwaitableOrValue[list[Outcome]]:
+        """Resume many waits at once: `{token: value}` for waiting branches of one or several
+        sessions. One drive and one store write per session, not one per token; the tokens are
+        used in one transaction. If any token is unknown, used or given twice, or its value is
+        refused, raises that error (`UnknownToken`, `TokenAlreadyUsed`, `InvalidResumeValue`,
+        naming the token) and uses none. Returns one Outcome per session touched, in the order
+        of their first token; sync unless an async step is met (like `run`)."""
+        return resume_many(self._core, values)
+
+    async def aresume_many(self, values: dict[str, Any]) -> list[Outcome]:
+        """Like `resume_many`, always as an awaitable."""
+        result = resume_many(self._core, values, asynchronous=True)
         if is_awaitable(result):
             result = await result
         return result  # type: ignore[return-value]

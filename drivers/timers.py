@@ -11,6 +11,7 @@ many of them come first in line, the ones behind still fire in the same round.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from tarry.engine.errors import (
     ConcurrentUpdate,
@@ -18,15 +19,18 @@ from tarry.engine.errors import (
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.state import ErrorInfo
+from tarry.engine.flow import Flow
+from tarry.engine.lanes import concurrent
+from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots.records import SessionRecord
 
+from .batch import resume_keys
 from .boundary import Round, flow_of, guarded
 from .core import Core
 from .limits import check_limit, log
-from .outcome import Outcome
+from .outcome import Outcome, all_pauses
 from .resuming import prepare, stored_state
-from .settle import settle
+from .settle import is_awaitable, settle
 
 #: Due sessions claimed at a time: a worker holds no more than it is about to resume, so that
 #: long resumes do not keep sessions from idle workers (and claims do not lapse in its hands).
@@ -85,6 +89,8 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
     if flow is None:
         return None
     state = stored_state(core, record)
+    if state.status == "paused" and concurrent(state):
+        return _fire_lanes(core, record, state, flow, now)
     pause = state.pause
     if state.status != "paused" or pause is None:
         return None
@@ -117,6 +123,57 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return settle(prepare(core, token, None, False, trigger="timeout", failure=error))
     except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
         return None  # resumed, cancelled or fired by someone else first
+
+
+def _fire_lanes(
+    core: Core, record: SessionRecord, state: SessionState, flow: Flow, now: datetime
+) -> Outcome | None:
+    """The due waits of a session whose concurrent containers wait in several lanes: every
+    timer and back-off due, and every deadline passed with a value to go on with, resumed
+    together (one drive, one write); a deadline that fails the run fails it alone."""
+    due = [
+        p for p in all_pauses(state)
+        if (p.wake_at is not None and p.wake_at <= now)
+        or (p.expires_at is not None and p.expires_at <= now)
+        or (p.wake_at is None and p.expires_at is None and not p.awaits_value)
+    ]
+    if not due:
+        return None
+    tokens = {w.path: w.token for w in core.store.waits(record.session_id)}
+    if state.pause is not None and record.token:
+        tokens.setdefault(state.pause.path, record.token)
+    values: dict[str, tuple[str, Any]] = {}
+    try:
+        for pause in due:
+            key = tokens.get(pause.path)
+            if key is None:
+                continue
+            if pause.expires_at is None or (pause.wake_at is not None and pause.wake_at <= now):
+                values[key] = (key, None)
+                continue
+            element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
+            expire = getattr(element, "expire", None)
+            if expire is None:
+                continue
+            expiry = expire()
+            if expiry.error is not None:
+                error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
+                                  retryable=True, attempts=1)
+                return settle(prepare(core, key, None, False, trigger="timeout", failure=error))
+            values[key] = (key, expiry.value)
+        if not values:
+            return None
+        outcomes = settle_many(resume_keys(core, values, trigger="timer"))
+    except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+        return None  # resumed, cancelled or fired by someone else first
+    return outcomes[0] if outcomes else None
+
+
+def settle_many(result: Any) -> list[Outcome]:
+    """A list of outcomes, or the awaitable's, driven on a private loop (see settle)."""
+    if not is_awaitable(result):
+        return result
+    return settle(result)
 
 
 def hand_back(core: Core, session_id: str) -> bool:

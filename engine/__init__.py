@@ -3,7 +3,7 @@
 Plain generators only: this package never imports asyncio, msgpack, or the other layers.
 """
 
-from .containers import Branch, ForEach, Graph, Loop
+from .containers import Branch, ForEach, Graph, Loop, Parallel
 from .context import Context, Scope
 from .element import Element, Route
 from .errors import (
@@ -55,6 +55,7 @@ __all__ = [
     "InvalidResumeValue",
     "Ledger",
     "Loop",
+    "Parallel",
     "NodeFailure",
     "NotSerializable",
     "Pause",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .containers import Branch, ForEach, Graph, Loop
+from .containers import Branch, ForEach, Graph, Loop, Parallel
 from .element import Element
 from .errors import InvalidResumeValue
 from .flow import Flow
@@ -51,14 +51,9 @@ def inconsistency(flow: Flow, state: SessionState) -> str | None:
     # Paths are compared with ==, never hashed: a tampered one may hold anything.
     base: Path = ()
     current: Element | None = body[done] if done < len(body) else None
-    last: ContainerFrame | None = None
-    for frame in state.container_stack:
-        problem = _misplaced(frame, base, current, last)
-        if problem is None:
-            problem, base, current = _inside(current, frame)  # type: ignore[arg-type]
-        if problem is not None:
-            return f"the {frame.kind} frame at {_show(frame.path)}: {problem}"
-        last = frame
+    problem, base, current, last = _walk(state.container_stack, base, current, None)
+    if problem is not None:
+        return problem
     # A Gate, Wait or Sleep in progress completes with the first value it was resumed with.
     values = state.resume_values
     if values and isinstance(current, _Waiting):
@@ -78,13 +73,66 @@ def inconsistency(flow: Flow, state: SessionState) -> str | None:
         places.append(last.path)
         if not last.started:
             places.append(base)
+    inside = last.path if last is not None and last.lanes is not None else None
     for what, record in (("waits", state.pause), ("failed", state.error)):
-        if record is not None and record.path not in places:  # by ==: nothing is hashed
-            at = record.path
-            if not _is_path(at):
-                return f"the run {what} at {at!r}, not a tuple of names and indexes"
-            stands = " or ".join(sorted(_show(p) for p in places if p))
-            return f"the run {what} at {_show(at)}, but stands at {stands or 'the root'}"
+        if record is None or record.path in places:  # by ==: nothing is hashed
+            continue
+        if inside is not None and _is_path(record.path) and record.path[: len(inside)] == inside:
+            continue  # in a lane of the concurrent container in progress (checked above)
+        at = record.path
+        if not _is_path(at):
+            return f"the run {what} at {at!r}, not a tuple of names and indexes"
+        stands = " or ".join(sorted(_show(p) for p in places if p))
+        return f"the run {what} at {_show(at)}, but stands at {stands or 'the root'}"
+    return None
+
+
+def _walk(
+    stack: tuple[ContainerFrame, ...],
+    base: Path,
+    current: Element | None,
+    last: ContainerFrame | None,
+) -> tuple[str | None, Path, Element | None, ContainerFrame | None]:
+    """Check each frame of `stack` in turn (see `inconsistency`); a concurrent container's frame
+    has its lanes checked, each against its body, with the lane's own stack."""
+    for frame in stack:
+        problem = _misplaced(frame, base, current, last)
+        if problem is None and frame.lanes is not None:
+            problem = _lanes(current, frame)  # type: ignore[arg-type]
+            if problem is None:
+                return None, frame.path, None, frame
+        if problem is None:
+            problem, base, current = _inside(current, frame)  # type: ignore[arg-type]
+        if problem is not None:
+            return f"the {frame.kind} frame at {_show(frame.path)}: {problem}", (), None, None
+        last = frame
+    return None, base, current, last
+
+
+def _lanes(element: Element, frame: ContainerFrame) -> str | None:
+    """Why the lanes of a concurrent container's `frame` do not fit `element`, or None."""
+    if not isinstance(element, ForEach | Parallel) or getattr(element, "concurrency", 1) == 1:
+        return "the flow has no concurrent container there"
+    if type(frame.lanes) is not dict:
+        return f"its lanes are {frame.lanes!r}, not a map"
+    size = frame.size or 0
+    for name, lane in frame.lanes.items():
+        if isinstance(element, Parallel):
+            if name not in element.branches:
+                return f"its lane {name!r} names no branch of {sorted(element.branches)}"
+            body = element.branches[name]
+        else:
+            if type(name) is not int or not 0 <= name < min(size, frame.iteration):
+                return f"its lane {name!r} is no iteration begun of its {size} items"
+            body = element.body
+        if type(lane) is not ContainerFrame or lane.path != frame.path + (name,):
+            return f"its lane {name!r} is not a lane at {_show(frame.path + (name,))}"
+        if not 0 <= lane.child <= len(body):
+            return f"lane {name!r}: child {lane.child} is past the end of its body"
+        current = body[lane.child] if lane.child < len(body) else None
+        problem, *_ = _walk(lane.stack, lane.path, current, None)
+        if problem is not None:
+            return f"lane {name!r}: {problem}"
     return None
 
 

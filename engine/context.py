@@ -7,6 +7,8 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .execution import Execution
+from .lanes import chain_of
+from .state import SessionState
 from .values import IMMUTABLE
 
 
@@ -47,15 +49,32 @@ class Interrupted(BaseException):  # noqa: N818 - a control signal, not an error
 class Outputs(Mapping[str, Any]):
     """`ctx.outputs`: the latest output of a completed element by name, innermost scope first."""
 
-    __slots__ = ("_ex",)
+    __slots__ = ("_ex", "_path")
 
-    def __init__(self, ex: Execution) -> None:
+    def __init__(self, ex: Execution, path: tuple[Any, ...] = ()) -> None:
         self._ex = ex
+        #: Where the reader stands: inside a concurrent container, the outputs of its own
+        #: lane (its iteration's earlier elements) come first, never a sibling lane's.
+        self._path = path
 
     def _scopes(self) -> list[Mapping[str, Any]]:
+        """The output dicts to look names up in, innermost first."""
         state = self._ex.state
-        scopes: list[Mapping[str, Any]] = [f.child_outputs for f in reversed(state.container_stack)]
-        scopes.append(state.outputs)
+        if not self._ex.lanes:
+            scopes: list[Mapping[str, Any]] = [
+                f.child_outputs for f in reversed(state.container_stack)
+            ]
+            scopes.append(state.outputs)
+            return scopes
+        scopes = []
+        for scope in chain_of(state, self._path):
+            if type(scope) is SessionState:
+                stack, own = scope.container_stack, scope.outputs
+            else:
+                stack, own = scope.stack, scope.child_outputs
+            inner = [f.child_outputs for f in stack if f.lanes is None]
+            inner.reverse()
+            scopes[:0] = inner + [own]  # outer scopes after inner ones
         return scopes
 
     def __getitem__(self, name: str) -> Any:
@@ -73,6 +92,11 @@ class Outputs(Mapping[str, Any]):
     def lookup(self, name: str) -> Any:
         """The output itself, as the session holds it: for the engine, never for user code."""
         state = self._ex.state
+        if self._ex.lanes:
+            for outputs in self._scopes():
+                if name in outputs:
+                    return outputs[name]
+            raise KeyError(name)
         for frame in reversed(state.container_stack):
             if name in frame.child_outputs:
                 return frame.child_outputs[name]
@@ -212,7 +236,7 @@ class Context:
 
     @property
     def outputs(self) -> Outputs:
-        return Outputs(self._ex)
+        return Outputs(self._ex, self.path)
 
     @property
     def state(self) -> SharedState:
@@ -244,7 +268,7 @@ class Context:
         """
         number = self._interrupts
         self._interrupts += 1
-        values = self._ex.state.resume_values
+        values = self._ex.scope(self.path).resume_values
         if number < len(values):
             value = values[number]
             return value if type(value) in IMMUTABLE else self._ex.copy(value)

@@ -33,6 +33,9 @@ class Element:
 
     kind: str = "element"
     name: str
+    #: Whether the labels of `_bodies()` are part of the paths of the elements in them (a
+    #: Parallel's branch names are; a Branch's "then"/"otherwise" are not).
+    labelled: bool = False
 
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope

@@ -44,16 +44,28 @@ class UnknownSession(TarryError):
 class UnknownToken(TarryError):
     """The token was never issued by this store (or its session was deleted)."""
 
-    def __init__(self) -> None:
-        super().__init__("unknown resume token")
+    def __init__(self, token: str | None = None) -> None:
+        #: The token refused, when one of several was (`resume_many`): shortened, so that an
+        #: error message never carries a whole live token.
+        self.token = token
+        super().__init__("unknown resume token" + _naming(token))
 
 
 class TokenAlreadyUsed(TarryError):
     """The token was consumed already; tokens are single-use."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, token: str | None = None) -> None:
         self.session_id = session_id
-        super().__init__(f"resume token of session {session_id!r} was already used")
+        self.token = token
+        super().__init__(f"resume token{_naming(token)} of session {session_id!r} was already used")
+
+
+def _naming(token: str | None) -> str:
+    """' tk_AbCdEf…' for a token named in a message: enough to tell which, never all of it."""
+    if token is None:
+        return ""
+    shown = token[:10] + "…" if len(token) > 10 else token
+    return f" {shown!r}"
 
 
 class SecretRequired(TarryError):

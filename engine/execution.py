@@ -15,8 +15,9 @@ from typing import Any, Protocol
 from .bounds import UNBOUNDED, Bounds
 from .errors import PayloadTooLarge
 from .events import Event, new_event
+from .lanes import frames, scope_of
 from .reducer import apply, own
-from .state import ContainerFrame, SessionState
+from .state import LANE, ContainerFrame, SessionState
 from .values import deep_copy, take_copy
 
 
@@ -43,7 +44,8 @@ class Execution:
 
     __slots__ = (
         "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
-        "bounds", "room", "out_value", "out_size", "stop", "listener", "retry",
+        "bounds", "room", "out_value", "out_size", "stop", "listener", "retry", "lanes",
+        "pooled",
     )
 
     def __init__(
@@ -69,7 +71,7 @@ class Execution:
         self.log: list[Event] = []
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
-            frame.path: frame for frame in self.state.container_stack
+            frame.path: frame for frame in frames(self.state.container_stack) if frame.kind != LANE
         }
         self.ledger = ledger
         #: take(value, where) -> (private copy, encoded size): what a value entering the session
@@ -91,6 +93,19 @@ class Execution:
         self.listener = listener
         #: The retry policy of steps that have none of their own (the Runtime's default).
         self.retry = retry
+        #: How many concurrent containers are in progress: while none is, the state's own
+        #: fields are the scope of every node (see `scope`).
+        self.lanes = 0
+        #: True while a concurrent container steps one of its lanes: a sync step then hands
+        #: its call to the container's thread pool (`Offload`) instead of calling it in place.
+        self.pooled = False
+
+    def scope(self, path: tuple[Any, ...]) -> Any:
+        """Where the node at `path` keeps its resume values, retry count and pause: the state,
+        or the lane of a concurrent container that `path` lies in (see engine/lanes.py)."""
+        if not self.lanes:
+            return self.state
+        return scope_of(self.state, path)
 
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> Event:
         """Record one event: fold it into the live state and keep it for the driver."""

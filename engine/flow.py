@@ -38,8 +38,9 @@ class Flow:
         for element in body:
             key = base + (element.name,)
             self._index[key] = element
-            for _label, child_body in element._bodies():
-                self._build_index(child_body, key)
+            for label, child_body in element._bodies():
+                # A Parallel's branch name is part of its elements' paths.
+                self._build_index(child_body, key + (label,) if element.labelled else key)
 
     def find(self, path: tuple[Any, ...]) -> Element | None:
         """The element at a run path (iteration indexes are ignored), or None."""

@@ -16,6 +16,7 @@ from . import events as ev
 from .events import Event
 from .state import (
     CONTAINER_KINDS,
+    LANE,
     ContainerFrame,
     ErrorInfo,
     PauseState,
@@ -50,7 +51,7 @@ def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> Sessio
     values.py), the rest of a state handed to a run is the run's own or cannot change."""
     live = _copy(state)
     fields = live.__dict__
-    fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"]))
+    fields["container_stack"] = tuple(_own_frame(frame, copy) for frame in fields["container_stack"])
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])
@@ -59,20 +60,59 @@ def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> Sessio
     return live
 
 
-def _own_frame(frame: ContainerFrame) -> ContainerFrame:
-    copy = _copy(frame)
-    copy.__dict__["child_outputs"] = dict(frame.child_outputs)
-    return copy
+def _own_frame(frame: ContainerFrame, copy: Callable[[Any], Any] | None) -> ContainerFrame:
+    mine = _copy(frame)
+    fields = mine.__dict__
+    fields["child_outputs"] = dict(frame.child_outputs)
+    lanes = frame.lanes
+    if lanes is not None:
+        fields["lanes"] = {name: _own_frame(lane, copy) for name, lane in lanes.items()}
+        if frame.stack:
+            fields["stack"] = tuple(_own_frame(f, copy) for f in frame.stack)
+    elif frame.stack:
+        fields["stack"] = tuple(_own_frame(f, copy) for f in frame.stack)
+    if copy is not None and frame.resume_values:
+        fields["resume_values"] = tuple(map(copy, frame.resume_values))
+    return mine
 
 
-def _top(fields: Fields, owned: bool) -> Fields:
-    """The fields of the state's innermost frame, to change: those of the frame itself when
-    `owned`, else of a copy that replaces it in the state (itself a copy)."""
-    stack = fields["container_stack"]
+def _scope(fields: Fields, path: tuple[Any, ...], owned: bool) -> tuple[Fields, str]:
+    """The fields of the scope that records the events at `path`, and the name of its stack
+    field: the state's own (`container_stack`), or, when `path` lies in an iteration of a
+    concurrent container, the innermost such lane's (`stack`; see engine/lanes.py). Not
+    `owned`: the frames and lane dicts on the way are copied first (the state is a copy)."""
+    key = "container_stack"
+    scope = fields
+    while True:
+        stack = scope[key]
+        if not stack:
+            return scope, key
+        top = stack[-1]
+        lanes = top.lanes
+        if lanes is None:
+            return scope, key
+        n = len(top.path)
+        if len(path) <= n:
+            return scope, key
+        lane = lanes.get(path[n])
+        if lane is None:
+            return scope, key
+        if not owned:
+            top = _copy(top)
+            scope[key] = stack[:-1] + (top,)
+            lanes = top.__dict__["lanes"] = dict(lanes)
+            lane = lanes[path[n]] = _copy(lane)
+        scope, key = lane.__dict__, "stack"
+
+
+def _top(scope: Fields, key: str, owned: bool) -> Fields:
+    """The fields of the scope's innermost frame, to change: those of the frame itself when
+    `owned`, else of a copy that replaces it in the scope (itself a copy)."""
+    stack = scope[key]
     top = stack[-1]
     if not owned:
         top = _copy(top)
-        fields["container_stack"] = stack[:-1] + (top,)
+        scope[key] = stack[:-1] + (top,)
     return top.__dict__
 
 
@@ -86,13 +126,14 @@ def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
     record its output in the innermost open scope."""
     data = event.data
     path = event.path
-    stack = fields["container_stack"]
+    scope, key = _scope(fields, path, owned)
+    stack = scope[key]
     if stack and stack[-1].path == path:
-        stack = fields["container_stack"] = stack[:-1]
+        stack = scope[key] = stack[:-1]
     if "state" in data or "metrics" in data or "state_deleted" in data:
         _merge_effects(fields, data, owned)
     if stack:
-        top = _top(fields, owned)
+        top = _top(scope, key, owned)
         outs = top["child_outputs"]
         if not owned:
             outs = top["child_outputs"] = dict(outs)
@@ -100,15 +141,21 @@ def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
         top["child"] += 1
         if top["kind"] == "graph":
             top["action"] = data.get("action", "default")
-    else:
+    elif scope is fields:
         outs = fields["outputs"]
         if not owned:
             outs = fields["outputs"] = dict(outs)
         outs[path[-1]] = data.get("output")
-    if fields["resume_values"]:
-        fields["resume_values"] = ()  # the values were for this element
-    if fields["retries"]:
-        fields["retries"] = 0
+    else:  # a lane's own body: the lane records it
+        outs = scope["child_outputs"]
+        if not owned:
+            outs = scope["child_outputs"] = dict(outs)
+        outs[path[-1]] = data.get("output")
+        scope["child"] += 1
+    if scope["resume_values"]:
+        scope["resume_values"] = ()  # the values were for this element
+    if scope["retries"]:
+        scope["retries"] = 0
 
 
 def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
@@ -130,18 +177,36 @@ def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
 
 
 def _node_started(fields: Fields, event: Event, owned: bool) -> None:
-    """A step starts: nothing moves. A container starts: open its frame."""
-    kind = event.data.get("kind")
+    """A step starts: nothing moves. A container starts: open its frame (with lanes when it
+    runs its iterations concurrently)."""
+    data = event.data
+    kind = data.get("kind")
     if kind in CONTAINER_KINDS:
         path = event.path
-        frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=event.data.get("size"))
-        fields["container_stack"] = fields["container_stack"] + (_copy(frame),)
+        scope, key = _scope(fields, path, owned)
+        frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=data.get("size"))
+        if kind == "parallel" or data.get("concurrency", 1) != 1:
+            frame.__dict__["lanes"] = {}
+        scope[key] = scope[key] + (_copy(frame),)
 
 
 def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
     data = event.data
-    top = _top(fields, owned)
+    scope, key = _scope(fields, event.path, owned)
+    top = _top(scope, key, owned)
     kind = top["kind"]
+    lanes = top["lanes"]
+    if lanes is not None:  # a concurrent container: the iteration gets a lane of its own
+        index = data["index"]
+        name = data["item"] if kind == "parallel" else index
+        if not owned:
+            lanes = top["lanes"] = dict(lanes)
+        path = event.path + (name,)
+        lane = ContainerFrame(node=str(name), kind=LANE, path=path, started=True)
+        lanes[name] = _copy(lane)
+        if index >= top["iteration"]:
+            top["iteration"] = index + 1
+        return
     top["iteration"] = data["index"]
     top["child"] = 0
     top["started"] = True
@@ -154,8 +219,22 @@ def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
 
 def _iteration_completed(fields: Fields, event: Event, owned: bool) -> None:
     data = event.data
-    top = _top(fields, owned)
+    scope, key = _scope(fields, event.path, owned)
+    top = _top(scope, key, owned)
     kind = top["kind"]
+    lanes = top["lanes"]
+    if lanes is not None:  # its lane ends; a Parallel keeps the branch's output by name
+        name = data["item"] if kind == "parallel" else data["index"]
+        if not owned:
+            lanes = top["lanes"] = dict(lanes)
+        lanes.pop(name, None)
+        top["completed_iterations"] += 1
+        if kind == "parallel":
+            outs = top["child_outputs"]
+            if not owned:
+                outs = top["child_outputs"] = dict(outs)
+            outs[name] = data.get("output")
+        return
     top["iteration"] = data["index"] + 1
     top["completed_iterations"] += 1
     top["child"] = 0
@@ -173,7 +252,8 @@ def _node_failed(fields: Fields, event: Event, owned: bool) -> None:
 
 
 def _node_retrying(fields: Fields, event: Event, owned: bool) -> None:
-    fields["retries"] = event.data["attempt"]
+    scope, _ = _scope(fields, event.path, owned)
+    scope["retries"] = event.data["attempt"]
 
 
 def _run_started(fields: Fields, event: Event, owned: bool) -> None:
@@ -185,9 +265,12 @@ def _run_started(fields: Fields, event: Event, owned: bool) -> None:
 
 
 def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
+    """The session waits (or, for a lane of a concurrent container, one more of its waits is
+    recorded: in that lane)."""
     data = event.data
     fields["status"] = "paused"
-    fields["pause"] = PauseState(
+    scope, _ = _scope(fields, event.path, owned)
+    scope["pause"] = PauseState(
         kind=data["kind"],
         reason=data.get("reason", ""),
         path=event.path,
@@ -199,8 +282,13 @@ def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
 
 
 def _run_resumed(fields: Fields, event: Event, owned: bool) -> None:
+    """The session runs again: the wait at the event's path (the state's own, or a lane's)
+    ends, and its node gets the value."""
+    scope, _ = _scope(fields, event.path, owned)
     if "value" in event.data:
-        fields["resume_values"] = fields["resume_values"] + (event.data["value"],)
+        scope["resume_values"] = scope["resume_values"] + (event.data["value"],)
+    if scope is not fields:
+        scope["pause"] = None
     fields["status"] = "running"
     fields["pause"] = None
     fields["error"] = None
@@ -219,6 +307,8 @@ def _run_failed(fields: Fields, event: Event, owned: bool) -> None:
     fields["pause"] = None
     # A resume of the failed session starts the failed step's attempts afresh.
     fields["retries"] = 0
+    scope, _ = _scope(fields, fields["error"].path, owned)
+    scope["retries"] = 0
 
 
 def _run_cancelled(fields: Fields, event: Event, owned: bool) -> None:

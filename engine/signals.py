@@ -57,3 +57,31 @@ class Backoff:
     """
 
     seconds: float
+
+
+@attrs.frozen(slots=True)
+class Offload:
+    """A sync step of a concurrent container's lane: `fn(ctx)` is to run on the container's
+    thread pool (the container submits it; it never reaches the driver)."""
+
+    fn: Any
+    ctx: Any
+
+
+@attrs.frozen(slots=True)
+class Select:
+    """A concurrent container waits for any of `items` to finish: awaitables (async steps) and
+    `concurrent.futures.Future`s (sync steps on its thread pool). The driver answers with a
+    list of `(position in items, succeeded, value or exception)`, one per item that finished
+    (at least one). With no awaitable among them, a sync run waits for the futures in place."""
+
+    items: tuple[Any, ...]
+
+
+@attrs.frozen(slots=True)
+class PauseMany:
+    """Every lane of a concurrent container that can still go on waits: the run pauses with
+    `pauses`, the waits that began in this drive (earlier ones keep theirs and their tokens).
+    Empty when the only waits left began in an earlier drive."""
+
+    pauses: tuple[Pause, ...]

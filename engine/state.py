@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
-CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph"})
+CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph", "parallel"})
+#: The kind of the frame of one in-flight iteration (or branch) of a concurrent container.
+LANE = "lane"
 STATUSES = ("running", "paused", "completed", "failed", "cancelled")
 
 
@@ -23,6 +25,14 @@ class ContainerFrame:
     in the body, of the element in progress or next. `size` is a ForEach's item count,
     `last_output` the previous iteration's output, `action` the route a Graph node returned. A frame never holds a ForEach's items or
     results: those live out of line in the store, so a frame stays small however long the loop.
+
+    A concurrent container (`ForEach(concurrency=N)` with N != 1, `Parallel`) has `lanes`: one
+    frame of kind "lane" per in-flight or waiting iteration (by index) or branch (by name);
+    `iteration` is then the next index to start. A lane keeps its own position (`child`,
+    `child_outputs`, `started`), the frames of the containers in progress inside it (`stack`,
+    outermost first), the wait it is in (`pause`), and the `resume_values` and `retries` of
+    its node in progress — what the session's own fields hold for a sequential run. Lanes end
+    when their iteration completes: `lanes` holds what is in flight or waiting, never more.
     """
 
     node: str
@@ -37,6 +47,11 @@ class ContainerFrame:
     size: int | None = None
     last_output: Any = None
     action: str | None = None
+    lanes: dict[Any, ContainerFrame] | None = None
+    stack: tuple[ContainerFrame, ...] = ()
+    pause: PauseState | None = None
+    resume_values: tuple[Any, ...] = ()
+    retries: int = 0
 
 
 @attrs.frozen(slots=True)

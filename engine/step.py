@@ -14,7 +14,7 @@ from .errors import InvalidFlow, NotSerializable
 from .execution import Execution
 from .failure import admit, fail
 from .retry import Retry
-from .signals import Await, Backoff, Pause
+from .signals import Await, Backoff, Offload, Pause
 from .values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
@@ -54,6 +54,9 @@ class Step(Element):
             msg = f"step timeout must be a positive number of seconds (got {timeout!r})"
             raise InvalidFlow(msg)
         self.timeout = timeout
+        #: An `async def` (or a callable object whose `__call__` is one): called in place even
+        #: in a concurrent lane, and awaited; a sync step of a lane runs on the pool.
+        self.is_async = _is_async(fn)
         #: What an output's entry takes in the state besides the output (see bounds.py).
         self._entry = ENTRY_BYTES + len(self.name)
 
@@ -65,12 +68,22 @@ class Step(Element):
     ) -> Generator[Signal, Any, Any]:
         ex.emit(ev.NODE_STARTED, path, _STARTED)
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
-        attempt = ex.state.retries + 1
+        attempt = ex.scope(path).retries + 1
         make = Context if type(prev) in IMMUTABLE else CopyingContext  # see CopyingContext
         while True:
             ctx = make(ex, path, prev, scope, attempt)
             try:
-                result = self.fn(ctx)
+                if ex.pooled and not self.is_async:  # a concurrent lane: on the pool
+                    result = yield Offload(self.fn, ctx)
+                    if type(result) not in _PLAIN and is_awaitable(result):
+                        _close(result)
+                        msg = (
+                            f"step {self.name!r} is sync but returned an awaitable from a pool "
+                            f"thread of a concurrent container; make it `async def`"
+                        )
+                        raise InvalidFlow(msg)
+                else:
+                    result = self.fn(ctx)
                 if type(result) not in _PLAIN and is_awaitable(result):
                     result = yield Await(result, self.timeout)
             except Interrupted as signal:
@@ -146,6 +159,21 @@ class Step(Element):
         if delay > 0:
             yield Backoff(delay)
             ex.at = None  # the back-off took its time
+
+
+def _is_async(fn: Any) -> bool:
+    import inspect  # at flow definition only
+
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object's own method
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _close(awaitable: Any) -> None:
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()  # a coroutine never awaited: no "never awaited" warning
 
 
 def step(

@@ -62,7 +62,7 @@ class _Waiting(Element):
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
         ex.emit(ev.NODE_STARTED, path, {"kind": self.kind})
-        values = ex.state.resume_values
+        values = ex.scope(path).resume_values
         if not values:
             yield self._pause(ex, path)
             msg = "a paused element was sent a value; resume builds a new run instead"

@@ -51,7 +51,7 @@ def state_to_data(state: SessionState) -> Data:
 
 def frame_to_data(frame: ContainerFrame) -> Data:
     f = frame.__dict__
-    return {
+    data = {
         "node": f["node"],
         "kind": f["kind"],
         "path": list(f["path"]),
@@ -65,6 +65,20 @@ def frame_to_data(frame: ContainerFrame) -> Data:
         "last_output": f["last_output"],
         "action": f["action"],
     }
+    # A concurrent container's lanes, and what a lane holds: written only when there is some,
+    # so the frame of a sequential container is what it always was.
+    lanes = f.get("lanes")
+    if lanes is not None:
+        data["lanes"] = [[name, frame_to_data(lane)] for name, lane in lanes.items()]
+    if f.get("stack"):
+        data["stack"] = [frame_to_data(frame) for frame in f["stack"]]
+    if f.get("pause") is not None:
+        data["pause"] = pause_to_data(f["pause"])
+    if f.get("resume_values"):
+        data["resume_values"] = list(f["resume_values"])
+    if f.get("retries"):
+        data["retries"] = f["retries"]
+    return data
 
 
 def pause_to_data(pause: PauseState) -> Data:
@@ -198,7 +212,30 @@ def frame_from_data(o: Any) -> ContainerFrame:
         "size": _int(o, "size", None),
         "last_output": o.get("last_output"),
         "action": _text(o, "action", None),
+        "lanes": None,
+        "stack": (),
+        "pause": None,
+        "resume_values": (),
+        "retries": 0,
     }
+    if "lanes" in o:
+        lanes = {}
+        for entry in _array(o, "lanes"):
+            if (type(entry) is not list and type(entry) is not tuple) or len(entry) != 2:
+                raise _bad("a lane", "a [name, frame] pair", entry)
+            name = entry[0]
+            if type(name) is not int and type(name) is not str:
+                raise _bad("a lane's name", "an int or text", name)
+            lanes[name] = frame_from_data(entry[1])
+        fields["lanes"] = lanes
+    if "stack" in o:
+        fields["stack"] = tuple(frame_from_data(f) for f in _array(o, "stack"))
+    if o.get("pause") is not None:
+        fields["pause"] = pause_from_data(o["pause"])
+    if "resume_values" in o:
+        fields["resume_values"] = tuple(_array(o, "resume_values"))
+    if "retries" in o:
+        fields["retries"] = _int(o, "retries")
     return from_fields(ContainerFrame, fields)
 
 

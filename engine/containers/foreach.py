@@ -14,6 +14,7 @@ from ..execution import Execution
 from ..failure import admit, check_gathered, completed, fail
 from ..signals import Checkpoint
 from ._callables import evaluate
+from .inflight import check_concurrency, run_concurrently
 
 
 class ForEach(Element):
@@ -26,8 +27,16 @@ class ForEach(Element):
 
     kind = "foreach"
 
-    def __init__(self, name: str, items: list[Any] | str | Callable[..., Iterable[Any]], body: Any):
+    def __init__(
+        self,
+        name: str,
+        items: list[Any] | str | Callable[..., Iterable[Any]],
+        body: Any,
+        *,
+        concurrency: int | None = 1,
+    ):
         self.name = check_name(name, "ForEach")
+        self.concurrency = check_concurrency(concurrency, f"ForEach {name!r}")
         if not (isinstance(items, list | tuple | str) or callable(items)):
             msg = f"ForEach {name!r}: items must be a list, an output name or a callable (got {items!r})"
             raise InvalidFlow(msg)
@@ -43,7 +52,7 @@ class ForEach(Element):
         source = self.items
         if isinstance(source, str):
             try:
-                value = Outputs(ex).lookup(source)
+                value = Outputs(ex, path).lookup(source)
             except KeyError:
                 exc = InvalidFlow(f"ForEach {self.name!r}: no completed output named {source!r}")
                 raise fail(ex, path, exc) from None
@@ -62,9 +71,16 @@ class ForEach(Element):
             raise fail(ex, path, exc) from exc
         return items
 
+    def _describe(self) -> tuple[Any, ...]:
+        described = super()._describe()
+        # A sequential ForEach keeps the fingerprint it always had.
+        return described if self.concurrency == 1 else described + (("concurrency", self.concurrency),)
+
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
+        if self.concurrency != 1:
+            return (yield from run_concurrently(self, ex, path, prev, scope))
         frame = ex.take_frame(path)
         body = self.body
         items: list[Any] | None

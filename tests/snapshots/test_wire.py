@@ -30,6 +30,17 @@ def cattrs_converter() -> Any:
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     conv.register_unstructure_hook(dt.datetime, lambda v: v)
     conv.register_structure_hook(dt.datetime, lambda v, _: v)
+    # The fields a frame gained for concurrent containers are written only when set (a
+    # sequential frame reads and writes as it always did): cattrs' hook without them.
+    from cattrs.gen import make_dict_unstructure_fn, override
+
+    lane_fields = ("lanes", "stack", "pause", "resume_values", "retries")
+    conv.register_unstructure_hook(
+        ContainerFrame,
+        make_dict_unstructure_fn(
+            ContainerFrame, conv, **{name: override(omit=True) for name in lane_fields}
+        ),
+    )
     return conv
 
 

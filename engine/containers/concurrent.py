@@ -1,0 +1,185 @@
+"""Many iterations in flight: the multiplexer behind `ForEach(concurrency=N)` and `Parallel`.
+
+A concurrent container stays one generator. It holds one child generator per lane (an
+iteration in flight) and steps each until it yields; what the lanes need is gathered into one
+signal for the driver, and each answer goes back to the lane that asked:
+
+- an async step's awaitable and a sync step's call (run on the container's thread pool of at
+  most N threads) become one `Select` of everything in flight; the driver answers with what
+  finished, and the lanes it belongs to go on;
+- a lane that pauses waits; its siblings go on. When nothing can go on, the container yields
+  `PauseMany` with the waits that began here (each gets its own token);
+- a lane that stops at a checkpoint (an abort) stays where it is; no new lane starts, the
+  others finish their step; then the container stops at its own checkpoint;
+- a lane that fails: no new lane starts, the others finish the step they are in (every
+  checkpoint then stops them), and the failure goes up.
+
+The driver stays one pump: only the container knows that several children exist. A nested
+concurrent container's `Select` or `PauseMany` reaches the outer one through its lane and is
+merged into the outer one's.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any
+
+from ..execution import Execution
+from ..failure import NodeFailure
+from ..signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
+
+Signal = Any
+Lane = tuple[Any, Generator[Signal, Any, Any]]
+
+#: `start()` says so when a checkpoint before a new lane stops the run (an abort).
+STOP = object()
+#: The pool of a container with no bound on its concurrency (`None`) has this many threads.
+MAX_THREADS = 64
+
+
+def _call(fn: Callable[[Any], Any], ctx: Any) -> Any:
+    return fn(ctx)
+
+
+def _stop_all(path: tuple[Any, ...]) -> bool:
+    return True
+
+
+async def _timed(awaitable: Any, timeout: float) -> Any:
+    import asyncio
+
+    return await asyncio.wait_for(awaitable, timeout)
+
+
+def multiplex(
+    ex: Execution,
+    path: tuple[Any, ...],
+    concurrency: int | None,
+    start: Callable[[], Lane | object | None],
+    done: Callable[[Any, Any], None],
+    restored: list[Lane],
+    waiting: list[Any],
+) -> Generator[Signal, Any, None]:
+    """Run lanes until every one has completed; `start()` makes the next new lane (None when
+    there are no more, STOP when the run stops before it), `done(name, output)` records one
+    that completed. `restored`: the lanes of a resumed container that go on; `waiting`: the
+    names of its lanes that still wait (from an earlier drive). Returns when all are done."""
+    gens: dict[Any, Generator[Signal, Any, Any]] = {}
+    ready: deque[tuple[Any, Any, BaseException | None]] = deque()
+    for name, gen in restored:
+        gens[name] = gen
+        ready.append((name, None, None))
+    old = set(waiting)
+    new: dict[Any, tuple[Pause, ...]] = {}
+    stopped: set[Any] = set()
+    pending: dict[Any, tuple[bool, list[Any]]] = {}
+    failure: NodeFailure | None = None
+    stopping = exhausted = False
+    pool = None
+    stop = ex.stop
+    ex.lanes += 1
+    try:
+        while True:
+            while not (exhausted or stopping or failure) and (
+                concurrency is None or len(gens) + len(old) + len(new) + len(stopped) < concurrency
+            ):
+                lane = start()
+                if lane is None:
+                    exhausted = True
+                elif lane is STOP:
+                    stopping = True
+                else:
+                    name, gen = lane  # type: ignore[misc]
+                    gens[name] = gen
+                    ready.append((name, None, None))
+            if ready:
+                name, value, exc = ready.popleft()
+                gen = gens[name]
+                outer, ex.pooled = ex.pooled, True
+                try:
+                    signal = gen.send(value) if exc is None else gen.throw(exc)
+                except StopIteration as finished:
+                    del gens[name]
+                    try:
+                        done(name, finished.value)
+                    except NodeFailure as exc_:
+                        failure = failure or exc_
+                        ex.stop = _stop_all
+                    continue
+                except NodeFailure as exc_:
+                    del gens[name]
+                    failure = failure or exc_
+                    ex.stop = _stop_all  # the others stop at their next checkpoint
+                    continue
+                finally:
+                    ex.pooled = outer
+                kind = type(signal)
+                if kind is Offload:
+                    if pool is None:
+                        from concurrent.futures import ThreadPoolExecutor
+
+                        pool = ThreadPoolExecutor(
+                            max_workers=concurrency or MAX_THREADS, thread_name_prefix="tarry"
+                        )
+                    pending[name] = (True, [pool.submit(_call, signal.fn, signal.ctx)])
+                elif kind is Await:
+                    item = signal.awaitable
+                    if signal.timeout is not None:
+                        item = _timed(item, signal.timeout)
+                    pending[name] = (True, [item])
+                elif kind is Select:
+                    pending[name] = (False, list(signal.items))
+                elif kind is Pause:
+                    del gens[name]
+                    new[name] = (signal,)
+                elif kind is PauseMany:
+                    del gens[name]
+                    new[name] = signal.pauses
+                elif kind is Checkpoint:
+                    del gens[name]
+                    stopped.add(name)
+                elif kind is Backoff:  # a short back-off: waited in place, for all lanes
+                    yield signal
+                    ready.append((name, None, None))
+                else:
+                    ready.append((name, (yield signal), None))  # nothing else is expected
+                continue
+            if pending:
+                items: list[Any] = []
+                owners: list[tuple[Any, int]] = []
+                for name, (_, asked) in pending.items():
+                    for i, item in enumerate(asked):
+                        items.append(item)
+                        owners.append((name, i))
+                answers = yield Select(tuple(items))
+                got: dict[Any, list[tuple[int, bool, Any]]] = {}
+                for position, ok, value in answers:
+                    name, i = owners[position]
+                    got.setdefault(name, []).append((i, ok, value))
+                for name, mine in got.items():
+                    one, _ = pending.pop(name)
+                    if one:
+                        _, ok, value = mine[0]
+                        ready.append((name, value, None) if ok else (name, None, value))
+                    else:  # a nested container: it asks again for what is left
+                        ready.append((name, mine, None))
+                continue
+            break
+    finally:
+        ex.lanes -= 1
+        ex.stop = stop
+        if pool is not None:
+            pool.shutdown(wait=False)
+    if failure is not None:
+        raise failure
+    if stopping or stopped:
+        # In-flight lanes finished their step; the run stops here, and a resume goes on with
+        # every lane that does not wait.
+        yield Checkpoint(path)
+        msg = "a stopped container was sent a value; resume builds a new run instead"
+        raise RuntimeError(msg)
+    if new or old:
+        yield PauseMany(tuple(p for pauses in new.values() for p in pauses))
+        msg = "a paused container was sent a value; resume builds a new run instead"
+        raise RuntimeError(msg)
