@@ -457,3 +457,49 @@ def test_step_durability_and_recover_inside_concurrent_iterations(store: Any) ->
         assert ran.count(item) == (1 if item in stored else ran.count(item))
         assert ran.count(item) <= 2  # at most the steps in flight ran again
     consistent(other, sid)
+
+
+def test_skip_a_failed_branch_and_go_on(store: Any) -> None:
+    def work(ctx: Any) -> int:
+        if ctx.item == 1:
+            raise ValueError("no")
+        return ctx.item
+
+    rt = Runtime(store=store)
+    out = rt.run(Flow("skip", [ForEach("fe", [0, 1, 2, 3], work, concurrency=2)]))
+    assert out.failed and out.error.path == ("fe", 1, "work")
+    done = rt.skip(out.token, -1)
+    assert done.ok and done.output == [0, -1, 2, 3]
+    consistent(rt, out.session_id)
+
+
+def test_timeouts_of_waits_in_branches_fire_each_on_its_own(store: Any) -> None:
+    clock = ManualClock()
+    flow = Flow(
+        "timeouts",
+        [
+            Parallel(
+                "p",
+                {
+                    "soon": Wait("w", timeout=5, on_timeout="late"),
+                    "later": Wait("w", timeout=50, on_timeout="later"),
+                    "gate": Gate("g", timeout=500, on_timeout="approve"),
+                },
+            )
+        ],
+    )
+    rt = Runtime(store=store, clock=clock)
+    out = rt.run(flow)
+    assert len(out.pauses) == 3
+    clock.advance(6)
+    [one] = rt.resume_due()
+    assert one.paused and [p.path for p in one.pauses] == [("p", "later", "w"), ("p", "gate", "g")]
+    clock.advance(1000)
+    [done] = rt.resume_due()
+    assert done.ok, done
+    assert done.output == {
+        "soon": "late",
+        "later": "later",
+        "gate": {"approved": True, "by": "timeout"},
+    }
+    consistent(rt, out.session_id)
