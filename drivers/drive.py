@@ -321,6 +321,10 @@ class Drive:
             data["expires_at"] = signal.expires_at
         if not signal.awaits_value:
             data["awaits_value"] = False
+        if signal.key is not None:
+            data["key"] = signal.key
+        if signal.on_timeout is not None:
+            data["on_timeout"] = signal.on_timeout
         try:
             self.core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:

@@ -44,6 +44,7 @@ class Execution:
     __slots__ = (
         "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
         "bounds", "room", "out_value", "out_size", "stop", "listener", "retry",
+        "mailbox", "mail_taken",
     )
 
     def __init__(
@@ -58,6 +59,7 @@ class Execution:
         stop: Callable[[tuple[Any, ...]], bool] = _go_on,
         listener: Callable[[Event], None] | None = None,
         retry: Any = None,
+        mailbox: Callable[[str], Any] | None = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = own(state, copy)
@@ -91,6 +93,12 @@ class Execution:
         self.listener = listener
         #: The retry policy of steps that have none of their own (the Runtime's default).
         self.retry = retry
+        #: mailbox(key): a value delivered for `key` before a Wait on it was reached, or
+        #: signals.NO_MAIL. A keyed Wait asks it when reached and, given a value, completes
+        #: with it instead of pausing, and adds the key to `mail_taken` (the driver removes
+        #: those deliveries from the store with the session's next write).
+        self.mailbox = mailbox
+        self.mail_taken: list[str] = []
 
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> Event:
         """Record one event: fold it into the live state and keep it for the driver."""
