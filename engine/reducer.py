@@ -290,6 +290,8 @@ def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
         wake_at=data.get("wake_at"),
         expires_at=data.get("expires_at"),
         awaits_value=data.get("awaits_value", True),
+        key=data.get("key"),
+        on_timeout=data.get("on_timeout"),
     )
 
 

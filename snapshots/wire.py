@@ -90,6 +90,8 @@ def pause_to_data(pause: PauseState) -> Data:
         "wake_at": pause.wake_at,
         "expires_at": pause.expires_at,
         "awaits_value": pause.awaits_value,
+        "key": pause.key,
+        "on_timeout": pause.on_timeout,
     }
 
 
@@ -249,6 +251,8 @@ def pause_from_data(o: Any) -> PauseState:
         wake_at=_time(o, "wake_at"),
         expires_at=_time(o, "expires_at"),
         awaits_value=_bool(o, "awaits_value", True),
+        key=_text(o, "key", None),
+        on_timeout=o.get("on_timeout"),
     )
 
 
