@@ -30,9 +30,10 @@ def skip(ex: Execution, path: tuple[Any, ...], side: tuple[Element, ...]) -> Non
 
 
 def _unreachable(ex: Execution, path: tuple[Any, ...], element: Element) -> None:
-    for _label, body in element._bodies():
+    for label, body in element._bodies():
+        base = path + (label,) if element.labelled else path  # a Parallel's branch name
         for child in body:
-            where = path + (child.name,)
+            where = base + (child.name,)
             ex.emit(ev.NODE_SKIPPED, where, _UNREACHABLE)
             _unreachable(ex, where, child)
 
