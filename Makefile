@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench proof venv clean
+.PHONY: demo demo-batch test bench proof venv clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	rm -f examples/tickets.db examples/tickets.db-wal examples/tickets.db-shm
 	$(PY) examples/tickets.py
+
+# 1,000 prompts: concurrent async model calls, 1,000 waits resumed with one resume_many, a Gate.
+demo-batch: $(STAMP)
+	$(PY) examples/batch_eval.py
 
 # pytest exits 5 when it collects nothing; that is a failure of the suite here, not a pass.
 test: $(STAMP)

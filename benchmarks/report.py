@@ -504,6 +504,93 @@ def pg_workers(benches: list[Bench]) -> list[str]:
     return [*lines, ""]
 
 
+def inflight(benches: list[Bench]) -> list[str]:
+    """Issue 15: concurrent ForEach, many pauses per session, resume_many
+    (benchmarks/test_inflight.py), each beside its baseline from the same run."""
+    sleep = pick(benches, "inflight_sleep", "tarry")
+    noop = pick(benches, "inflight_noop", "tarry")
+    many = {kind: pick(benches, f"resume_many_{kind}", "tarry") for kind in ("memory", "sqlite")}
+    waiting = sorted(
+        (b for b in benches if b.workload == "waiting_bytes"), key=lambda b: b.extra["waiting"]
+    )
+    if not (sleep or noop or any(many.values()) or waiting):
+        return []
+    lines = [
+        "## Many things in flight",
+        "",
+        "`benchmarks/test_inflight.py`: concurrent `ForEach`, many waits in one session and "
+        "`resume_many`, each beside its baseline measured in the same run.",
+        "",
+        "| workload | tarry | baseline | tarry ÷ baseline | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def met(value: float, target: float) -> str:
+        return "yes" if value <= target else "**no**"
+
+    if sleep is not None:
+        e = sleep.extra
+        lines.append(
+            f"| {e['steps']} async steps of `asyncio.sleep({e['sleep_s']})`, concurrency="
+            f"{e['concurrency']}: wall ÷ one sleep | {e['wall_over_sleep']:.2f} | "
+            f"{e['gather_over_sleep']:.2f} (`asyncio.gather`) | {e['ratio_to_gather']:.2f} | "
+            f"≤ 1.5 | {met(e['wall_over_sleep'], 1.5)} |"
+        )
+    if noop is not None:
+        e = noop.extra
+        us = noop.per_unit * 1e6
+        lines.append(
+            f"| {noop.extra['per']:,} async no-op steps, concurrency={e['concurrency']}: "
+            f"µs per item | {us:,.1f} | {e['gather_us_per_item']:,.1f} (`asyncio.gather`); "
+            f"{e['throttled_gather_us_per_item']:,.1f} (gather, semaphore of "
+            f"{e['concurrency']}) | {e['ratio_to_gather']:.2f}; "
+            f"{e['ratio_to_throttled_gather']:.2f} | — | |"
+        )
+    for kind, b in many.items():
+        if b is None:
+            continue
+        e = b.extra
+        where = "in memory" if kind == "memory" else "SQLite"
+        target = " ≤ 30 | " + met(e["us_per_branch"], 30.0) if kind == "sqlite" else " — | "
+        lines.append(
+            f"| {e['branches']:,} waiting iterations, one `resume_many` of every token, "
+            f"{where}: µs per branch (total {e['resume_many_s']:.2f} s; "
+            f"{e['bytes_per_resumed_branch']:,.0f} bytes written per branch) | "
+            f"{e['us_per_branch']:,.1f} | {e['round_trip_us']:,.1f} (one sequential "
+            f"pause → resume round trip) | {e['ratio_branch_to_round_trip']:.3f} |{target} |"
+        )
+    for kind, b in many.items():
+        if b is None:
+            continue
+        e = b.extra
+        where = "in memory" if kind == "memory" else "SQLite"
+        lines.append(
+            f"| the run that pauses those {e['branches']:,} iterations, {where}: seconds "
+            f"(bytes written per pause: {e['bytes_per_pause']:,.0f}) | "
+            f"{e['run_to_pauses_s']:.2f} | — | — | — | |"
+        )
+    if waiting:
+        lines += [
+            "",
+            "One branch's resume beside many waiting (SQLite): the branch resumes, runs a step "
+            "and waits again — one resume and one pause, in one write. The snapshot holds a "
+            "lane per waiting branch, so it grows with the number waiting by the lane's own "
+            "entry; the rest of the write (events, values, the wait) does not grow.",
+            "",
+            "| branches waiting | bytes per pause (the run) | bytes one resume writes | "
+            "of which the snapshot | the rest | snapshot bytes per waiting branch |",
+            "|---|---|---|---|---|---|",
+        ]
+        for b in waiting:
+            e = b.extra
+            lines.append(
+                f"| {e['waiting']:,} | {e['bytes_per_pause']:,.0f} | {e['resume_bytes']:,} | "
+                f"{e['snapshot_bytes']:,} | {e['resume_bytes_beside_snapshot']:,} | "
+                f"{e['snapshot_bytes_per_waiting']:,.1f} |"
+            )
+    return [*lines, ""]
+
+
 def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
     benches, data = load(bench_json)
     status = peer_status(peers_json)
@@ -540,6 +627,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         *main_table(benches, status),
         "",
         *pg_workers(benches),
+        *inflight(benches),
         "## How each workload is measured",
         "",
         "- **Step overhead**: tarry `Flow` of no-op steps and a `ForEach` over the items "

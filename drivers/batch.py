@@ -22,6 +22,8 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.flow import Flow
+from tarry.engine.lanes import concurrent
+from tarry.engine.reducer import own
 from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord
 
@@ -38,7 +40,7 @@ from .validate import validate
 class _Session:
     """One session touched by a resume_many: what it was, and the resumes it gets."""
 
-    __slots__ = ("record", "state", "flow", "specs", "events", "kinds")
+    __slots__ = ("record", "state", "flow", "specs", "events", "kinds", "waits")
 
     def __init__(self, record: SessionRecord, state: SessionState, flow: Flow) -> None:
         self.record = record
@@ -47,6 +49,8 @@ class _Session:
         self.specs: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.events: list[Any] = []
         self.kinds: list[str] = []
+        #: The session's waits by token, read once (None until a token needs them).
+        self.waits: dict[str, Any] | None = None
 
 
 def resume_many(
@@ -92,7 +96,9 @@ def resume_keys(
         state = session.state
         if state.status != "paused":
             raise SessionNotResumable(info.session_id, state.status, "resume")
-        pause = wait_of(core, key, state)
+        if session.waits is None and concurrent(state):
+            session.waits = {w.token: w for w in core.store.waits(info.session_id)}
+        pause = wait_of(core, key, state, session.waits)
         if pause is None:
             raise SessionNotResumable(info.session_id, state.status, "resume")
         data: dict[str, Any] = {}
@@ -102,7 +108,9 @@ def resume_keys(
         session.kinds.append(pause.kind)
     now = core.clock.now()
     for session in sessions.values():
-        session.state, session.events = fold(session.state, now, session.specs)
+        # Folded into a copy of its own, in place: a fold that copied the state at every event
+        # would copy the lanes of every waiting branch once per branch resumed.
+        session.state, session.events = fold(own(session.state), now, session.specs, owned=True)
     until = now + timedelta(seconds=core.lease)
     problems = core.store.consume_tokens(
         list(keys),

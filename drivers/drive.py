@@ -80,14 +80,18 @@ LEASE_LOST = ErrorInfo(
 
 
 def fold(
-    state: SessionState, now: datetime, specs: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]]
+    state: SessionState,
+    now: datetime,
+    specs: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
+    owned: bool = False,
 ) -> tuple[SessionState, list[Event]]:
     """Events for `specs` (type, path, data) that follow `state`, and the state after them:
-    for writing events in the same transaction as something else (create, token use)."""
+    for writing events in the same transaction as something else (create, token use).
+    `owned`: `state` is the caller's own (see `reducer.own`) and is changed in place."""
     events = []
     for type_, path, data in specs:
         event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
-        state = apply(state, event)
+        state = apply(state, event, owned)
         events.append(event)
     return state, events
 

@@ -66,18 +66,24 @@ def updated_meta(core: Core, kept: dict[str, Any], meta: Any) -> dict[str, Any]:
     return merged
 
 
-def wait_of(core: Core, key: str, state: SessionState) -> PauseState | None:
+def wait_of(
+    core: Core, key: str, state: SessionState, waits: dict[str, Any] | None = None
+) -> PauseState | None:
     """The wait that the token `key` resumes: the session's own, or, while concurrent
     containers wait in several lanes, the lane's whose wait the store lists under that token.
-    (A token that is no lane's — an abort's, a failure's — resumes the session's own.)"""
+    (A token that is no lane's — an abort's, a failure's — resumes the session's own.)
+    `waits`: the session's waits by token, when the caller read them already (resume_many
+    reads them once per session, not once per token)."""
     if state.status != "paused" or not concurrent(state):
         return state.pause
-    for wait in core.store.waits(state.session_id):
-        if wait.token == key:
-            scope = scope_of(state, wait.path)
-            found = scope.pause if scope is not state else state.pause
-            if found is not None and found.path == wait.path:
-                return found
+    if waits is None:
+        waits = {wait.token: wait for wait in core.store.waits(state.session_id)}
+    wait = waits.get(key)
+    if wait is not None:
+        scope = scope_of(state, wait.path)
+        found = scope.pause if scope is not state else state.pause
+        if found is not None and found.path == wait.path:
+            return found
     return state.pause
 
 

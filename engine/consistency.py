@@ -111,7 +111,11 @@ def _walk(
 
 def _lanes(element: Element, frame: ContainerFrame) -> str | None:
     """Why the lanes of a concurrent container's `frame` do not fit `element`, or None."""
-    if not isinstance(element, ForEach | Parallel) or getattr(element, "concurrency", 1) == 1:
+    # A Parallel always runs its branches in lanes, even with concurrency=1; a ForEach only
+    # when its concurrency is not 1.
+    if not isinstance(element, Parallel) and not (
+        isinstance(element, ForEach) and element.concurrency != 1
+    ):
         return "the flow has no concurrent container there"
     if type(frame.lanes) is not dict:
         return f"its lanes are {frame.lanes!r}, not a map"
