@@ -17,7 +17,8 @@ from tarry.engine.reducer import apply, error_to_data
 from tarry.engine.signals import Pause
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check as _codec_check
-from tarry.snapshots.records import SessionRecord, encode_state
+from tarry.snapshots._codec import dumps
+from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
 
 from .clock import sleepers
 from .ledger import StoreLedger
@@ -369,7 +370,18 @@ class Drive:
         )
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []
-        record.version = self.core.store.save(record, rec.version, events=events, values=values)
+        waits = ()
+        if token is not None and pause is not None and state.status == "paused":
+            # What a poll or a delivery finds without reading the snapshot. The engine checked
+            # that the payload encodes.
+            payload = b"" if pause.payload is None else dumps(pause.payload)
+            waits = (
+                WaitRecord(token, rec.session_id, pause.path, pause.kind, None, wake,
+                           pause.reason, payload),
+            )  # fmt: skip
+        record.version = self.core.store.save(
+            record, rec.version, events=events, values=values, waits=waits
+        )
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then
             self.core.states.keep(blob, state)
