@@ -15,7 +15,7 @@ from tarry import Flow, ForEach, Runtime, step
 from tarry.engine.errors import ConcurrentUpdate, NotSerializable
 from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import MemoryStore, SQLiteStore, TokenInfo
-from tarry.snapshots import sqlite as sqlite_module
+from tarry.snapshots import sqlite_sql as sqlite_module
 from tarry.snapshots.memory import _decode_batch, _encode_batch
 from tarry.snapshots.records import encode_event
 
