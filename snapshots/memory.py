@@ -2,7 +2,8 @@
 durable store would (so a flow that works in memory also works durably).
 
 The class holds the sessions, events and values; tokens, timers and leases come from
-memory_tokens.py, and the entries it keeps per session from memory_entry.py.
+memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it keeps per
+session from memory_entry.py.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from tarry.engine.events import Event
 from . import memory_upkeep as upkeep
 from .memory_entry import _ENDED, _copy, _decode_batch, _encode_batch, _Entry, _keep
 from .memory_tokens import TokensAndLeases
-from .records import SessionRecord
+from .memory_waits import WaitsAndMail
+from .records import SessionRecord, WaitRecord
 from .store import ENDED
 from .tally import Totals
 
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
 
 
-class MemoryStore(TokensAndLeases):
+class MemoryStore(TokensAndLeases, WaitsAndMail):
     """Sessions in a dict, encoded.
 
     `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
@@ -49,6 +51,7 @@ class MemoryStore(TokensAndLeases):
         # Tokens by session id; a consumed one is also in `_used` until its session is gone.
         self._tokens: dict[str, str] = {}
         self._used: set[str] = set()
+        self._init_waits()
         self._marks: set[str] = set()
         self.bytes_written = 0
         self.bytes_read = 0
@@ -85,6 +88,8 @@ class MemoryStore(TokensAndLeases):
         *,
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
     ) -> int:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -102,12 +107,14 @@ class MemoryStore(TokensAndLeases):
             self._put(entry, values)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            self._save_waits(entry, record.status, waits, mail_done)
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:
         with self._lock:
             entry = self._sessions.pop(session_id, None)
             if entry is not None:
+                self._forget_waits(entry)
                 for token in entry.tokens:
                     self._tokens.pop(token, None)
                     self._used.discard(token)

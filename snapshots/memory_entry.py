@@ -98,7 +98,9 @@ def _decode_batch(
 
 
 class _Entry:
-    __slots__ = ("record", "batches", "firsts", "last_seq", "values", "tokens", "tally")
+    __slots__ = (
+        "record", "batches", "firsts", "last_seq", "values", "tokens", "tally", "waits", "mail"
+    )
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
@@ -108,4 +110,6 @@ class _Entry:
         self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
+        self.waits: set[str] = set()  # the tokens of its live waits
+        self.mail: set[str] = set()  # the keys whose mail it claimed
 

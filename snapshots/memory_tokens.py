@@ -24,6 +24,7 @@ class TokensAndLeases:
     _marks: set[str]
     _check_seq: Any
     _append: Any
+    _drop_wait: Any
 
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None:
@@ -54,6 +55,7 @@ class TokensAndLeases:
                     entry.record.lease_until = until
                 self._append(entry, events, batch)
             self._used.add(token)
+            self._drop_wait(token)
             return True
 
     # -- control ---------------------------------------------------------------------------

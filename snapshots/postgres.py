@@ -1,8 +1,9 @@
 """PostgresStore: sessions in PostgreSQL, shared by any number of workers on any number of machines.
 
-The class holds the sessions, events and values; tokens, timers and leases come from
-postgres_tokens.py, the migrations from postgres_schema.py, and the statements and row
-conversion from postgres_sql.py.
+The class holds the sessions; events and values come from postgres_values.py, tokens, timers
+and leases from postgres_tokens.py, waits and the mailbox from postgres_waits.py, the
+migrations from postgres_schema.py, and the statements and row conversion from
+postgres_sql.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tarry.engine.events import Event
 
 from . import postgres_schema as schema_
 from . import postgres_upkeep as upkeep
+from . import postgres_waits as waits_
 from .postgres_schema import Migration
 from .postgres_sql import (
     _INSERT,
@@ -40,7 +42,6 @@ from .postgres_sql import (
     _append,
     _check_appended,
     _conflict,
-    _exists,
     _nothing,
     _put,
     _record,
@@ -48,7 +49,9 @@ from .postgres_sql import (
     _size,
 )
 from .postgres_tokens import TokensAndLeases
-from .records import SessionRecord, decode_event, encode_events
+from .postgres_values import EventsAndValues
+from .postgres_waits import WaitsAndMail
+from .records import SessionRecord, WaitRecord, encode_events
 from .store import ENDED
 from .tally import Totals
 
@@ -81,7 +84,7 @@ def _check_not_newer(found: int) -> None:
     schema_.check_not_newer(found, MIGRATIONS)
 
 
-class PostgresStore(TokensAndLeases):
+class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
     """Sessions in PostgreSQL, behind a pool of connections.
 
     `dsn`: a libpq connection string or URL (`postgresql://user:pw@host:5432/db`).
@@ -242,11 +245,14 @@ class PostgresStore(TokensAndLeases):
         *,
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
     ) -> int:
         row = _row(record, version=expected_version + 1)[1:]
+        more = (waits, mail_done)
         encoded = encode_events(events)
         try:
-            self._save(record, row, expected_version, events, encoded, values)
+            self._save(record, row, expected_version, events, encoded, values, *more)
         except psycopg.OperationalError as exc:
             if isinstance(exc, PoolTimeout):
                 raise  # no connection to be had: waiting as long again would not help
@@ -256,7 +262,7 @@ class PostgresStore(TokensAndLeases):
             # save of a run is not lost to one broken socket.
             self._pool.check()
             try:
-                self._save(record, row, expected_version, events, encoded, values)
+                self._save(record, row, expected_version, events, encoded, values, *more)
             except ConcurrentUpdate:
                 # The first attempt may have committed before its reply was lost.
                 if not self._saved(record, expected_version):
@@ -272,17 +278,28 @@ class PostgresStore(TokensAndLeases):
         events: Sequence[Event],
         encoded: builtins.list[bytes],
         values: Sequence[tuple[str, int, bytes]],
+        waits: Sequence[WaitRecord],
+        mail_done: Sequence[str],
     ) -> None:
         sid = record.session_id
         try:
             with self._batch() as (conn, flush):
                 # The UPDATE locks the row: of two racing savers the second waits, then finds
                 # the version moved on and updates nothing; everything else is then undone.
+                # A session that ends ends its waits: their tokens first (see the lock order
+                # in postgres_waits.py), the waits after its row.
+                ended = record.status != "paused" and record.status != "running"
+                if ended:
+                    waits_.end_tokens(conn, sid)
                 updated = conn.execute(_UPDATE, (*row, record.status, sid, expected_version))
                 appended = _append(conn, sid, events, encoded)
                 _put(conn, sid, values)
                 if record.token:
                     _add_token(conn, record.token, sid)
+                if ended:
+                    waits_.end_waits(conn, sid, mail_done)
+                else:
+                    waits_.save_waits(conn, sid, waits, mail_done)
                 flush()
                 if updated.rowcount != 1:
                     current = conn.execute(
@@ -307,9 +324,11 @@ class PostgresStore(TokensAndLeases):
         )
 
     def delete(self, session_id: str) -> None:
-        with self._pool.connection() as conn:
-            # Events, values and tokens go with it (ON DELETE CASCADE), in the same statement.
+        with self._batch() as (conn, _flush):
+            # Events, values, tokens and waits go with it (ON DELETE CASCADE); the mail it
+            # claimed names it in no foreign key.
             conn.execute("DELETE FROM tarry_sessions WHERE session_id = %s", (session_id,))
+            conn.execute("DELETE FROM tarry_mail WHERE claimed_by = %s", (session_id,))
 
     def list(
         self,
@@ -343,70 +362,6 @@ class PostgresStore(TokensAndLeases):
         with self._pool.connection() as conn:
             return upkeep.prune(conn, before, statuses, now, limit, dry_run)
 
-    # -- events ----------------------------------------------------------------------------
-    def append_events(self, session_id: str, events: Sequence[Event]) -> None:
-        encoded = encode_events(events)
-        with self._pool.connection() as conn:
-            if not events:  # still an error for an unknown session, as in the other stores
-                if not _exists(conn, session_id):
-                    msg = f"no session {session_id!r} to append events to"
-                    raise ConcurrentUpdate(msg)
-                return
-            # One statement, so all or nothing without a transaction.
-            try:
-                appended = _append(conn, session_id, events, encoded)
-            except pg_errors.IntegrityError as exc:
-                raise _conflict(exc, session_id) from exc
-            _check_appended(appended, session_id, events)
-        self._count(written=sum(map(len, encoded)))
-
-    def events(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> builtins.list[Event]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT blob FROM tarry_events WHERE session_id = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (session_id, after_seq, limit),
-            ).fetchall()
-        return [decode_event(blob, session_id) for (blob,) in rows]
-
     # -- reports ---------------------------------------------------------------------------
     def stats(self, *, flow: str | None = None) -> Totals:
         return upkeep.stats(self, flow)
-
-    # -- out-of-line values ----------------------------------------------------------------
-    def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
-        if not values:
-            return
-        with self._pool.connection() as conn:
-            try:
-                put = _put(conn, session_id, values)
-            except pg_errors.ForeignKeyViolation:
-                return  # the session was deleted meanwhile: dropped, as for an unknown one
-        # Values of an unknown (e.g. deleted) session are dropped, as in the other stores.
-        if put is not None and put.rowcount:
-            self._count(written=_size(values))
-
-    def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT blob FROM tarry_values WHERE session_id = %s AND key = %s AND idx = %s",
-                (session_id, key, index),
-            ).fetchone()
-        if row is None:
-            return None
-        self._count(read=len(row[0]))
-        return row[0]
-
-    def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                "SELECT blob FROM tarry_values "
-                "WHERE session_id = %s AND key = %s AND idx >= 0 AND idx < %s ORDER BY idx",
-                (session_id, key, stop),
-            ).fetchall()
-        blobs = [blob for (blob,) in rows]
-        self._count(read=sum(map(len, blobs)))
-        return blobs
-

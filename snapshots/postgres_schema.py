@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from tarry.engine.errors import SnapshotError
 
 from . import postgres_upkeep as upkeep
+from . import postgres_waits as waits_
 
 if TYPE_CHECKING:
     import psycopg
@@ -24,6 +25,8 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    #: Run after the statements, in the same transaction: what SQL alone cannot do.
+    then: Callable[[psycopg.Connection[Any]], None] | None = None
 
 
 # Datetimes are timestamptz (microseconds, like Python's): they compare as instants in SQL
@@ -106,6 +109,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    # Sessions paused before it get a wait for their one live token (postgres_waits.backfill).
+    Migration(5, waits_.DESCRIPTION, waits_.STATEMENTS, waits_.backfill),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this
@@ -176,6 +181,8 @@ def upgrade(
                 continue
             for statement in migration.statements:
                 conn.execute(statement)
+            if migration.then is not None:
+                migration.then(conn)
             conn.execute(
                 "INSERT INTO tarry_schema (version, description) VALUES (%s, %s)",
                 (migration.version, migration.description),

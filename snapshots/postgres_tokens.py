@@ -64,6 +64,9 @@ class TokensAndLeases:
         try:
             with self._batch() as (conn, flush):
                 cur = conn.execute(_CONSUME, args)
+                # Its wait goes too (after the session's row: see postgres_waits.py); nothing
+                # for a token that was not ours to use.
+                conn.execute("DELETE FROM tarry_waits WHERE token = %(token)s", args)
                 flush()
                 row = cur.fetchone()
                 sid, appended = row if row else (None, 0)

@@ -68,6 +68,27 @@ class TokenInfo:
     used: bool
 
 
+@attrs.frozen(slots=True)
+class WaitRecord:
+    """One waiting branch of a paused session: a live token and what a poll or a delivery needs.
+
+    `token` is the store key of the wait's token (as `SessionRecord.token` is); `path` the path
+    of the waiting node; `kind` "human", "external" or "system"; `key` the name the outside
+    world delivers to (`Wait(key=...)`), if any; `wake_at` when its timer fires or its timeout
+    passes; `payload` the pause payload as `snapshots.dumps` wrote it (b"" for None): what an
+    adapter is shown. A store keeps one until its token is used or its session ends.
+    """
+
+    token: str
+    session_id: str
+    path: tuple[Any, ...]
+    kind: str
+    key: str | None = None
+    wake_at: dt.datetime | None = None
+    reason: str = ""
+    payload: bytes = b""
+
+
 def encode_state(state: SessionState, *, fingerprint: str = "", flow_version: Any = None) -> bytes:
     """The versioned envelope around a state."""
     envelope = {

@@ -1,7 +1,8 @@
 """SQLiteStore: the embedded durable store, one file shared by threads and processes (WAL).
 
 The class holds the sessions, events and values; tokens, timers and leases come from
-sqlite_tokens.py, and the schema, statements and row conversion live in sqlite_sql.py.
+sqlite_tokens.py, waits and the mailbox from sqlite_waits.py, and the schema, statements and
+row conversion live in sqlite_sql.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
 from . import sqlite_upkeep as upkeep
-from .records import SessionRecord, decode_event, encode_events
+from . import sqlite_waits as waits_
+from .records import SessionRecord, WaitRecord, decode_event, encode_events
 from .sqlite_sql import (
     _ASSIGN_ALL,
     _FOLLOWS,
@@ -46,13 +48,14 @@ from .sqlite_sql import (
     _update,
 )
 from .sqlite_tokens import TokensAndLeases
+from .sqlite_waits import WaitsAndMail
 from .store import ENDED
 from .tally import Totals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
 
 
-class SQLiteStore(TokensAndLeases):
+class SQLiteStore(TokensAndLeases, WaitsAndMail):
     """Sessions in one SQLite file.
 
     One connection per store, behind a lock: SQLite runs one writer at a time anyway, and a
@@ -121,7 +124,6 @@ class SQLiteStore(TokensAndLeases):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         # Columns, indexes and tables added since version 1, so files made before them get
         # them too (idempotent).
         have = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
@@ -130,6 +132,12 @@ class SQLiteStore(TokensAndLeases):
                 self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
+        for statement in waits_.SCHEMA:
+            self._db.execute(statement)
+        if found < SCHEMA_VERSION:
+            if found >= 1:  # a file made before waits: its paused sessions get theirs
+                waits_.backfill(self._db)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -176,6 +184,8 @@ class SQLiteStore(TokensAndLeases):
         *,
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
     ) -> int:
         sid = record.session_id
         row = _row(record, version=expected_version + 1)
@@ -205,13 +215,15 @@ class SQLiteStore(TokensAndLeases):
             written += _put(db, sid, values, _put_values)
             if record.token:
                 _add_token(db, record.token, sid)
+            waits_.save_waits(db, sid, record.status, record.token, waits, mail_done)
         self.bytes_written += written
         return expected_version + 1
 
     def delete(self, session_id: str) -> None:
         with self._write as db:
-            for table in ("sessions", "events", "vals", "tokens", "tallies"):
+            for table in ("sessions", "events", "vals", "tokens", "tallies", "waits"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM mail WHERE claimed_by = ?", (session_id,))
 
     def list(
         self,

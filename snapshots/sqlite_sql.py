@@ -17,7 +17,8 @@ from . import sqlite_upkeep as upkeep
 from ._codec import dumps, loads
 from .records import _EPOCH, SessionRecord, _micros
 
-SCHEMA_VERSION = 1
+#: 2: waits and the mailbox (sqlite_waits.py), backfilled for the paused sessions of a file at 1.
+SCHEMA_VERSION = 2
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.

@@ -69,6 +69,7 @@ class TokensAndLeases:
             else:
                 continues = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount == 1
                 self._seen = (sid, "running", *seen[2:])
+            db.execute("DELETE FROM waits WHERE token = ?", (token,))
             if not continues:
                 raise _not_continued(db, sid, events[0].seq)
             written = _insert(db, sid, events, encoded)
