@@ -64,7 +64,8 @@ def _requests(core: Core, rows: list[WaitRecord]) -> list[tuple[ResumeRequest, W
     """The request an adapter is asked about for each wait: the caller's token (signed when
     the Runtime signs), the wait's pause and its decoded payload. A wait whose payload cannot
     be decoded is logged once and left out."""
-    token = core.tokens.token
+    # Unsigned, a token is its key (ask_adapters checked the store's mark once already).
+    token = core.tokens.token if core.tokens.signed else str
     made = []
     for row in rows:
         try:
