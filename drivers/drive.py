@@ -400,7 +400,15 @@ class Drive:
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []
         done = self._mail_taken()
-        waits = _waits(record, pause) if token is not None and state.status == "paused" else ()
+        waits = ()
+        if token is not None and pause is not None and state.status == "paused":
+            # What a poll or a delivery finds without reading the snapshot (a keyed Wait's key
+            # included). The engine checked that the payload encodes.
+            payload = b"" if pause.payload is None else dumps(pause.payload)
+            waits = (
+                WaitRecord(token, rec.session_id, pause.path, pause.kind, pause.key, wake,
+                           pause.reason, payload),
+            )  # fmt: skip
         record.version = self.core.store.save(
             record, rec.version, events=events, values=values, waits=waits, mail_done=done
         )
@@ -422,12 +430,3 @@ class Drive:
         path = state.pause.path if state.pause is not None else ()
         return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)
 
-
-def _waits(record: SessionRecord, pause: Any) -> list[WaitRecord]:
-    """The wait a paused session's write registers: its token, where and why it waits, and
-    its key, through which `deliver` and `poll` find it."""
-    return [WaitRecord(
-        token=record.token, session_id=record.session_id, path=pause.path, kind=pause.kind,
-        key=pause.key, wake_at=pause.wake_at, reason=pause.reason,
-        payload=b"" if pause.payload is None else dumps(pause.payload),
-    )]
