@@ -335,7 +335,7 @@ class Drive:
         finally:
             self._ended()
         public = None if token is None else self.core.tokens.token(token)  # token: the store key
-        return outcome_of(ex.state, public, self.meta)
+        return outcome_of(ex.state, public, self.meta, ex.value)
 
     def _pause(self, signal: Pause) -> None:
         data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
