@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +21,7 @@ from tarry.engine.waits import PAUSE_KINDS
 from tarry.snapshots._codec import MAX_BLOB_BYTES
 from tarry.snapshots.store import SessionStore
 
+from .adapters import is_bulk
 from .clock import Clock, SystemClock
 from .drive import value_check
 from .limits import (
@@ -55,7 +56,7 @@ class Core:
         *,
         flows: Iterable[Flow],
         clock: Clock | None,
-        adapters: dict[str, Callable[..., Any]] | None,
+        adapters: dict[str, Any] | None,
         durability: str,
         secret: str | bytes | None,
         lease: float,
@@ -120,12 +121,19 @@ class Core:
         self.reported = Reported()
 
 
-def checked_adapters(adapters: dict[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
-    """A copy of `adapters`, each a callable under a pause kind."""
+def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `adapters`, each a callable or an object with a callable `many` (a bulk
+    adapter) under a pause kind."""
+    if adapters is not None and not isinstance(adapters, dict):
+        msg = f"adapters must be a dict {{pause kind: adapter}} (got {describe(adapters)})"
+        raise InvalidArgument(msg)
     adapters = dict(adapters or {})
     for kind, adapter in adapters.items():
-        if kind not in PAUSE_KINDS or not callable(adapter):
-            msg = f"adapters maps a pause kind {PAUSE_KINDS} to a callable (got {kind!r}: {adapter!r})"
+        if kind not in PAUSE_KINDS or not (callable(adapter) or is_bulk(adapter)):
+            msg = (
+                f"adapters maps a pause kind {PAUSE_KINDS} to a callable or an object with a "
+                f"callable `many` (got {kind!r}: {adapter!r})"
+            )
             raise InvalidArgument(msg)
     return adapters
 

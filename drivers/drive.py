@@ -14,10 +14,10 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply, error_to_data
-from tarry.engine.signals import Pause, PauseMany
+from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import check as _codec_check
-from tarry.snapshots._codec import dumps
+from tarry.snapshots._codec import dumps, loads
 from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
 
 from .clock import sleepers
@@ -106,6 +106,7 @@ class Drive:
     __slots__ = (
         "core", "flow", "record", "ex", "ledger", "flush_at", "aborts",
         "renew_at", "tick_at", "until", "stop", "written_seq", "lost", "asynchronous", "meta",
+        "mail_done", "keyed",
     )
 
     def __init__(
@@ -133,6 +134,7 @@ class Drive:
             stop=self._on_checkpoint,
             listener=listener,
             retry=core.retry,
+            mailbox=self._mailbox,
         )
         # ex.log holds the events not written yet; they are written once this many are. The
         # durability is the session's own, whichever process continues it.
@@ -156,6 +158,10 @@ class Drive:
         self.asynchronous = asynchronous
         #: What the outcome's `meta` says of how this drive began (the pause kind resumed).
         self.meta = meta
+        #: Keys of mail this drive took (besides `ex.mail_taken`): deleted with its next write.
+        self.mail_done: list[str] = []
+        #: {key: token key} of the keyed waits its last write registered (see starting.py).
+        self.keyed: dict[str, str] = {}
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -183,6 +189,7 @@ class Drive:
         # garbage collector found it (and make that collector's full passes ever longer).
         # Cut it, so the log is freed as soon as the outcome is built.
         self.ex.stop = _stopped
+        self.ex.mailbox = None
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
@@ -241,6 +248,21 @@ class Drive:
         self.lost = True
         return False
 
+    def _mailbox(self, key: str) -> Any:
+        """What a keyed Wait finds when reached (`Execution.mailbox`): the value delivered for
+        `key` before it, claimed for this session, or NO_MAIL. A run that dies before its next
+        write claims it again when recovered; the write deletes it (`_mail_taken`)."""
+        blob = self.core.store.take_mail([key], self.ex.session_id).get(key)
+        self.ex.at = None  # the store took its time: the next event reads the clock
+        return NO_MAIL if blob is None else loads(blob)
+
+    def _mail_taken(self) -> list[str]:
+        """The keys of the mail taken since the last write, for that write to delete."""
+        taken = self.mail_done + self.ex.mail_taken if self.ex.mail_taken else self.mail_done
+        if taken:
+            self.mail_done, self.ex.mail_taken = [], []
+        return taken
+
     def _write_progress(self) -> None:
         """The state so far (status "running"), the events and values since the last write:
         what other processes see of a running session, and where recovery starts from."""
@@ -265,7 +287,10 @@ class Drive:
         )
         values = self.ledger.take()
         events, self.ex.log = self.ex.log, []
-        record.version = self.core.store.save(record, rec.version, events=events, values=values)
+        done = self._mail_taken()
+        record.version = self.core.store.save(
+            record, rec.version, events=events, values=values, mail_done=done
+        )
         self.record = record
         self.written_seq = state.last_seq
 
@@ -429,12 +454,15 @@ class Drive:
         )
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.log = self.ex.log, []
+        done = self._mail_taken()
         record.version = self.core.store.save(
-            record, rec.version, events=events, values=values, waits=waits
+            record, rec.version, events=events, values=values, waits=waits, mail_done=done
         )
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then
             self.core.states.keep(blob, state)
+        # The keyed waits it registered: a delivery posted just before may be in the mailbox.
+        self.keyed = {w.key: w.token for w in waits if w.key is not None}
         return token
 
     def _encode(self) -> bytes:
@@ -447,3 +475,4 @@ class Drive:
         error = SnapshotTooLarge(state.session_id, size, self.core.max_snapshot_bytes)
         path = state.pause.path if state.pause is not None else ()
         return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)
+

@@ -1,31 +1,38 @@
-"""Adapters: `Runtime.poll` asks them about every paused session of their pause kind and
-resumes those whose answer is ready — each session inside its own error boundary
-(boundary.py)."""
+"""Adapters: `Runtime.poll` is `resume_due` plus the adapters, asked about every waiting request
+of their pause kinds; the requests they answer are resumed with the answer — each session
+inside its own error boundary (boundary.py).
+
+A poll writes nothing for a request that is not ready: the waiting requests are read through
+the store's index of live waits (`SessionStore.waiting`, a page at a time after the last token
+read), with no claim, lease or release around the question. Two pollers may ask about the same
+request; when it is ready, its token's single use settles which one resumes it. So a round that
+finds nothing ready costs reads of the waits and nothing else, and its writes grow with what is
+ready, never with what is waiting.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Mapping
 from typing import Any
 
-from tarry.engine.errors import (
-    InvalidResumeValue,
-    NotSerializable,
-    SessionNotResumable,
-    TokenAlreadyUsed,
-    UnknownToken,
-)
-from tarry.engine.state import PauseState
-from tarry.snapshots.records import SessionRecord
+from tarry.engine.errors import InvalidResumeValue, NotSerializable, SnapshotError
+from tarry.snapshots._codec import loads
+from tarry.snapshots.records import WaitRecord
 
-from .adapters import NOT_READY, ResumeRequest
-from .boundary import Round, contain, flow_of, guarded, infrastructure
+from .adapters import NOT_READY, ResumeRequest, is_bulk
+from .boundary import Round, flow_of, guarded
 from .core import Core
+from .delivering import resume_group, waiting
 from .limits import log
 from .outcome import Outcome
-from .resuming import prepare, stored_state
 from .settle import is_awaitable, settle
 from .timers import resume_due
+
+#: Unknown tokens or keys an adapter's answer may name before the log stops listing them.
+LISTED = 3
+
+#: token key -> (the wait, the adapter's answer)
+Ready = dict[str, tuple[WaitRecord, Any]]
 
 
 def poll(core: Core, limit: int, round: Round | None = None) -> list[Outcome]:
@@ -35,87 +42,145 @@ def poll(core: Core, limit: int, round: Round | None = None) -> list[Outcome]:
 
 
 def ask_adapters(core: Core, round: Round | None = None) -> list[Outcome]:
-    """Ask the adapters about every paused session of their kinds; resume the ready ones."""
+    """Ask each adapter about every waiting request of its pause kind; resume the ready ones."""
     if not core.adapters:
         return []
+    core.tokens.check()
     round = round or Round()
-    outcomes = []
-    for record in _paused(core):
+    outcomes: list[Outcome] = []
+    for kind, adapter in list(core.adapters.items()):
         if round.stopping():
             break
-        outcome = guarded(
-            core, "poll", record, round, lambda r=record: _ask(core, r, round), claimed=False
+        rows = waiting(core, kind=kind)
+        if not rows:
+            continue
+        requests = _requests(core, rows)
+        ready = _ask_many(adapter, requests) if is_bulk(adapter) else _ask_each(adapter, requests)
+        outcomes += _resume_ready(core, ready, round)
+    return outcomes
+
+
+def _requests(core: Core, rows: list[WaitRecord]) -> list[tuple[ResumeRequest, WaitRecord]]:
+    """The request an adapter is asked about for each wait: the caller's token (signed when
+    the Runtime signs), the wait's pause and its decoded payload. A wait whose payload cannot
+    be decoded is logged once and left out."""
+    # Unsigned, a token is its key (ask_adapters checked the store's mark once already).
+    token = core.tokens.token if core.tokens.signed else str
+    made = []
+    for row in rows:
+        try:
+            payload = loads(row.payload) if row.payload else None
+        except SnapshotError as exc:
+            if core.reported.first(row.session_id, "payload"):
+                log().error(
+                    "poll: the payload of session %s's wait at %s cannot be read (%s); its "
+                    "adapter is not asked about it (logged once per session)",
+                    row.session_id, row.path, exc,
+                )
+            continue
+        request = ResumeRequest(
+            token(row.token), row.session_id, row.kind, row.reason, payload, row.path, row.key
         )
+        made.append((request, row))
+    return made
+
+
+def _ask_each(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) -> Ready:
+    """A callable adapter, asked once per request. One that raises is logged once a round
+    (with how many requests it failed), and those requests stay as they are."""
+    ready: Ready = {}
+    failed = 0
+    for request, row in requests:
+        try:
+            value = adapter(request)
+            if is_awaitable(value):
+                value = settle(value)
+        except Exception:
+            failed += 1
+            if failed == 1:
+                log().exception("adapter %r failed for session %s", adapter, row.session_id)
+            continue
+        if value is not NOT_READY:
+            ready[row.token] = (row, value)
+    if failed > 1:
+        log().error("adapter %r failed for %d requests this round", adapter, failed)
+    return ready
+
+
+def _ask_many(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) -> Ready:
+    """A bulk adapter, asked once with every request. Its answer maps a request's token or its
+    key (every wait on that key) to a value; `NOT_READY` values are left out, and tokens or
+    keys that name no request asked are logged and ignored. One that raises, or answers with
+    anything but a mapping, is logged and nothing is resumed."""
+    try:
+        answer = adapter.many([request for request, _ in requests])
+        if is_awaitable(answer):
+            answer = settle(answer)
+    except Exception:
+        log().exception("adapter %r: many() failed for %d requests", adapter, len(requests))
+        return {}
+    if not isinstance(answer, Mapping):
+        log().error(
+            "adapter %r: many() must return a dict {token or key: value} (got %s); ignored",
+            adapter, type(answer).__name__,
+        )
+        return {}
+    by_token = {request.token: row for request, row in requests}
+    by_key: dict[str, list[WaitRecord]] = {}
+    for _, row in requests:
+        if row.key is not None:
+            by_key.setdefault(row.key, []).append(row)
+    ready: Ready = {}
+    unknown: list[Any] = []
+    for name, value in answer.items():
+        if value is NOT_READY:
+            continue
+        row = by_token.get(name)
+        rows = [row] if row is not None else by_key.get(name)
+        if not rows:
+            unknown.append(name)
+            continue
+        for row in rows:
+            ready[row.token] = (row, value)
+    if unknown:
+        # Tokens are not written to the log: only how many, and the keys among the names.
+        keys = [n for n in unknown if not (isinstance(n, str) and n.startswith("tk_"))]
+        log().warning(
+            "adapter %r: many() answered %d tokens or keys that no request asked about "
+            "(ignored)%s", adapter, len(unknown),
+            f"; keys: {', '.join(map(repr, keys[:LISTED]))}" if keys else "",
+        )
+    return ready
+
+
+def _resume_ready(core: Core, ready: Ready, round: Round) -> list[Outcome]:
+    """Resume the ready waits, one session at a time, each inside its own boundary."""
+    by_session: dict[str, Ready] = {}
+    for token, (row, value) in ready.items():
+        by_session.setdefault(row.session_id, {})[token] = (row, value)
+    outcomes = []
+    for sid, group in by_session.items():
+        if round.stopping():
+            break
+        record = core.store.load(sid)
+        if record is None:
+            continue  # deleted since it was listed
+
+        def handle(record: Any = record, group: Ready = group) -> Outcome | None:
+            if flow_of(core, record, round, "poll") is None:
+                return None
+            return _resume(core, record.session_id, group)
+
+        outcome = guarded(core, "poll", record, round, handle, claimed=False)
         if outcome is not None:
             outcomes.append(outcome)
     return outcomes
 
 
-def _paused(core: Core) -> list[SessionRecord]:
-    """Every paused session with a live token (read first, so resuming does not page)."""
-    rows: list[SessionRecord] = []
-    page = 500
-    while True:
-        batch = core.store.list(status="paused", limit=page, offset=len(rows))
-        rows.extend(batch)
-        if len(batch) < page:
-            return [r for r in rows if r.token is not None]
-
-def _known(core: Core, record: SessionRecord) -> bool:
-    """Whether the version of the flow that started `record` is registered: no adapter is
-    asked about a session that could not be resumed with its answer."""
-    return core.flows.version(record.flow, record.fingerprint) is not None
-
-
-def _ask(core: Core, listed: SessionRecord, round: Round) -> Outcome | None:
-    if flow_of(core, listed, round, "poll") is None or not _known(core, listed):
-        return None
-    record = core.store.load(listed.session_id)  # a listing carries no state
-    if record is None:
-        return None
-    state = stored_state(core, record)
-    pause = state.pause
-    if pause is None or state.status != "paused":
-        return None
-    adapter = core.adapters.get(pause.kind)
-    if adapter is None or record.token is None:
-        return None
-    sid = record.session_id
-    now = core.clock.now()
-    if not core.store.claim(sid, core.owner, now + timedelta(seconds=core.lease), now):
-        return None  # another poller is asking about it
+def _resume(core: Core, sid: str, group: Ready) -> Outcome | None:
     try:
-        outcome = _resume_if_ready(core, sid, record.token, adapter, pause)
-    except Exception as exc:
-        if infrastructure(exc):
-            raise
-        return contain(core, "poll", record, exc, claimed=True)
-    if outcome is None:
-        core.store.release(sid, core.owner)
-    return outcome
-
-
-def _resume_if_ready(
-    core: Core, sid: str, key: str, adapter: Callable[..., Any], pause: PauseState
-) -> Outcome | None:
-    """Ask `adapter` about the claimed session `sid` (token key `key`); resume it with a ready
-    value."""
-    request = ResumeRequest(
-        core.tokens.token(key), sid, pause.kind, pause.reason, pause.payload, pause.path
-    )
-    try:
-        value = adapter(request)
-        if is_awaitable(value):
-            value = settle(value)
-    except Exception:
-        log().exception("adapter %r failed for session %s", adapter, sid)
-        return None
-    if value is NOT_READY:
-        return None
-    try:
-        return settle(prepare(core, key, None, False, value=value, trigger="adapter"))
+        got, _ = resume_group(core, group, trigger="adapter")
     except (InvalidResumeValue, NotSerializable) as exc:
-        log().error("adapter %r gave session %s a value it refused: %s", adapter, sid, exc)
+        log().error("an adapter gave session %s a value it refused: %s", sid, exc)
         return None
-    except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
-        return None
+    return got[0] if got else None

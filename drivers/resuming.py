@@ -6,6 +6,7 @@ as it was; the token's use, the lease and the `run.resumed` event are one transa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -153,13 +154,16 @@ def _prepare(
     trigger: str = "resume",
     failure: ErrorInfo | None = None,
     meta: dict[str, Any] | None = None,
+    mail_done: Sequence[str] = (),
 ) -> AwaitableOrValue[Outcome]:
     """Check everything, then use the token (`key`: its store key) and record the resume
     in one transaction.
 
-    `trigger` says who resumes (resume, skip, timer, timeout, adapter) in the outcome's
-    meta. With `failure`, a timeout that fails the run: the session is failed with it at
-    the paused element instead of being run. `meta`: keys to set in the session's meta.
+    `trigger` says who resumes (resume, skip, timer, timeout, adapter, deliver, mail) in the
+    outcome's meta. `mail_done`: keys of mail the value came from (see starting.late_mail),
+    deleted with the session's next write. With `failure`, a timeout that fails the run: the
+    session is failed with it at the paused element instead of being run. `meta`: keys to set
+    in the session's meta.
 
     The session continues with the flow whose fingerprint started it (`flow`, or the one
     registered), or with a changed flow of its name when `allow_changed`: the session then
@@ -232,4 +236,5 @@ def _prepare(
     if failure is not None:
         core.hub.announce(events)
         return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
-    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta)
+    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta,
+                 mail_done=mail_done)

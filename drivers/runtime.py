@@ -4,7 +4,7 @@ one `Core` (core.py) instead of importing this module back."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +13,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 
-from . import control, inspecting, polling, pruning, recovery, timers
+from . import control, delivering, inspecting, polling, pruning, recovery, timers
 from .batch import resume_many
 from .clock import Clock
 from .core import Core, checked_adapters
@@ -37,7 +37,7 @@ class Runtime:
 
     Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
     resume, timers and recovery; several versions of one flow may be given side by side, and
-    each session continues with the one whose fingerprint started it), `clock`, `adapters` ({pause kind: callable}), `durability`
+    each session continues with the one whose fingerprint started it), `clock`, `adapters` ({pause kind: adapter}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions; a store once used with a
     secret is refused without one: `SecretRequired`), `lease` (seconds),
@@ -53,7 +53,7 @@ class Runtime:
         *,
         flows: Iterable[Flow] = (),
         clock: Clock | None = None,
-        adapters: dict[str, Callable[..., Any]] | None = None,
+        adapters: dict[str, Any] | None = None,
         durability: str = "pause",
         secret: str | bytes | None = None,
         lease: float = 30.0,
@@ -110,12 +110,12 @@ class Runtime:
         return self._core.retry
 
     @property
-    def adapters(self) -> dict[str, Callable[..., Any]]:
+    def adapters(self) -> dict[str, Any]:
         """{pause kind: adapter} that `poll()` asks."""
         return self._core.adapters
 
     @adapters.setter
-    def adapters(self, adapters: dict[str, Callable[..., Any]]) -> None:
+    def adapters(self, adapters: dict[str, Any]) -> None:
         self._core.adapters = checked_adapters(adapters)
 
     @property
@@ -276,6 +276,22 @@ class Runtime:
         key = key_of(self._core, token)
         return prepare(self._core, key, flow, flow is not None, skip=True, value=output, meta=meta)
 
+    # -- keyed delivery ------------------------------------------------------------------------
+    def deliver(self, key: str, value: Any = None) -> list[Outcome]:
+        """Resume every wait on `key` (`Wait(key=...)`) in any session with `value`, one outcome
+        per session; if none waits, keep it as mail for the first Wait that reaches `key` and
+        return []. A bad key or value, or one a wait refuses: typed error, nothing changed."""
+        return delivering.deliver(self._core, key, value)
+
+    def deliver_many(self, deliveries: Mapping[str, Any]) -> list[Outcome]:
+        """`deliver` for each `{key: value}`, all checked before any is used; one resume per
+        session touched. The outcomes of the sessions resumed, in the order of their keys."""
+        return delivering.deliver_many(self._core, deliveries).outcomes
+
+    def discard(self, key: str) -> bool:
+        """Drop the mail kept for `key`; whether there was any."""
+        return delivering.discard(self._core, key)
+
     # -- timers, adapters, recovery ------------------------------------------------------------
     def resume_due(self, *, limit: int = 100) -> list[Outcome]:
         """Resume every session whose time has come (by `clock`): a `Sleep` or a retry back-off
@@ -295,14 +311,15 @@ class Runtime:
         return timers.resume_due(self._core, limit)
 
     def poll(self, *, limit: int = 100) -> list[Outcome]:
-        """`resume_due()`, then ask the adapters: for each paused session whose pause kind has
-        an adapter, call `adapter(ResumeRequest(...))`; a value resumes the session with it,
-        `NOT_READY` leaves it paused. Returns the outcomes of every session resumed.
+        """`resume_due()`, then ask the adapters about every waiting request of their pause
+        kinds: a callable adapter once per request (`adapter(ResumeRequest(...))`: a value or
+        `NOT_READY`), a bulk adapter once with all of them (`adapter.many(requests)`: {token or
+        key: value}). Ready requests are resumed with their values; the outcomes are returned.
 
-        A session is claimed through the store before its adapter is asked, so two pollers
-        never ask about (or resume) the same session at once. An adapter that raises, or
-        returns a value the paused element refuses, is logged and the session stays paused.
-        Each session is handled inside its own error boundary, as in `resume_due`.
+        Writes nothing for a request that is not ready (no claim, no lease): of two pollers,
+        the token's single use decides which one resumes a ready request. An adapter that
+        raises, or a value the waiting element refuses, is logged, and the round goes on. Each
+        session is handled inside its own error boundary, as in `resume_due`.
         """
         return polling.poll(self._core, limit)
 

@@ -29,6 +29,13 @@ def settle(result: AwaitableOrValue[Outcome]) -> Outcome:
         loop.close()
 
 
+def settle_many(result: Any) -> Any:
+    """A list of outcomes, or the awaitable's, driven on a private event loop (see settle)."""
+    if not is_awaitable(result):
+        return result
+    return settle(result)
+
+
 def refuse_in_loop(name: str, instead: str) -> None:
     """AsyncInSyncContext when a sync entry point is called inside a running event loop."""
     if "asyncio" not in sys.modules:

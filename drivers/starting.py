@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from tarry.engine import events as ev
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
-from tarry.engine.errors import InvalidArgument
+from tarry.engine.errors import InvalidArgument, TokenAlreadyUsed
 from tarry.engine.events import Event
 from tarry.engine.flow import Flow
 from tarry.engine.state import SessionState
+from tarry.snapshots._codec import loads
 from tarry.snapshots.records import SessionRecord
 
 from .core import Core
@@ -20,6 +22,7 @@ from .drive import Drive, fold
 from .limits import DURABILITY, MAX_SESSION_ID, valid_session_id
 from .outcome import Outcome
 from .pump import AwaitableOrValue
+from .settle import is_awaitable
 
 
 def begin(
@@ -87,9 +90,45 @@ def start(
     *,
     asynchronous: bool = False,
     meta: dict[str, Any] | None = None,
+    mail_done: Sequence[str] = (),
 ) -> AwaitableOrValue[Outcome]:
-    """Drive a session whose opening `written` events are already in the store."""
+    """Drive a session whose opening `written` events are already in the store. `mail_done`:
+    keys of mail the session took before this drive (see `late_mail`), deleted with its first
+    write."""
     core.hub.announce(written)
     drive = Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta)
     drive.ex.remember(written)  # the input it was started with: never read back in this run
-    return drive.start()
+    drive.mail_done = list(mail_done)
+    result = drive.start()
+    if not drive.keyed and not is_awaitable(result):
+        return result
+    if is_awaitable(result):
+        return _late_mail_async(core, drive, result)
+    return late_mail(core, drive, result)  # type: ignore[arg-type]
+
+
+def late_mail(core: Core, drive: Drive, outcome: Outcome) -> AwaitableOrValue[Outcome]:
+    """After a drive paused at keyed waits: mail for those keys that was posted while the Wait
+    was pausing (it had found none, and the delivery had found no wait yet) resumes the wait
+    now. Looked up after the write that registered the waits, so a delivery either finds the
+    wait or leaves mail that this finds."""
+    if not drive.keyed:
+        return outcome
+    found = core.store.take_mail(list(drive.keyed), outcome.session_id)
+    if not found:
+        return outcome
+    from .resuming import prepare  # resuming drives sessions through this module
+
+    key, blob = next(iter(found.items()))  # one wait at a time (resume_many: all of them)
+    try:
+        return prepare(core, drive.keyed[key], drive.flow, False, value=loads(blob),
+                       trigger="mail", mail_done=[key])
+    except TokenAlreadyUsed:
+        return outcome  # resumed by its token meanwhile; the mail stays this session's
+
+
+async def _late_mail_async(core: Core, drive: Drive, result: Awaitable[Outcome]) -> Outcome:
+    outcome = late_mail(core, drive, await result)
+    if is_awaitable(outcome):
+        outcome = await outcome  # type: ignore[misc]
+    return outcome  # type: ignore[return-value]

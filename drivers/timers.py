@@ -30,7 +30,7 @@ from .core import Core
 from .limits import check_limit, log
 from .outcome import Outcome, all_pauses
 from .resuming import prepare, stored_state
-from .settle import is_awaitable, settle
+from .settle import settle, settle_many
 
 #: Due sessions claimed at a time: a worker holds no more than it is about to resume, so that
 #: long resumes do not keep sessions from idle workers (and claims do not lapse in its hands).
@@ -167,13 +167,6 @@ def _fire_lanes(
     except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
         return None  # resumed, cancelled or fired by someone else first
     return outcomes[0] if outcomes else None
-
-
-def settle_many(result: Any) -> list[Outcome]:
-    """A list of outcomes, or the awaitable's, driven on a private loop (see settle)."""
-    if not is_awaitable(result):
-        return result
-    return settle(result)
 
 
 def hand_back(core: Core, session_id: str) -> bool:

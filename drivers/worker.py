@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tarry.engine.errors import InvalidFlow
+from tarry.engine.errors import FlowMismatch, InvalidArgument, InvalidFlow, UnknownFlow
 from tarry.engine.flow import Flow
 from tarry.snapshots.records import SessionRecord
 
-from . import polling, recovery, timers
+from . import delivering, polling, recovery, timers
 from .boundary import Round
 from .core import Core
+from .delivering import Delivered
 from .limits import check_limit
 from .outcome import Outcome
 from .runtime import Runtime
@@ -52,31 +53,68 @@ def load_flow(ref: str) -> Flow:
     `FlowRefError` for a malformed reference, a module that cannot be imported (the error it
     raised is named) or an attribute that is missing or not a Flow.
     """
+    value = _imported(ref, "MODULE:FLOW, e.g. jobs.nightly:flow", FlowRefError)
+    if not isinstance(value, Flow):
+        attr = ref.split(":")[1]
+        problem = f"{attr!r} must be a tarry.Flow (got {type(value).__name__} {value!r:.60})"
+        raise FlowRefError(ref, problem)
+    return value
+
+
+class AdaptersRefError(InvalidArgument):
+    """A `MODULE:OBJ` reference to adapters is malformed, or does not lead to them."""
+
+    def __init__(self, ref: str, problem: str) -> None:
+        self.ref = ref
+        self.problem = problem
+        super().__init__(f"adapters reference {ref!r}: {problem}")
+
+
+def load_adapters(ref: str) -> dict[str, Any]:
+    """Import `MODULE:OBJ` and return the adapters it names: OBJ is a dict {pause kind:
+    adapter}, or a callable that returns one (called once, with no arguments). Imported as
+    `load_flow` imports; `AdaptersRefError` for anything else (what the adapters themselves
+    must be is checked by the Runtime they are given to)."""
+    value = _imported(ref, "MODULE:OBJ, e.g. jobs.batch:adapters", AdaptersRefError)
+    if callable(value) and not isinstance(value, dict):
+        try:
+            value = value()
+        except Exception as exc:
+            problem = f"calling it failed ({type(exc).__name__}: {exc})"
+            raise AdaptersRefError(ref, problem) from exc
+    if not isinstance(value, dict):
+        problem = (
+            f"must be a dict {{pause kind: adapter}} or a callable returning one "
+            f"(got {type(value).__name__} {value!r:.60})"
+        )
+        raise AdaptersRefError(ref, problem)
+    return value
+
+
+def _imported(ref: str, expected: str, error: Callable[[str, str], Exception]) -> Any:
+    """The attribute `ref` (`MODULE:ATTR`) names; `error(ref, problem)` when there is none."""
     if not isinstance(ref, str) or ref.count(":") != 1:
-        raise FlowRefError(str(ref), "expected MODULE:FLOW, e.g. jobs.nightly:flow")
+        raise error(str(ref), f"expected {expected}")
     module_name, attr = ref.split(":")
     if not module_name or not attr:
-        raise FlowRefError(ref, "expected MODULE:FLOW, e.g. jobs.nightly:flow")
+        raise error(ref, f"expected {expected}")
     _put_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             problem = f"no module named {exc.name!r} (looked in {os.getcwd()} and sys.path)"
-            raise FlowRefError(ref, problem) from exc
-        raise FlowRefError(ref, f"importing {module_name!r} failed: {exc}") from exc
+            raise error(ref, problem) from exc
+        raise error(ref, f"importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:  # the user's module raised while importing
         problem = f"importing {module_name!r} failed ({type(exc).__name__}: {exc})"
-        raise FlowRefError(ref, problem) from exc
+        raise error(ref, problem) from exc
     value: Any = module
     for part in attr.split("."):
         try:
             value = getattr(value, part)
         except AttributeError:
-            raise FlowRefError(ref, f"{module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(value, Flow):
-        problem = f"{attr!r} must be a tarry.Flow (got {type(value).__name__} {value!r:.60})"
-        raise FlowRefError(ref, problem)
+            raise error(ref, f"{module_name!r} has no attribute {attr!r}") from None
     return value
 
 
@@ -109,6 +147,23 @@ def register_recorded_flows(
             continue
         loaded.append(ref)
     return loaded
+
+
+def deliver_importing(
+    runtime: Runtime, deliveries: dict[str, Any], tried: set[str] | None = None
+) -> Delivered:
+    """`deliver_many`, importing the flow of a waiting session that the runtime does not know
+    from the `MODULE:FLOW` its meta records (each reference once per `tried`): what `tarry
+    deliver` and `POST /api/deliver` do, in processes that never ran those flows. A refused
+    delivery changes nothing, so it is simply tried again after an import."""
+    tried = set() if tried is None else tried
+    while True:
+        try:
+            return delivering.deliver_many(_core(runtime), deliveries)
+        except (UnknownFlow, FlowMismatch) as exc:
+            record = runtime.store.load(exc.session_id) if exc.session_id else None
+            if record is None or not register_recorded_flows(runtime, [record], tried):
+                raise
 
 
 # --- the loop --------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from . import driving, inspecting, pruning, services
+from . import delivering, driving, inspecting, pruning, services
 from .common import ENDED, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -105,6 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
 
     p = command(
+        "deliver",
+        delivering.deliver,
+        "resume the waits on a key (Wait(key=...)) with a value, or keep it as mail",
+        as_json,
+        progress,
+    )
+    p.add_argument("key", nargs="?", metavar="KEY", help="the key the waits name")
+    p.add_argument("--value", metavar="JSON|@FILE", help="the value (@- reads stdin)")
+    p.add_argument(
+        "--file",
+        metavar="RESULTS.jsonl",
+        help='one {"key": ..., "value": ...} per line (- reads stdin), delivered in batches',
+    )
+    p.add_argument(
+        "--batch", type=int, default=delivering.BATCH, help="lines per batch (default: 1000)"
+    )
+
+    p = command(
         "cancel", inspecting.cancel, "end a paused or failed session; stop a running one", as_json
     )
     p.add_argument("target", metavar="TOKEN|SESSION")
@@ -149,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:FLOW",
         help="a flow to load at start (repeatable); others are imported on "
         "demand from the MODULE:FLOW their sessions recorded",
+    )
+    p.add_argument(
+        "--adapters",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJ",
+        help="adapters for poll: a dict {pause kind: adapter}, or a callable returning one "
+        "(repeatable)",
     )
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument(

@@ -157,3 +157,42 @@ class RichProgress(Progress):
 
 def _line(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+# --- a count of work done: `tarry deliver --file` ----------------------------------------------
+
+
+class Counted:
+    """How much of a counted job is done: a rich bar on a terminal, else a line per update."""
+
+    def __init__(self, total: int | None, label: str) -> None:
+        self.total = total
+        self.label = label
+        self._bars: Any = None
+        if sys.stderr.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+                from rich.progress import Progress as Bars
+            except ImportError:  # the `cli` extra is not installed
+                return
+            self._bars = Bars(TextColumn("{task.description}"), BarColumn(),
+                              MofNCompleteColumn(), console=Console(stderr=True))
+            self._task = self._bars.add_task(label, total=total)
+            self._bars.start()
+
+    def update(self, done: int) -> None:
+        if self._bars is not None:
+            self._bars.update(self._task, completed=done)
+        else:
+            of = f"/{self.total:,}" if self.total is not None else ""
+            _line(f"{self.label} {done:,}{of} lines")
+
+    def close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+
+
+def count_progress(total: int | None, label: str) -> Counted:
+    """Progress of a job of `total` units (None: not known in advance) on stderr."""
+    return Counted(total, label)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..outcome import Outcome
 from ..stores import open_store
-from ..worker import Worker, load_flow
+from ..worker import Worker, load_adapters, load_flow
 from .common import EXIT_OK, SERVER_EXTRA, UsageError, err, runtime_of
 from .text import summary
 
@@ -29,6 +29,10 @@ def worker(args: argparse.Namespace) -> int:
     rt.tokens.check()
     for ref in args.flows:
         rt.register(load_flow(ref))
+    adapters: dict[str, Any] = {}
+    for ref in args.adapters:
+        adapters.update(load_adapters(ref))
+    rt.adapters = adapters  # InvalidArgument (exit 2) for anything that is not one
 
     def report(source: str, out: Outcome) -> None:
         print(f"{source} {out.session_id}: {summary(out)}", flush=True)

@@ -17,13 +17,15 @@ from ..outcome import Outcome
 from ..runtime import Runtime
 from ..settle import settle
 from ..views import SessionView
-from ..worker import register_recorded_flows
+from ..worker import deliver_importing, register_recorded_flows
 from .bodies import (
     BadRequest,
+    body_object,
     error_response,
     int_param,
     json_response,
     read_body,
+    read_json,
     session_json,
 )
 from .guard import COOKIE, PAGE_HEADERS, cookie_value, same
@@ -139,6 +141,27 @@ class Api:
             raise BadRequest("BadRequest", 'the body must name the token: {"token": "tk_...", '
                              '"value": ...}')
         return json_response(await run_in_threadpool(self._drive, self.rt.resume, token, body.get("value")))
+
+    async def deliver(self, request: Request) -> Response:
+        """`{"key": ..., "value": ...}`, or a list of them: resume the waits on each key with its
+        value, or keep it as mail. Answers the outcomes of the sessions resumed and the keys
+        kept as mail."""
+        data = await read_json(request)
+        many = isinstance(data, list)
+        items = data if many else [data if data is not None else {}]
+        deliveries: dict[str, Any] = {}
+        for i, item in enumerate(items):
+            where = f"item {i} of the request body" if many else "the request body"
+            item = body_object(item, {"key", "value"}, where)
+            key = item.get("key")
+            if not isinstance(key, str) or not key:
+                raise BadRequest("BadRequest", f'{where} must name a key: {{"key": "batch-7/'
+                                               f'item-42", "value": ...}} (got {key!r})')
+            if key in deliveries:
+                raise BadRequest("BadRequest", f"key {key!r} is delivered twice in one request")
+            deliveries[key] = item.get("value")
+        done = await run_in_threadpool(deliver_importing, self.rt, deliveries)
+        return json_response({"outcomes": done.outcomes, "kept": done.kept})
 
     def _by_session(self, sid: str, action: str, value: Any) -> Outcome:
         """Resume or skip a session by id, with the live token looked up here: the page never

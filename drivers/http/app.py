@@ -69,6 +69,7 @@ def create_app(
         Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),
         Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
         Route("/api/resume", api.resume_token, methods=["POST"]),
+        Route("/api/deliver", api.deliver, methods=["POST"]),
         Route("/api/stats", api.stats, methods=["GET"]),
         Route("/api/events/stream", api.stream_all, methods=["GET"]),
     ]

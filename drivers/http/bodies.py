@@ -68,6 +68,26 @@ def session_json(view: SessionView) -> dict[str, Any]:
 
 async def read_body(request: Request, fields: set[str]) -> dict[str, Any]:
     """The JSON object in the body (an empty body is `{}`), with only the `fields` named."""
+    data = await read_json(request)
+    return body_object({} if data is None else data, fields)
+
+
+def body_object(data: Any, fields: set[str], where: str = "the request body") -> dict[str, Any]:
+    """`data` if it is a JSON object with only the `fields` named; else BadRequest."""
+    if not isinstance(data, dict):
+        example = ", ".join(f'"{f}": ...' for f in sorted(fields)) or ""
+        raise BadRequest("BadRequest", f"{where} must be a JSON object {{{example}}} "
+                                       f"(got {type(data).__name__})")
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        expected = ", ".join(sorted(fields)) or "nothing"
+        raise BadRequest("BadRequest", f"unknown field {unknown[0]!r} in {where} "
+                                       f"(expected: {expected})")
+    return data
+
+
+async def read_json(request: Request) -> Any:
+    """The JSON value in the body, read strictly (None for an empty body)."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -76,9 +96,9 @@ async def read_body(request: Request, fields: set[str]) -> dict[str, Any]:
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw.strip():
-        return {}
+        return None
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError as exc:
         raise BadRequest("MalformedJSON", "the request body nests arrays or objects too deeply "
                                           f"(at most about {sys.getrecursionlimit()} levels)") from exc
@@ -90,16 +110,6 @@ async def read_body(request: Request, fields: set[str]) -> dict[str, Any]:
                                           f"line {exc.lineno} column {exc.colno}") from exc
     except ValueError as exc:
         raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        example = ", ".join(f'"{f}": ...' for f in sorted(fields)) or ""
-        raise BadRequest("BadRequest", f"the request body must be a JSON object {{{example}}} "
-                                       f"(got {type(data).__name__})")
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        expected = ", ".join(sorted(fields)) or "nothing"
-        raise BadRequest("BadRequest", f"unknown field {unknown[0]!r} in the request body "
-                                       f"(expected: {expected})")
-    return data
 
 
 def _no_constant(name: str) -> Any:

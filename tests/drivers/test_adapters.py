@@ -160,3 +160,146 @@ def test_every_resume_path_reports_the_pause_kind() -> None:
     two = rt.run(Flow("two", [Wait("w"), Gate("g")]))
     again = rt.resume(two.token, 1)
     assert again.meta["pause_kind"] == "human" and again.meta["resumed_kind"] == "external"
+
+
+# --- bulk adapters and write-free polls ----------------------------------------------------------
+
+
+class BulkBatch:
+    """A batch API asked once per round about every waiting request: answers some by token,
+    some by key, and names a few things nobody asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[ResumeRequest]] = []
+        self.answer: dict[str, Any] = {}
+
+    def many(self, requests: list[ResumeRequest]) -> dict[str, Any]:
+        self.asked.append(list(requests))
+        return dict(self.answer)
+
+
+def keyed_flow(name: str = "prompts") -> Flow:
+    return Flow(name, [
+        Wait("result", reason="batch", payload={"prompt": "p"},
+             key=lambda ctx: f"prompt-{ctx.input}"),
+        lambda ctx: {"answer": ctx.prev},
+    ])
+
+
+def test_a_bulk_adapter_is_asked_once_per_round_with_every_request(
+    store, caplog: pytest.LogCaptureFixture
+) -> None:
+    bulk = BulkBatch()
+    rt = Runtime(store=store, adapters={"external": bulk})
+    outs = [rt.run(keyed_flow(), i) for i in range(5)]
+    human = rt.run(Flow("g", [Gate("g")]))
+    assert rt.poll() == []
+    [requests] = bulk.asked
+    assert sorted(r.session_id for r in requests) == sorted(o.session_id for o in outs)
+    by_sid = {r.session_id: r for r in requests}
+    first = by_sid[outs[0].session_id]
+    assert first.token == outs[0].token and first.key == "prompt-0"
+    assert (first.kind, first.reason, first.path) == ("external", "batch", ("result",))
+    assert first.payload == {"prompt": "p"}
+    assert "tk_" not in repr(first)  # the token stays out of logs
+    bulk.answer = {
+        outs[0].token: "by token",
+        "prompt-3": "by key",
+        "prompt-4": NOT_READY,
+        "prompt-99": "nobody waits on this",
+        "tk_unknown": "nor on this",
+    }
+    with caplog.at_level(logging.WARNING, logger="tarry"):
+        done = rt.poll()
+    assert len(bulk.asked) == 2
+    assert {o.session_id: o.output for o in done} == {
+        outs[0].session_id: {"answer": "by token"},
+        outs[3].session_id: {"answer": "by key"},
+    }
+    assert all(o.meta["trigger"] == "adapter" for o in done)
+    assert "2 tokens or keys" in caplog.text and "prompt-99" in caplog.text
+    assert "tk_unknown" not in caplog.text
+    for out in (outs[1], outs[2], outs[4]):
+        assert rt.session(out.session_id).outcome.token == out.token
+    assert rt.session(human.session_id).status == "paused"
+    bulk.answer = {}
+    assert rt.poll() == []
+    assert len(bulk.asked[-1]) == 3  # the resumed ones are not asked about again
+
+
+def test_a_bulk_adapter_that_raises_is_logged_and_the_round_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Down:
+        def many(self, requests: list[ResumeRequest]) -> dict[str, Any]:
+            raise RuntimeError("batch API down")
+
+    class Garbled:
+        def many(self, requests: list[ResumeRequest]) -> Any:
+            return ["not", "a", "dict"]
+
+    rt = Runtime(adapters={"external": Down(), "human": lambda request: True})
+    out = rt.run(keyed_flow(), 1)
+    gate = rt.run(Flow("g", [Gate("g")]))
+    with caplog.at_level(logging.ERROR, logger="tarry"):
+        [approved] = rt.poll()
+    assert approved.session_id == gate.session_id and approved.ok
+    assert "batch API down" in caplog.text
+    assert rt.session(out.session_id).outcome.token == out.token
+    rt.adapters = {"external": Garbled()}
+    with caplog.at_level(logging.ERROR, logger="tarry"):
+        assert rt.poll() == []
+    assert "must return a dict" in caplog.text
+    assert rt.resume(out.token, "fine").output == {"answer": "fine"}
+
+
+class Counting:
+    """A store that counts the calls to its methods that write."""
+
+    WRITES = frozenset({
+        "create", "save", "delete", "prune", "append_events", "put_values", "consume_token",
+        "consume_tokens", "request_stop", "claim", "release", "post", "take_mail", "discard",
+        "mark",
+    })
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.writes: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name in self.WRITES:
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.writes.append(name)
+                return attr(*args, **kwargs)
+            return counted
+        return attr
+
+
+def test_poll_writes_nothing_for_requests_that_are_not_ready(store) -> None:
+    counting = Counting(store)
+    flow = keyed_flow()
+    outs = [Runtime(store=store).run(flow, i) for i in range(10)]
+    ready = {outs[2].token: "two", "prompt-7": "seven"}
+    asked = []
+
+    def one(request: ResumeRequest) -> Any:
+        asked.append(request.key)
+        return ready.get(request.token, ready.get(request.key, NOT_READY))
+
+    rt = Runtime(store=counting, flows=[flow], adapters={"external": one})
+    total = getattr(store, "_db", None)
+    changes = total.total_changes if total is not None else None
+    ready_now, ready = ready, {}
+    assert rt.poll() == []
+    assert counting.writes == []
+    assert sorted(asked) == sorted(f"prompt-{i}" for i in range(10))  # once per request
+    if total is not None:  # SQLite: not one row changed
+        assert total.total_changes == changes
+    ready = ready_now
+    done = rt.poll()
+    assert sorted(o.output["answer"] for o in done) == ["seven", "two"]
+    assert "claim" not in counting.writes and "release" not in counting.writes
+    for i, out in enumerate(outs):
+        if i not in (2, 7):
+            assert rt.session(out.session_id).outcome.token == out.token

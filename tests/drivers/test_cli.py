@@ -28,7 +28,7 @@ JOBS = """
 import time
 from pathlib import Path
 
-from tarry import Flow, ForEach, Gate, Sleep, step
+from tarry import Flow, ForEach, Gate, Sleep, Wait, step
 
 
 def double(ctx):
@@ -75,6 +75,24 @@ def tick(ctx):
 ticker = Flow("ticker", [ForEach("items", lambda ctx: list(range(ctx.input["n"])), tick)])
 
 not_a_flow = 42
+
+
+def job_key(ctx):
+    return f"job-{ctx.input}"
+
+
+keyed = Flow("keyed", [Wait("result", key=job_key), lambda ctx: {"got": ctx.prev}])
+
+
+def answer(request):
+    return {"from": "adapter", "key": request.key}
+
+
+adapters = {"external": answer}
+
+
+def make_adapters():
+    return {"external": answer}
 """
 
 
@@ -654,3 +672,71 @@ def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
     unknown = tarry("abort", "nope", "--store", url, cwd=jobs)
     assert unknown.returncode == 2 and "nope" in unknown.stderr
     assert json.loads(tarry("show", "t1", "--json", "--store", url, cwd=jobs).stdout)
+
+
+# --- deliver and adapters ------------------------------------------------------------------------
+
+
+def keyed_sessions(jobs: Path, n: int) -> list[str]:
+    """`n` sessions of jobs:keyed waiting on keys job-0 .. job-(n-1)."""
+    runs = [tarry("run", "jobs:keyed", "--input", str(i), "--store", db(jobs), cwd=jobs)
+            for i in range(n)]
+    assert [r.returncode for r in runs] == [3] * n, runs[0].stderr
+    return [field(r.stdout, "session") for r in runs]
+
+
+def test_deliver_a_key_with_a_value(jobs: Path) -> None:
+    [sid] = keyed_sessions(jobs, 1)
+    r = tarry("deliver", "job-0", "--value", '{"score": 1}', "--store", db(jobs), cwd=jobs)
+    assert r.returncode == 0, r.stderr
+    assert f"session {sid}: ok" in r.stdout
+    assert "delivered to 1 session, kept 0 as mail, 0 refused" in r.stdout
+    assert Runtime(store=db(jobs)).session(sid).outcome.output == {"got": {"score": 1}}
+    kept = tarry("deliver", "job-9", "--store", db(jobs), "--json", cwd=jobs)
+    assert kept.returncode == 0 and json.loads(kept.stdout)["kept"] == 1
+    bad = tarry("deliver", "", "--value", "1", "--store", db(jobs), cwd=jobs)
+    assert bad.returncode == 2 and "key" in bad.stderr
+    both = tarry("deliver", "job-1", "--file", "x.jsonl", "--store", db(jobs), cwd=jobs)
+    assert both.returncode == 2
+
+
+def test_deliver_a_results_file_reports_bad_lines_and_goes_on(jobs: Path) -> None:
+    sids = keyed_sessions(jobs, 3)
+    lines = [
+        '{"key": "job-0", "value": "zero"}',
+        "not json",
+        '{"key": "job-2", "value": "two"}',
+        "",
+        '{"value": "no key"}',
+        '{"key": "early", "value": "mail"}',
+        '{"key": "job-1", "value": "one", "extra": 1}',
+        '{"key": "job-1", "value": "one"}',
+    ]
+    (jobs / "results.jsonl").write_text("\n".join(lines) + "\n")
+    r = tarry("deliver", "--file", "results.jsonl", "--batch", "2", "--store", db(jobs),
+              cwd=jobs)
+    assert r.returncode == 1, r.stderr
+    assert "delivered to 3 sessions, kept 1 as mail, 3 refused" in r.stdout
+    assert "line 2: not valid JSON" in r.stderr
+    assert "line 5: expected" in r.stderr and "line 7: expected" in r.stderr
+    assert "deliver 8/8 lines" in r.stderr  # progress, plain lines when not a terminal
+    rt = Runtime(store=db(jobs))
+    assert [rt.session(s).outcome.output for s in sids] == [
+        {"got": "zero"}, {"got": "one"}, {"got": "two"}
+    ]
+    assert rt.store.mail("early") is not None
+
+
+def test_worker_loads_adapters_by_import_path(jobs: Path) -> None:
+    sids = keyed_sessions(jobs, 2)
+    r = tarry("worker", "--once", "--adapters", "jobs:make_adapters", "--store", db(jobs),
+              cwd=jobs)
+    assert r.returncode == 0, r.stderr
+    rt = Runtime(store=db(jobs))
+    assert [rt.session(s).outcome.output for s in sids] == [
+        {"got": {"from": "adapter", "key": "job-0"}}, {"got": {"from": "adapter", "key": "job-1"}}
+    ]
+    for ref, words in [("jobs:not_a_flow", "must be a dict"), ("jobs:nothing", "no attribute"),
+                       ("nojobs:adapters", "no module"), ("jobs", "expected MODULE:OBJ")]:
+        bad = tarry("worker", "--once", "--adapters", ref, "--store", db(jobs), cwd=jobs)
+        assert bad.returncode == 2 and words in bad.stderr, (ref, bad.stderr)

@@ -503,3 +503,36 @@ def test_timeouts_of_waits_in_branches_fire_each_on_its_own(store: Any) -> None:
         "gate": {"approved": True, "by": "timeout"},
     }
     consistent(rt, out.session_id)
+
+
+def test_deliver_many_to_waiting_branches_writes_once_per_session(store: Any) -> None:
+    flow = Flow(
+        "keyed",
+        [
+            ForEach(
+                "fe",
+                list(range(20)),
+                [Wait("w", key=lambda ctx: f"job-{ctx.item}"), lambda ctx: ctx.prev["n"] + 1],
+                concurrency=None,
+            )
+        ],
+    )
+    rt = Runtime(store=store)
+    out = rt.run(flow)
+    assert len(out.pauses) == 20
+    saves = []
+    real = store.save
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        saves.append(args[0].session_id)
+        return real(*args, **kwargs)
+
+    store.save = counting  # type: ignore[method-assign]
+    try:
+        outs = rt.deliver_many({f"job-{i}": {"n": i} for i in range(20)})
+    finally:
+        store.save = real  # type: ignore[method-assign]
+    assert len(outs) == 1 and outs[0].ok
+    assert outs[0].output == [i + 1 for i in range(20)]
+    assert saves == [out.session_id]  # one drive, one write
+    consistent(rt, out.session_id)

@@ -786,3 +786,50 @@ def test_the_all_sessions_stream_reads_a_long_log_in_pages() -> None:
     ]
     mine = [r for r in store.reads if r[0] == sid]
     assert len(mine) >= 3 and all(limit == journal.PAGE for _, _, limit, _ in mine)
+
+
+# --- keyed delivery ------------------------------------------------------------------------------
+
+
+KEYED = Flow("keyed", [tarry.Wait("result", key=lambda ctx: f"job-{ctx.input}"),
+                       lambda ctx: {"got": ctx.prev}])
+
+
+def test_deliver_one_key_or_a_list() -> None:
+    rt = tarry.Runtime(flows=[KEYED], max_value_bytes=1000)
+    outs = [rt.run(KEYED, i) for i in range(3)]
+    api = client(rt)
+    r = api.post("/api/deliver", json={"key": "job-0", "value": "zero"})
+    assert r.status_code == 200
+    [out] = r.json()["outcomes"]
+    assert out["session_id"] == outs[0].session_id and out["status"] == "ok"
+    assert out["output"] == {"got": "zero"} and r.json()["kept"] == []
+    r = api.post("/api/deliver", json=[{"key": "job-2", "value": 2}, {"key": "early"},
+                                       {"key": "job-1", "value": 1}])
+    assert r.status_code == 200
+    assert [o["session_id"] for o in r.json()["outcomes"]] == [
+        outs[2].session_id, outs[1].session_id
+    ]
+    assert r.json()["kept"] == ["early"]
+    assert rt.store.mail("early") is not None
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({"value": 1}, 400, "must name a key"),
+        ({"key": "", "value": 1}, 400, "must name a key"),
+        ({"key": "job-0", "valu": 1}, 400, "unknown field 'valu'"),
+        ([{"key": "job-0"}, 7], 400, "item 1 of the request body"),
+        ([{"key": "job-0"}, {"key": "job-0"}], 400, "twice"),
+        ({"key": "job-0", "value": "x" * 2000}, 422, "bytes"),
+    ],
+)
+def test_a_refused_delivery_is_4xx_and_changes_nothing(body: Any, status: int, words: str) -> None:
+    rt = tarry.Runtime(flows=[KEYED], max_value_bytes=1000)
+    out = rt.run(KEYED, 0)
+    r = client(rt).post("/api/deliver", json=body)
+    assert r.status_code == status, r.text
+    assert words in r.json()["message"]
+    unchanged(rt, out)
+    assert rt.store.mail("job-0") is None

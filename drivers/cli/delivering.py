@@ -1,0 +1,167 @@
+"""`tarry deliver`: resume the waits on a key (`Wait(key=...)`) with a value, or a whole results
+file of them, streamed through `deliver_many` a batch at a time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from tarry.engine.errors import TarryError
+
+from ..delivering import Delivered, checked_key
+from ..jsonable import dumps
+from ..runtime import Runtime
+from ..worker import deliver_importing
+from .common import EXIT_ERROR, EXIT_OK, UsageError, err, json_arg, runtime_of
+from .progress import count_progress
+from .text import summary
+
+#: Lines of a results file delivered per `deliver_many` call.
+BATCH = 1000
+
+
+class Tally:
+    """What a `tarry deliver` did: sessions resumed, keys kept as mail, lines refused."""
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.kept = 0
+        self.errors: list[tuple[int | None, str]] = []
+        self.outcomes: list[Any] = []
+
+    def add(self, done: Delivered, keep_outcomes: bool) -> None:
+        self.delivered += len(done.outcomes)
+        self.kept += len(done.kept)
+        if keep_outcomes:
+            self.outcomes.extend(done.outcomes)
+
+    def refused(self, line: int | None, problem: str) -> None:
+        self.errors.append((line, problem))
+        err(f"line {line}: {problem}" if line is not None else f"tarry: {problem}")
+
+
+def deliver(args: argparse.Namespace) -> int:
+    if (args.key is None) == (args.file is None):
+        raise UsageError("give a KEY (with --value) or --file RESULTS.jsonl, not both")
+    if args.file is not None and args.value is not None:
+        raise UsageError("--value goes with a KEY; a --file gives each line's value")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be at least 1 (got {args.batch})")
+    rt = runtime_of(args)
+    rt.tokens.check()  # SecretRequired at once, rather than on every batch
+    tally = Tally()
+    if args.key is not None:
+        value = json_arg(args.value, "--value")
+        tally.add(deliver_importing(rt, {args.key: value}), keep_outcomes=True)
+    else:
+        _deliver_file(rt, args, tally)
+    return _report(args, tally)
+
+
+def _deliver_file(rt: Runtime, args: argparse.Namespace, tally: Tally) -> None:
+    stream, total = _open(args.file)
+    tried: set[str] = set()
+    shown = None if args.no_progress or args.json else count_progress(total, "deliver")
+    try:
+        batch: dict[str, Any] = {}
+        lines: dict[str, int] = {}
+        done = 0
+        for number, parsed in _lines(stream, tally):
+            if parsed is None:
+                done += 1
+                continue
+            key, value = parsed
+            if key in batch or len(batch) >= args.batch:
+                done += _flush(rt, batch, lines, tally, tried)
+                batch, lines = {}, {}
+                if shown is not None:
+                    shown.update(done)
+            batch[key] = value
+            lines[key] = number
+        done += _flush(rt, batch, lines, tally, tried)
+        if shown is not None:
+            shown.update(done)
+    finally:
+        if shown is not None:
+            shown.close()
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _open(name: str) -> tuple[IO[str], int | None]:
+    """The results file (`-`: stdin) and its number of lines, when it can be counted first."""
+    if name == "-":
+        return sys.stdin, None
+    try:
+        with open(name, "rb") as f:
+            total = sum(1 for _ in f)
+        return open(name, encoding="utf-8"), total  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        msg = f"cannot read --file {name!r}: {exc.strerror or exc}"
+        raise UsageError(msg) from exc
+
+
+def _lines(stream: IO[str], tally: Tally) -> Iterator[tuple[int, tuple[str, Any] | None]]:
+    """(line number, (key, value)) for each line; None for a blank or refused line (reported)."""
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            yield number, None
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            tally.refused(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            yield number, None
+            continue
+        if not isinstance(item, dict) or "key" not in item or set(item) - {"key", "value"}:
+            tally.refused(number, 'expected {"key": ..., "value": ...}')
+            yield number, None
+            continue
+        try:
+            checked_key(item["key"])
+        except TarryError as exc:
+            tally.refused(number, str(exc))
+            yield number, None
+            continue
+        yield number, (item["key"], item.get("value"))
+
+
+def _flush(
+    rt: Runtime, batch: dict[str, Any], lines: dict[str, int], tally: Tally, tried: set[str]
+) -> int:
+    """Deliver a batch; if it is refused (nothing changed then), each line on its own, so that
+    only the refused ones are reported. How many lines it handled."""
+    if not batch:
+        return 0
+    try:
+        tally.add(deliver_importing(rt, batch, tried), keep_outcomes=False)
+        return len(batch)
+    except TarryError:
+        pass
+    for key, value in batch.items():
+        try:
+            tally.add(deliver_importing(rt, {key: value}, tried), keep_outcomes=False)
+        except TarryError as exc:
+            tally.refused(lines[key], f"key {key!r}: {exc}")
+    return len(batch)
+
+
+def _report(args: argparse.Namespace, tally: Tally) -> int:
+    if args.json:
+        print(dumps({
+            "delivered": tally.delivered,
+            "kept": tally.kept,
+            "errors": [{"line": line, "message": problem} for line, problem in tally.errors],
+            "outcomes": tally.outcomes,
+        }))
+    else:
+        for out in tally.outcomes:
+            print(f"session {out.session_id}: {summary(out)}")
+        print(
+            f"delivered to {tally.delivered} session{'s' * (tally.delivered != 1)}, "
+            f"kept {tally.kept} as mail, {len(tally.errors)} refused"
+        )
+    return EXIT_ERROR if tally.errors else EXIT_OK
