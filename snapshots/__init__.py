@@ -10,7 +10,7 @@ from importlib import import_module
 from typing import Any
 
 from ._codec import check, dumps, loads, register
-from .records import SessionRecord, TokenInfo
+from .records import SessionRecord, TokenInfo, WaitRecord
 from .store import SessionStore
 
 _LAZY = {"MemoryStore": ".memory", "SQLiteStore": ".sqlite", "PostgresStore": ".postgres"}
@@ -21,6 +21,7 @@ __all__ = [
     "SessionRecord",
     "SessionStore",
     "TokenInfo",
+    "WaitRecord",
     "check",
     "dumps",
     "loads",

@@ -1,4 +1,5 @@
-"""The snapshot codec: msgpack plus named ext types, and the one cattrs converter.
+"""The snapshot codec: msgpack plus named ext types (the registry is _registry.py; the one cattrs
+converter is _converter.py; `check`/`take`/`copy` are _check.py).
 
 User values are plain msgpack types plus the types below, each under an ext code of its own.
 Records (attrs classes, dataclasses) and enums are stored under the name they were registered
@@ -16,34 +17,48 @@ limits next to it.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import enum
 import functools
-import re
 import sys
 import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import msgpack
-from tarry.engine.errors import NotSerializable, PayloadTooLarge, SnapshotError
-from tarry.engine.values import immutable
+from tarry.engine.errors import SnapshotError
 
-# --- ext codes: one number per type, never reused ------------------------------------------------
-EXT_TUPLE = 1
-EXT_SET = 2
-EXT_FROZENSET = 3
-EXT_DATETIME = 4
-EXT_DATE = 5
-EXT_TIME = 6
-EXT_TIMEDELTA = 7
-EXT_ENUM = 8
-EXT_RECORD = 9
-EXT_UUID = 10
-EXT_DECIMAL = 11
+from ._explain import _explain
+from ._registry import (
+    _UNSET,
+    EXT_DATE,
+    EXT_DATETIME,
+    EXT_DECIMAL,
+    EXT_ENUM,
+    EXT_FROZENSET,
+    EXT_RECORD,
+    EXT_SET,
+    EXT_TIME,
+    EXT_TIMEDELTA,
+    EXT_TUPLE,
+    EXT_UUID,
+    _build,
+    _by_name,
+    _by_type,
+    _fields,
+    _from_iso,
+    _kind,
+    register,
+    registered,
+)
+
+__all__ = [
+    "EXT_DATE", "EXT_DATETIME", "EXT_DECIMAL", "EXT_ENUM", "EXT_FROZENSET", "EXT_RECORD",
+    "EXT_SET", "EXT_TIME", "EXT_TIMEDELTA", "EXT_TUPLE", "EXT_UUID", "MAX_BLOB_BYTES",
+    "MAX_DEPTH", "_UNSET", "_build", "_by_name", "_by_type", "_fields", "check", "copy",
+    "dumps", "loads", "register", "registered", "take",
+]  # fmt: skip
 
 #: Largest blob `loads` accepts; anything longer is refused before it is parsed.
 MAX_BLOB_BYTES = 256 * 1024 * 1024
@@ -63,66 +78,6 @@ _HEADROOM = 64
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
-
-_by_name: dict[str, type] = {}
-_by_type: dict[type, str] = {}
-
-
-def register(cls: type, name: str | None = None) -> type:
-    """Allow instances of an attrs class, dataclass or Enum in snapshots, stored under `name`
-    (default: `module.QualName`). Usable as a decorator. Re-registering the same class is a
-    no-op; a name taken by another class is an error."""
-    if not isinstance(cls, type) or not (
-        attrs.has(cls) or dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum)
-    ):
-        msg = f"register() takes an attrs class, a dataclass or an Enum (got {cls!r})"
-        raise TypeError(msg)
-    if name is not None and (type(name) is not str or not name):
-        msg = f"register() name must be a non-empty str (got {name!r})"
-        raise TypeError(msg)
-    key = name or f"{cls.__module__}.{cls.__qualname__}"
-    taken = _by_name.get(key)
-    if taken is not None and taken is not cls:
-        msg = f"snapshot name {key!r} is already registered for {taken!r}"
-        raise ValueError(msg)
-    _by_name[key] = cls
-    _by_type[cls] = key
-    return cls
-
-
-def registered(cls: type) -> bool:
-    return cls in _by_type
-
-
-_UNSET = object()
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    """A record's fields by name; a field that was never set (init=False, no default) is left
-    out, so it stays unset after a round trip instead of failing the encoding."""
-    fields = attrs.fields(type(obj)) if attrs.has(type(obj)) else dataclasses.fields(obj)
-    values = {f.name: getattr(obj, f.name, _UNSET) for f in fields}
-    return {key: value for key, value in values.items() if value is not _UNSET}
-
-
-def _build(cls: type, values: dict[str, Any]) -> Any:
-    """An instance of a registered record from its stored fields: init fields go through the
-    constructor (so validators run), the others are set afterwards. Stored fields the class no
-    longer has are ignored; missing ones take their defaults."""
-    init: dict[str, Any] = {}
-    late: dict[str, Any] = {}
-    if attrs.has(cls):
-        for f in attrs.fields(cls):
-            if f.name in values:
-                (init if f.init else late)[f.alias if f.init else f.name] = values[f.name]
-    else:
-        for f in dataclasses.fields(cls):
-            if f.name in values:
-                (init if f.init else late)[f.name] = values[f.name]
-    obj = cls(**init)
-    for key, value in late.items():
-        object.__setattr__(obj, key, value)
-    return obj
 
 
 # --- encoding ------------------------------------------------------------------------------------
@@ -312,20 +267,6 @@ def _decode_other(depth: int, code: int, data: bytes) -> Any:
 
 
 # CPython 3.11's fromisoformat reads an offset under a second ("+00:00:00.000001") as zero.
-_SUBSECOND_OFFSET = re.compile(r"([+-])00:00:00\.(\d{6})$")
-
-
-def _from_iso(cls: type[Any], data: bytes) -> Any:
-    """A datetime or time from its isoformat text, with its exact UTC offset."""
-    text = data.decode("ascii")
-    value = cls.fromisoformat(text)
-    if value.tzinfo is not None and not value.utcoffset():
-        tiny = _SUBSECOND_OFFSET.search(text)
-        if tiny is not None:
-            micros = int(tiny[2]) * (-1 if tiny[1] == "-" else 1)
-            value = value.replace(tzinfo=dt.timezone(dt.timedelta(microseconds=micros)))
-    return value
-
 
 def _nested(data: bytes, depth: int) -> Any:
     if depth >= MAX_DEPTH:
@@ -360,12 +301,6 @@ def _decode_named(code: int, data: bytes, depth: int) -> Any:
     return _build(cls, payload)
 
 
-def _kind(value: Any) -> str:
-    """A short description of a decoded value for error messages (never its whole repr)."""
-    if type(value) is list:
-        return f"an array of {len(value)}"
-    return f"a {type(value).__name__}"
-
 
 # --- the public functions ------------------------------------------------------------------------
 
@@ -397,235 +332,7 @@ def loads(data: bytes | bytearray | memoryview) -> Any:
 
 
 # Types `check` passes at once: every value of them can be encoded.
-_ALWAYS_OK = frozenset({type(None), bool, float})
 
 
-def check(value: Any, where: str = "value", limit: int | None = None) -> None:
-    """Raise NotSerializable (naming the path and type) unless `value` can be encoded, and
-    PayloadTooLarge when `limit` is given and its encoding is longer than `limit` bytes.
-
-    Scalars return at once; anything else is packed in C, which is faster than a Python walk.
-    """
-    t = type(value)
-    if t in _ALWAYS_OK:
-        return
-    if t is int and _INT_MIN <= value <= _INT_MAX:
-        return
-    if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
-        # Only non-ASCII text can fail to encode (lone surrogates); ASCII is one byte a char.
-        if limit is not None:
-            size = len(value) + _header(len(value), t is str)
-            if size > limit:
-                raise PayloadTooLarge(where, size, limit)
-        return
-    try:
-        size = len(_pack(value))
-        # Stored, a value sits a few lists and dicts deeper (in an event, the state, a
-        # container's outputs); one that only fits at the top would fail there, later, after
-        # the token was used. Only a value of this many bytes can nest this deep.
-        if size > _PLAIN_LIMIT - _HEADROOM:
-            _pack(_wrapped(value, _HEADROOM))
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _explain(value, where) from exc
-    if limit is not None and size > limit:
-        raise PayloadTooLarge(where, size, limit)
-
-
-def take(value: Any, where: str = "value", limit: int | None = None) -> tuple[Any, int]:
-    """`check(value, where, limit)`, and then a copy of `value` that shares nothing that can
-    change with it (what decoding its encoding gives: what a recovered run reads), and the size
-    of its encoding. A value that cannot change (see `tarry.engine.values`) is its own copy.
-
-    The check packs the value anyway; the copy costs one unpack of those bytes on top.
-    """
-    t = type(value)
-    if t in _ALWAYS_OK:
-        return value, 9 if t is float else 1
-    if t is int and _INT_MIN <= value <= _INT_MAX:
-        return value, _int_size(value)
-    if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
-        size = len(value) + _header(len(value), t is str)
-        if limit is not None and size > limit:
-            raise PayloadTooLarge(where, size, limit)
-        return value, size
-    try:
-        blob = _pack(value)
-        if len(blob) > _PLAIN_LIMIT - _HEADROOM:  # see `check`
-            _pack(_wrapped(value, _HEADROOM))
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _explain(value, where) from exc
-    size = len(blob)
-    if limit is not None and size > limit:
-        raise PayloadTooLarge(where, size, limit)
-    if t is not dict and t is not list and (t is str or immutable(value)):
-        return value, size
-    own = _unpack(blob)
-    if size <= _REMEMBERED_BYTES:
-        global _taken
-        _taken = (own, blob)
-    return own, size
-
-
-# The copy `take` made last, and its encoding: a step's output is most often read (as the next
-# step's `ctx.prev`) right after it was taken, and its copy is then one unpack, not two calls.
-# One pair, replaced whole, so threads that take at once can only miss. Small values only, so
-# that what it keeps alive is small.
-_taken: tuple[Any, bytes] = (None, b"")
-_REMEMBERED_BYTES = 64 * 1024
-
-
-def copy(value: Any) -> Any:
-    """A copy of a value the codec encodes that shares nothing that can change with it: what
-    decoding its encoding gives. A value that cannot change is its own copy."""
-    t = type(value)
-    if t is not dict and t is not list and immutable(value):
-        return value
-    taken = _taken
-    if value is taken[0]:
-        return _unpack(taken[1])
-    return _unpack(_pack(value))
-
-
-def _int_size(n: int) -> int:
-    """Bytes msgpack takes for the int `n` (within _INT_MIN.._INT_MAX)."""
-    if -32 <= n < 128:
-        return 1
-    if -128 <= n < 256:
-        return 2
-    if -32768 <= n < 65536:
-        return 3
-    if -(2**31) <= n < 2**32:
-        return 5
-    return 9
-
-
-def _wrapped(value: Any, levels: int) -> Any:
-    for _ in range(levels):
-        value = [value]
-    return value
-
-
-def _header(n: int, text: bool) -> int:
-    """Bytes msgpack puts before a str (`text`) or bin of n bytes."""
-    if text and n < 32:
-        return 1
-    return 2 if n < 256 else 3 if n < 65536 else 5
-
-
-def _explain(value: Any, where: str) -> NotSerializable:
-    """Find the first value below `value` that cannot be encoded, and name it."""
-    found = _find_bad(value, where)
-    if found is None:
-        return NotSerializable(where, value)
-    return NotSerializable(*found)
-
-
-def _find_bad(value: Any, where: str) -> tuple[str, Any] | None:
-    """The path and value of the first thing `_pack` refuses, depth first, or None.
-
-    A loop rather than recursion, so values nested deeper than Python's recursion limit are
-    named too. It mirrors `_default` and the nesting limits.
-    """
-    stack: list[tuple[Any, str, int, int]] = [(value, where, 0, 0)]  # value, path, ext, plain
-    while stack:
-        value, where, depth, plain = stack.pop()
-        t = type(value)
-        if t in _SCALARS:
-            if not _scalar_ok(value):
-                return (where, value)
-            continue
-        limit = _PLAIN_LIMIT if depth <= _C_LEVELS else _DEEP_PLAIN_LIMIT
-        children: list[tuple[Any, str, int, int]] = []
-        if t is list or (isinstance(value, dict) and t not in _by_type):
-            if plain >= limit:
-                return (where, value)
-            if t is list:
-                children = [(x, f"{where}[{i}]", depth, plain + 1) for i, x in enumerate(value)]
-            else:
-                for key, item in value.items():
-                    children.append((key, f"{where} key {key!r}", depth, plain + 1))
-                    children.append((item, f"{where}[{key!r}]", depth, plain + 1))
-        elif t is tuple or t is set or t is frozenset or t in _by_type:
-            if depth >= MAX_DEPTH:
-                return (where, value)
-            if t in _by_type and isinstance(value, enum.Enum):
-                children = [(value.value, f"{where}.value", depth + 1, 1)]
-            elif t in _by_type:
-                fields = _fields(value).items()
-                children = [(item, f"{where}.{key}", depth + 1, 2) for key, item in fields]
-            else:
-                children = [(x, f"{where}[{i}]", depth + 1, 1) for i, x in enumerate(value)]
-        else:
-            try:
-                _default(0, value)
-            except TypeError:
-                return (where, value)
-            continue
-        stack.extend(reversed(children))
-    return None
-
-
-_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
-
-
-def _scalar_ok(value: Any) -> bool:
-    t = type(value)
-    if t is int:
-        return _INT_MIN <= value <= _INT_MAX
-    if t is str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
-    return True
-
-
-# --- the one converter for state records ---------------------------------------------------------
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-@functools.cache
-def converter() -> Any:
-    """The one converter, built (with all its hooks) on first use. Its hooks for the state
-    records are wire.py's functions, which `encode_state`/`decode_state` call directly:
-    importing cattrs and building the converter takes about 20 ms, and a process that starts
-    to resume one session (a CLI call, a worker) should not pay that to decode it."""
-    from cattrs.preconf.msgpack import make_converter
-
-    conv = make_converter()
-    conv.register_unstructure_hook_func(lambda t: t is Any, _identity)
-    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
-    conv.register_unstructure_hook(dt.datetime, _identity)
-    conv.register_structure_hook(dt.datetime, lambda v, _: v)
-    # The state records' own hooks, written by hand (see wire.py).
-    from .wire import HOOKS
-
-    for cls, write, read in HOOKS:
-        conv.register_unstructure_hook(cls, write)
-        conv.register_structure_hook(cls, _reader(read))
-    return conv
-
-
-def _reader(read: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
-    return lambda value, _cls: read(value)
-
-
-def pack_record(record: Any) -> bytes:
-    """A state record (attrs) as msgpack bytes, through the converter."""
-    return dumps(converter().unstructure(record))
-
-
-def unpack_record(data: bytes, cls: type[Any]) -> Any:
-    try:
-        return converter().structure(loads(data), cls)
-    except SnapshotError:
-        raise
-    except Exception as exc:
-        msg = f"snapshot does not hold a valid {cls.__name__} ({type(exc).__name__}: {exc})"
-        raise SnapshotError(msg) from exc
-
-
+# `check`, `take` and `copy` live in _check.py (which needs the functions above).
+from ._check import check, copy, take  # noqa: E402

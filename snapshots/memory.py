@@ -1,5 +1,10 @@
 """MemoryStore: the default store, in this process, holding the same encoded bytes as a
-durable store would (so a flow that works in memory also works durably)."""
+durable store would (so a flow that works in memory also works durably).
+
+The class holds the sessions, events and values; tokens, timers and leases come from
+memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it keeps per
+session from memory_entry.py.
+"""
 
 from __future__ import annotations
 
@@ -9,114 +14,22 @@ import datetime as dt
 import heapq
 import threading
 from collections.abc import Sequence
-from typing import Any
 
-import msgpack
-from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
+from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.events import Event
 
 from . import memory_upkeep as upkeep
-from ._codec import dumps
-from .records import SessionRecord, TokenInfo, decode_event, event_arrays
+from .memory_entry import _ENDED, _copy, _decode_batch, _encode_batch, _Entry, _keep
+from .memory_tokens import TokensAndLeases
+from .memory_waits import WaitsAndMail
+from .records import SessionRecord, WaitRecord
 from .store import ENDED
-from .tally import Tally, Totals
+from .tally import Totals
 
-_ENDED = frozenset({"completed", "failed", "cancelled"})
-
-#: The meta of every kept record that has none. Never mutated, never handed out.
-_NO_META: dict[str, Any] = {}
+__all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
 
 
-def _keep(record: SessionRecord, version: int) -> SessionRecord:
-    """The store's own copy of a record it is given, at `version`."""
-    return _copy(record, version, dict(record.meta) if record.meta else _NO_META)
-
-
-def _copy(
-    record: SessionRecord,
-    version: int | None = None,
-    meta: dict[str, Any] | None = None,
-    state: bytes | None = None,
-) -> SessionRecord:
-    """A record that shares no mutable part with `record` (as a durable store's would), with
-    `state` instead of its own if given.
-
-    The constructor, not `attrs.evolve`: a copy is made on every load and save, and evolve
-    costs four times as much.
-    """
-    return SessionRecord(
-        record.session_id,
-        record.flow,
-        record.status,
-        record.state if state is None else state,
-        record.version if version is None else version,
-        record.fingerprint,
-        record.flow_version,
-        record.token,
-        record.wake_at,
-        record.lease_owner,
-        record.lease_until,
-        record.created_at,
-        record.updated_at,
-        dict(record.meta) if meta is None else meta,
-        record.durability,
-        record.stop,
-    )
-
-
-def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
-    """The events of one write as one msgpack array of `encode_event`'s arrays, and how many
-    bytes those arrays take (the blob less the array's header).
-
-    One encoder call per write instead of one per event halves the cost of encoding a pause's
-    events, and a session holds one bytes object per write instead of one per event. The
-    elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
-    counted are the same as a durable store's.
-    """
-    blob = dumps(event_arrays(events))
-    n = len(events)
-    return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
-
-
-def _decode_batch(
-    blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
-) -> builtins.list[Event]:
-    """The events of a blob `_encode_batch` wrote, each decoded by `decode_event`: the first
-    `skip` are passed over undecoded, and no more than `limit` (if given) are decoded."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(blob))
-    unpacker.feed(blob)
-    events: builtins.list[Event] = []
-    try:
-        count = unpacker.read_array_header()
-        start = unpacker.tell()
-        for i in range(count):
-            unpacker.skip()
-            end = unpacker.tell()
-            if i >= skip:
-                events.append(decode_event(blob[start:end], session_id))
-                if len(events) == limit:
-                    break
-            start = end
-    except (ValueError, msgpack.OutOfData) as exc:  # as a durable store's bad blob would
-        msg = f"session {session_id!r}: malformed events ({type(exc).__name__}: {exc})"
-        raise SnapshotError(msg) from exc
-    return events
-
-
-class _Entry:
-    __slots__ = ("record", "batches", "firsts", "last_seq", "values", "tokens", "tally")
-
-    def __init__(self, record: SessionRecord) -> None:
-        self.record = record
-        self.batches: list[bytes] = []  # one _encode_batch blob per write, in order
-        self.firsts: list[int] = []  # the seq of each batch's first event (to find a page)
-        self.last_seq = 0
-        self.tally: Tally | None = None  # brought up to date by `stats()`
-        self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
-        self.tokens: list[str] = []
-
-
-class MemoryStore:
+class MemoryStore(TokensAndLeases, WaitsAndMail):
     """Sessions in a dict, encoded.
 
     `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
@@ -138,6 +51,7 @@ class MemoryStore:
         # Tokens by session id; a consumed one is also in `_used` until its session is gone.
         self._tokens: dict[str, str] = {}
         self._used: set[str] = set()
+        self._init_waits()
         self._marks: set[str] = set()
         self.bytes_written = 0
         self.bytes_read = 0
@@ -174,6 +88,8 @@ class MemoryStore:
         *,
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
     ) -> int:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -191,12 +107,14 @@ class MemoryStore:
             self._put(entry, values)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            self._save_waits(entry, record.status, waits, mail_done)
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:
         with self._lock:
             entry = self._sessions.pop(session_id, None)
             if entry is not None:
+                self._forget_waits(entry)
                 for token in entry.tokens:
                     self._tokens.pop(token, None)
                     self._used.discard(token)
@@ -294,135 +212,6 @@ class MemoryStore:
             blobs = [column[i] for i in range(stop) if i in column]
             self.bytes_read += sum(map(len, blobs))
             return blobs
-
-    # -- tokens ----------------------------------------------------------------------------
-    def find_token(self, token: str) -> TokenInfo | None:
-        with self._lock:
-            sid = self._tokens.get(token)
-            return None if sid is None else TokenInfo(sid, token in self._used)
-
-    def consume_token(
-        self,
-        token: str,
-        *,
-        owner: str | None = None,
-        until: dt.datetime | None = None,
-        events: Sequence[Event] = (),
-    ) -> bool:
-        batch = _encode_batch(events) if events else None
-        with self._lock:
-            sid = self._tokens.get(token)
-            if sid is None or token in self._used:
-                return False
-            entry = self._sessions.get(sid)
-            if entry is not None:
-                self._check_seq(entry, events)
-                entry.record.status = "running"
-                entry.record.stop = None
-                if owner is not None:
-                    entry.record.lease_owner = owner
-                    entry.record.lease_until = until
-                self._append(entry, events, batch)
-            self._used.add(token)
-            return True
-
-    # -- control ---------------------------------------------------------------------------
-    def request_stop(self, session_id: str, stop: str) -> str | None:
-        with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None:
-                return None
-            if entry.record.status == "running":
-                entry.record.stop = stop
-            return entry.record.status
-
-    def stop_requested(self, session_id: str) -> str | None:
-        with self._lock:
-            entry = self._sessions.get(session_id)
-            return None if entry is None else entry.record.stop
-
-    # -- timers and leases -----------------------------------------------------------------
-    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
-        with self._lock:
-            rows = [
-                e.record
-                for e in self._sessions.values()
-                if e.record.status == "paused"
-                and e.record.wake_at is not None
-                and e.record.wake_at <= now
-            ]
-            rows.sort(key=lambda r: (r.wake_at, r.session_id))
-            return [_copy(r) for r in rows[:limit]]
-
-    def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
-        with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None:
-                return False
-            rec = entry.record
-            free = rec.lease_owner is None or rec.lease_until is None or rec.lease_until <= now
-            if not (free or rec.lease_owner == owner):
-                return False
-            rec.lease_owner = owner
-            rec.lease_until = until
-            return True
-
-    def release(self, session_id: str, owner: str) -> None:
-        with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is not None and entry.record.lease_owner == owner:
-                entry.record.lease_owner = None
-                entry.record.lease_until = None
-
-    def claim_due(
-        self,
-        now: dt.datetime,
-        owner: str,
-        until: dt.datetime,
-        *,
-        limit: int = 100,
-        after: tuple[dt.datetime, str] | None = None,
-    ) -> builtins.list[SessionRecord]:
-        with self._lock:
-            rows = [
-                e.record
-                for e in self._sessions.values()
-                if e.record.status == "paused"
-                and e.record.wake_at is not None
-                and e.record.wake_at <= now
-                and (after is None or (e.record.wake_at, e.record.session_id) > after)
-                and e.record.token is not None
-                and e.record.token not in self._used
-                and (e.record.lease_until is None or e.record.lease_until <= now)
-            ]
-            rows.sort(key=lambda r: (r.wake_at, r.session_id))
-            claimed = rows[:limit]
-            for rec in claimed:
-                rec.lease_owner = owner
-                rec.lease_until = until
-            return [_copy(r) for r in claimed]
-
-    def expired(
-        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
-    ) -> builtins.list[SessionRecord]:
-        with self._lock:
-            rows = [
-                e.record
-                for e in self._sessions.values()
-                if e.record.lease_until is not None
-                and e.record.lease_until <= now
-                and (after is None or (e.record.lease_until, e.record.session_id) > after)
-            ]
-            rows.sort(key=lambda r: (r.lease_until, r.session_id))
-            return [_copy(r) for r in rows[:limit]]
-
-    # -- store-wide marks --------------------------------------------------------------------
-    def mark(self, name: str) -> None:
-        with self._lock:
-            self._marks.add(name)
-
-    def marked(self, name: str) -> bool:
-        return name in self._marks
 
     # -- internals ---------------------------------------------------------------------------
     def __len__(self) -> int:

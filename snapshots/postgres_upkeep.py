@@ -67,13 +67,18 @@ def prune(
         return int(row[0]) if row else 0
     # One statement: the batch is locked (rows another transaction holds are skipped, and the
     # condition is checked again on the rows taken), then deleted with their events, values,
-    # tokens and tallies (ON DELETE CASCADE).
-    return conn.execute(
-        "DELETE FROM tarry_sessions WHERE session_id IN ("
+    # tokens, waits and tallies (ON DELETE CASCADE).
+    # The mail they claimed names them in no foreign key: it goes in the same statement.
+    row = conn.execute(
+        "WITH doomed AS (DELETE FROM tarry_sessions WHERE session_id IN ("
         f"SELECT session_id FROM tarry_sessions WHERE {where} "
-        "ORDER BY updated_at, session_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)",
+        "ORDER BY updated_at, session_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+        "RETURNING session_id), "
+        "mail AS (DELETE FROM tarry_mail WHERE claimed_by IN (SELECT session_id FROM doomed)) "
+        "SELECT count(*) FROM doomed",
         args,
-    ).rowcount
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 # -- stats -------------------------------------------------------------------------------------

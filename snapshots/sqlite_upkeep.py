@@ -119,11 +119,14 @@ def prune(
         if ids:
             # One statement per table for the whole batch (each id an index range of it).
             doomed = json.dumps(ids)
-            for table in ("events", "vals", "tokens", "tallies", "sessions"):
+            for table in ("events", "vals", "tokens", "waits", "tallies", "sessions"):
                 db.execute(
                     f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))",
                     (doomed,),
                 )
+            db.execute(
+                "DELETE FROM mail WHERE claimed_by IN (SELECT value FROM json_each(?))", (doomed,)
+            )
     if ids:
         _reclaim(store)
     return len(ids)

@@ -4,18 +4,34 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tarry.engine.events import Event
 
-from .records import SessionRecord, TokenInfo
+from .records import SessionRecord, TokenInfo, WaitRecord
 
 if TYPE_CHECKING:
     from .tally import Totals
 
 #: The statuses of ended sessions: the only ones `prune` deletes.
 ENDED = ("completed", "cancelled", "failed")
+
+
+def refusals(tokens: Sequence[str], used: Mapping[str, bool]) -> dict[str, str]:
+    """Why `consume_tokens` refuses each token it refuses, given the used flag of each token
+    the store knows (`used`): "duplicate" (given twice), "unknown" or "used"."""
+    refused: dict[str, str] = {}
+    seen: set[str] = set()
+    for token in tokens:
+        if token in seen:
+            refused[token] = "duplicate"
+        elif token not in used:
+            refused[token] = "unknown"
+        elif used[token]:
+            refused[token] = "used"
+        seen.add(token)
+    return refused
 
 
 @runtime_checkable
@@ -41,15 +57,26 @@ class SessionStore(Protocol):
         *,
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
     ) -> int:
         """In one transaction: write `record` if the stored version is `expected_version`
         (else ConcurrentUpdate, nothing written), append `events`, put `values`
         (`(key, index, blob)`), and register `record.token` as a live token of the session.
         The stored stop request is kept while `record.status` is "running" and cleared
-        otherwise (`record.stop` is ignored). Returns the new version (`expected_version + 1`)."""
+        otherwise (`record.stop` is ignored). Returns the new version (`expected_version + 1`).
+
+        `waits`: each becomes a wait of the session (`waits`, `waiting`) and its token a live
+        token of it. A token already known keeps its used flag and is never made live again
+        (a used one gets no wait row). A wait stays until its token is used or the session
+        ends: a save whose status is neither "paused" nor "running" drops every wait of the
+        session and marks their tokens used (TokenAlreadyUsed, never UnknownToken, for them
+        later). `mail_done`: keys whose mail this session claimed (`take_mail`) and has used:
+        that mail is deleted. A save of keyed waits is serialised with `post` on those keys."""
 
     def delete(self, session_id: str) -> None:
-        """Remove the session, its events, values and tokens. Unknown ids are ignored."""
+        """Remove the session, its events, values, tokens, waits and the mail it claimed.
+        Unknown ids are ignored."""
 
     def list(
         self,
@@ -74,7 +101,8 @@ class SessionStore(Protocol):
     ) -> int:
         """Delete, in one transaction, up to `limit` ended sessions (status in `statuses`, which
         holds only ENDED ones) last updated before `before` and not leased at `now` (a failed
-        session being resumed is), oldest first, with their events, values, tokens and tally.
+        session being resumed is), oldest first, with their events, values, tokens, waits,
+        claimed mail and tally.
         Returns how many. Never a running or paused session, whatever `statuses` says. With
         `dry_run`, counts them all instead and deletes nothing."""
 
@@ -118,7 +146,61 @@ class SessionStore(Protocol):
         """Mark the token used. True for exactly one caller, ever; False if already used
         or unknown (and then nothing is written). In the same transaction, the winner sets
         the session's status to "running" (clearing any stop request), takes its lease (when
-        `owner` is given) and appends `events`."""
+        `owner` is given), appends `events` and drops the token's wait."""
+
+    def consume_tokens(
+        self,
+        tokens: Sequence[str],
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+    ) -> dict[str, str]:
+        """Use many tokens, of one or several sessions, all or nothing, in one transaction.
+
+        On success (`{}`): every token is marked used and its wait dropped; every session they
+        belong to is set "running" (its stop request cleared), leased to `owner` until `until`
+        when `owner` is given, and gets `events[session_id]` appended (they must continue its
+        log, as in `append_events`: else ConcurrentUpdate, nothing written; events of sessions
+        no token belongs to are not written). Otherwise NOTHING is written and the result names
+        each offending token: "unknown", "used", or "duplicate" (given more than once).
+        Single-winner with `consume_token`, other `consume_tokens` and `save`."""
+
+    # -- waits and the mailbox ---------------------------------------------------------------
+    def waits(self, session_id: str) -> builtins.list[WaitRecord]:
+        """The live waits of one session, by path then token."""
+
+    def waiting(
+        self,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 1000,
+    ) -> builtins.list[WaitRecord]:
+        """Live waits of every session, of `kind` and/or on `key` if given, by token, only
+        tokens after `after` (the last token of the previous page): through an index, reading
+        no snapshot and writing nothing (a poll of idle waits costs no write)."""
+
+    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
+        """A delivery to `key`, atomically: if waits on `key` are live, return them (the caller
+        resumes them by token) and keep nothing; otherwise keep `value` as the key's mail and
+        return []. A key has at most one unclaimed mail (a later post replaces it); mail that a
+        session claimed stays that session's, and a post meanwhile becomes the key's next
+        unclaimed mail. Serialised with a `save` that registers a wait on `key`: a post either
+        sees that wait or is found by the saver's `take_mail`."""
+
+    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
+        """For each key with mail this session claimed earlier, or unclaimed mail (claimed for
+        it now): its value. Claimed mail is deleted by the session's `save(mail_done=...)` or
+        with the session; until then `take_mail` returns it to the same session again (a
+        process that died before saving finds it on recovery)."""
+
+    def discard(self, key: str) -> bool:
+        """Drop the key's unclaimed mail; whether there was one."""
+
+    def mail(self, key: str) -> bytes | None:
+        """The key's unclaimed mail (what the next wait on it would take), or None."""
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, session_id: str, stop: str) -> str | None:

@@ -71,8 +71,8 @@ def test_public_all_is_pinned() -> None:
 def test_snapshots_all_is_pinned() -> None:
     snapshots = importlib.import_module("tarry.snapshots")
     assert set(snapshots.__all__) == {
-        "MemoryStore", "SQLiteStore", "SessionRecord", "SessionStore", "TokenInfo", "check",
-        "dumps", "loads", "register",
+        "MemoryStore", "SQLiteStore", "SessionRecord", "SessionStore", "TokenInfo", "WaitRecord",
+        "check", "dumps", "loads", "register",
     }
 
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tarry.engine.errors import NotSerializable, SnapshotError
-from tarry.snapshots import _codec
+from tarry.snapshots import _check, _codec
 from tarry.snapshots._codec import (
     EXT_DATETIME,
     EXT_DECIMAL,
@@ -582,7 +582,7 @@ def test_check_passes_scalars_without_packing(scalar: Any, monkeypatch) -> None:
     def refuse(*args: Any) -> None:
         raise AssertionError("check packed a scalar")
 
-    monkeypatch.setattr(_codec, "_pack", refuse)
+    monkeypatch.setattr(_check, "_pack", refuse)
     assert check(scalar, "out") is None
 
 

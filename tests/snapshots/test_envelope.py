@@ -22,7 +22,8 @@ from tarry.engine.state import (
     SessionState,
 )
 from tarry.snapshots import records
-from tarry.snapshots._codec import dumps, loads, pack_record, register, unpack_record
+from tarry.snapshots._codec import dumps, loads, register
+from tarry.snapshots._converter import pack_record, unpack_record
 from tarry.snapshots.records import (
     FORMAT,
     MIGRATIONS,

@@ -76,8 +76,34 @@ def test_a_fresh_schema_is_migrated_to_the_current_version(postgres: Any, schema
         "tarry_schema", "tarry_sessions", "tarry_events", "tarry_values", "tarry_tokens",
         "tarry_tallies",
         "tarry_marks",
+        "tarry_waits", "tarry_mail",
     }  # fmt: skip
     assert applied(schema) == [m.version for m in postgres.MIGRATIONS]
+
+
+def test_sessions_paused_before_waits_get_one_on_migration(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tarry.snapshots import WaitRecord
+
+    with monkeypatch.context() as before:
+        before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:4])  # as made before waits
+        with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+            # `create` writes only what schema 4 had.
+            store.create(rec("human", status="paused", token="tk_h", meta={"pause_kind": "human"}))
+            store.create(rec("plain", status="paused", token="tk_p", wake_at=T0))
+            store.create(rec("used", status="paused", token="tk_u"))
+            store.create(rec("done", status="completed", token="tk_d"))
+            with store._pool.connection() as conn:
+                conn.execute("UPDATE tarry_tokens SET used = true WHERE token = 'tk_u'")
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        assert applied(schema)[-1] == postgres.latest_version()
+        assert store.waiting() == [
+            WaitRecord("tk_h", "human", (), "human"),
+            WaitRecord("tk_p", "plain", (), "external", wake_at=T0),
+        ]
+        assert store.consume_token("tk_h") is True
+        assert [w.token for w in store.waiting()] == ["tk_p"]
 
 
 def test_the_store_creates_a_missing_schema(postgres: Any) -> None:

@@ -1,7 +1,8 @@
 """The SessionStore conformance suite: every store must pass every test here.
 
-A new store joins by adding an entry to STORES (a factory taking pytest's tmp_path); a store
-that needs a server (PostgresStore) should `pytest.skip` in its factory when none is set up.
+A new store joins by adding an entry to storekit.STORES (a factory taking pytest's tmp_path); a
+store that needs a server (PostgresStore) should `pytest.skip` in its factory when none is set
+up. test_store_waits.py runs the waits and the mailbox the same way.
 """
 
 from __future__ import annotations
@@ -9,30 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import multiprocessing
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
-import pgserver
 import pytest
 import support
+from storekit import STORES, THREADS, race
 from support import at
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
-from tarry.snapshots import MemoryStore, SessionRecord, SessionStore, SQLiteStore, TokenInfo
+from tarry.snapshots import SessionRecord, SessionStore, SQLiteStore, TokenInfo
 from tarry.snapshots.records import encode_event
-
-STORES: dict[str, Callable[[Path], Any]] = {
-    "memory": lambda tmp_path: MemoryStore(),
-    "sqlite": lambda tmp_path: SQLiteStore(tmp_path / "s.db"),
-    # A schema no other test sees (emptied on close); skips without a server, fails under CI.
-    "postgres": lambda tmp_path: pgserver.scratch_store(),
-}
-
-THREADS = 8
 
 
 @pytest.fixture(params=sorted(STORES))
@@ -53,21 +43,6 @@ def rec(sid: str = "s1", **changes: Any) -> SessionRecord:
 def ev(seq: int, sid: str = "s1") -> Event:
     type_ = RUN_STARTED if seq == 1 else NODE_COMPLETED
     return Event(seq, type_, sid, at(seq + 0.000123), ("root", seq), {"n": seq, "ok": True})
-
-
-def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    """Call fn(0..n-1) from n threads released together; each result, or the exception raised."""
-    barrier = threading.Barrier(n)
-
-    def run(i: int) -> Any:
-        barrier.wait(timeout=10)
-        try:
-            return fn(i)
-        except Exception as exc:
-            return exc
-
-    with ThreadPoolExecutor(n) as pool:
-        return list(pool.map(run, range(n)))
 
 
 def snapshot(store: Any, sid: str, tokens: tuple[str, ...] = ()) -> tuple[Any, ...]:
@@ -614,15 +589,15 @@ def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:
     SQLiteStore(path).close()  # reopening an existing file is fine
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone() == (1,)
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"sessions", "events", "vals", "tokens", "marks"} <= tables
-        db.execute("PRAGMA user_version = 2")
+        assert {"sessions", "events", "vals", "tokens", "marks", "waits", "mail"} <= tables
+        db.execute("PRAGMA user_version = 3")
         db.commit()
     finally:
         db.close()
-    with pytest.raises(SnapshotError, match="schema version 2"):
+    with pytest.raises(SnapshotError, match="schema version 3"):
         SQLiteStore(path)
 
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from tarry.engine.errors import SnapshotError
 from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState
 from tarry.snapshots import wire
-from tarry.snapshots._codec import converter, dumps, loads
+from tarry.snapshots._codec import dumps, loads
+from tarry.snapshots._converter import converter
 from tarry.snapshots.records import FORMAT, decode_state, encode_state
 
 from .test_envelope import rich_state, states
