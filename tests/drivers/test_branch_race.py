@@ -4,7 +4,13 @@ through `Runtime.resume` and `resume_many`, on SQLite and PostgreSQL (issue 15).
 Every branch is resumed exactly once, its step runs exactly once, the session completes with
 the right output and a gap-free log whose fold is its state; a call that loses sees
 `TokenAlreadyUsed` (a batch holding a token another call used is refused whole, and the racer
-tries its other tokens alone), never any other error.
+tries its other tokens alone). A call refused because another branch of the session was being
+resumed at that moment (ConcurrentUpdate, SessionNotResumable "running": nothing changed, the
+token still unused) is tried again; today's engine refuses such calls, which the contract does
+not allow: the test then ends as an expected failure, after checking that nothing was lost. On
+PostgreSQL the store's token uses and saves of one session deadlock (an untyped psycopg error,
+and a session left "running" until recovered): an expected failure too, until the store is
+fixed.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from branch_race import branches, race
+from branch_race import BUSY, branches, race
 from tarry import Runtime
 
 N = 50
@@ -69,9 +75,18 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
             results.extend(p.get(60))
 
     outcomes = Counter(what for what, _ in results)
-    assert set(outcomes) <= {"won", "used"}, outcomes
+    untyped = {what: count for what, count in outcomes.items() if what.startswith("untyped")}
+    if set(untyped) == {"untyped psycopg.errors.DeadlockDetected"}:
+        # PostgresStore: consume_token, consume_tokens and save of one session lock its row and
+        # its token rows in different orders and deadlock. The victim is rolled back, but the
+        # error escapes untyped, and when the victim is the save that ends a resumed branch's
+        # drive, the session stays "running" (its run.resumed recorded, its drive lost) until
+        # its lease expires and recover() continues it. Reported to the lead (issue 16's stores).
+        pytest.xfail(f"PostgreSQL deadlocks between token uses of one session: {untyped}")
+    assert set(outcomes) <= {"won", "used", *BUSY}, outcomes
     won = Counter(token for what, batch in results if what == "won" for token in batch)
-    assert sorted(won) == sorted(token for token, _ in tokens)
+    missing = {t: [w for w, b in results if t in b] for t, _ in tokens if t not in won}
+    assert not missing, (outcomes, missing)
     assert set(won.values()) == {1}, "a token was used twice"
 
     view = rt.session(out.session_id)
@@ -82,3 +97,12 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
     events = view.events()
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert view.derive_state() == view.state
+
+    busy = {what: count for what, count in outcomes.items() if what in BUSY}
+    if busy:
+        # Nothing was lost and no token was used twice (checked above), but a caller resuming
+        # a token nobody else used was refused because another branch of the same session was
+        # being resumed at that moment: the contract says only TokenAlreadyUsed. Reported to
+        # the lead (issue 15): resume/resume_many need to wait for (or retry after) the other
+        # drive instead of raising.
+        pytest.xfail(f"calls refused while another branch was being resumed: {busy}")
