@@ -57,6 +57,8 @@ PUBLIC = {
     "InvalidArgument", "NodeStats", "Stats", "export_events",
     # bounds
     "PayloadTooLarge", "SnapshotTooLarge",
+    # many things in flight
+    "Parallel",
     # tokens fail closed
     "SecretRequired",
 }
