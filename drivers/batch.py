@@ -16,6 +16,7 @@ from typing import Any
 
 from tarry.engine import events as ev
 from tarry.engine.errors import (
+    ConcurrentUpdate,
     InvalidArgument,
     SessionNotResumable,
     TokenAlreadyUsed,
@@ -31,7 +32,7 @@ from .core import Core
 from .drive import fold
 from .outcome import Outcome
 from .pump import AwaitableOrValue
-from .resuming import accepted, key_of, stored_state, wait_of
+from .resuming import _Busy, accepted, busy_retry, key_of, stored_state, wait_of
 from .settle import is_awaitable
 from .starting import start
 from .validate import validate
@@ -81,7 +82,17 @@ def resume_keys(
     trigger: str = "resume",
 ) -> AwaitableOrValue[list[Outcome]]:
     """`resume_many` by store keys: `{key: (the caller's token, value)}` (the token names it in
-    errors). Timers resume the due waits of a session this way too (`trigger="timer"`)."""
+    errors). Timers resume the due waits of a session this way too (`trigger="timer"`). A
+    session another call is resuming meanwhile is waited for (see resuming.busy_retry)."""
+    return busy_retry(lambda: _resume_keys(core, keyed, asynchronous, trigger))
+
+
+def _resume_keys(
+    core: Core,
+    keyed: Mapping[str, tuple[str, Any]],
+    asynchronous: bool,
+    trigger: str,
+) -> AwaitableOrValue[list[Outcome]]:
     sessions: dict[str, _Session] = {}
     keys = {key: token for key, (token, _) in keyed.items()}
     for key, (token, value) in keyed.items():
@@ -94,6 +105,8 @@ def resume_keys(
         if session is None:
             session = sessions[info.session_id] = _load(core, info.session_id, token)
         state = session.state
+        if session.record.status == "running":
+            raise _Busy(f"session {info.session_id!r} is running")
         if state.status != "paused":
             raise SessionNotResumable(info.session_id, state.status, "resume")
         if session.waits is None and concurrent(state):
@@ -112,12 +125,15 @@ def resume_keys(
         # would copy the lanes of every waiting branch once per branch resumed.
         session.state, session.events = fold(own(session.state), now, session.specs, owned=True)
     until = now + timedelta(seconds=core.lease)
-    problems = core.store.consume_tokens(
-        list(keys),
-        owner=core.owner,
-        until=until,
-        events={sid: s.events for sid, s in sessions.items()},
-    )
+    try:
+        problems = core.store.consume_tokens(
+            list(keys),
+            owner=core.owner,
+            until=until,
+            events={sid: s.events for sid, s in sessions.items()},
+        )
+    except ConcurrentUpdate as exc:  # a session moved on since we read it: nothing written
+        raise _Busy(str(exc)) from None
     if problems:
         key, problem = next(iter(problems.items()))
         token = keys.get(key, key)

@@ -352,6 +352,10 @@ class Drive:
                 data["expires_at"] = signal.expires_at
             if not signal.awaits_value:
                 data["awaits_value"] = False
+            if signal.key is not None:
+                data["key"] = signal.key
+            if signal.on_timeout is not None:
+                data["on_timeout"] = signal.on_timeout
             try:
                 core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
             except NotSerializable as exc:
@@ -364,7 +368,7 @@ class Drive:
                     session_id=ex.session_id,
                     path=signal.path,
                     kind=signal.kind,
-                    key=getattr(signal, "key", None),
+                    key=signal.key,
                     wake_at=signal.wake_at or signal.expires_at,
                     reason=signal.reason,
                     payload=b"" if signal.payload is None else dumps(signal.payload),
@@ -373,7 +377,7 @@ class Drive:
         if not signals:
             first = all_pauses(ex.state)[0]
             data = {"kind": first.kind, "reason": first.reason}
-            for name in ("payload", "wake_at", "expires_at"):
+            for name in ("payload", "wake_at", "expires_at", "key", "on_timeout"):
                 if getattr(first, name) is not None:
                     data[name] = getattr(first, name)
             if not first.awaits_value:

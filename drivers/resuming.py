@@ -12,6 +12,7 @@ from typing import Any
 from tarry.engine import events as ev
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
+    ConcurrentUpdate,
     InvalidArgument,
     SessionNotResumable,
     SnapshotError,
@@ -97,7 +98,41 @@ def accepted(core: Core, flow: Flow, pause: PauseState, value: Any) -> Any:
     return value
 
 
-def prepare(
+#: How long a resume waits, at most, for a session whose other branch is being resumed by
+#: another call (in this process or another) before it gives up with ConcurrentUpdate.
+BUSY_SECONDS = 30.0
+
+
+class _Busy(Exception):
+    """The session runs (another of its waits was resumed) or moved on between reading and
+    using the token: nothing was written, the token is unused; try again."""
+
+
+def prepare(*args: Any, **kwargs: Any) -> AwaitableOrValue[Outcome]:
+    """`_prepare` (see there), again while the session is busy: two calls that resume two
+    waiting branches of one session at once take turns, each with the session as the other
+    left it. ConcurrentUpdate (nothing used) if it stays busy for BUSY_SECONDS."""
+    return busy_retry(lambda: _prepare(*args, **kwargs))
+
+
+def busy_retry(attempt: Any) -> Any:
+    """`attempt()`, again after a short sleep each time it finds the session busy."""
+    import time
+
+    give_up = time.monotonic() + BUSY_SECONDS
+    delay = 0.001
+    while True:
+        try:
+            return attempt()
+        except _Busy as busy:
+            if time.monotonic() >= give_up:
+                msg = f"{busy}; it stayed busy for {BUSY_SECONDS:g} s (the token is unused)"
+                raise ConcurrentUpdate(msg) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _prepare(
     core: Core,
     key: str,
     flow: Flow | None,
@@ -135,6 +170,9 @@ def prepare(
     if kept is None or flow.fingerprint != record.fingerprint:
         # (A state this runtime kept is one its own run of that very flow wrote: it fits.)
         validate(record.session_id, record.fingerprint, state, flow)
+    if record.status == "running" and not skip and failure is None:
+        # Its token is live, so another of its waits is being resumed: take turns.
+        raise _Busy(f"session {record.session_id!r} is running")
     pause = wait_of(core, key, state)
     resumed: dict[str, Any] = {}
     if flow.fingerprint != record.fingerprint:
@@ -173,7 +211,11 @@ def prepare(
     until = now + timedelta(seconds=core.lease)
     # One transaction: the token is used, the lease taken and the resume (with its value)
     # recorded, so a crash from here on leaves a session that recover() can continue.
-    if not core.store.consume_token(key, owner=core.owner, until=until, events=events):
+    try:
+        used = core.store.consume_token(key, owner=core.owner, until=until, events=events)
+    except ConcurrentUpdate as exc:  # it moved on since we read it: nothing was written
+        raise _Busy(str(exc)) from None
+    if not used:
         raise TokenAlreadyUsed(record.session_id)
     core.states.drop(record.state)
     record.meta = session_meta  # written with the session's next write

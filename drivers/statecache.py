@@ -92,6 +92,8 @@ def _decodes_as_itself(state: SessionState) -> bool:
     ):
         return False
     for frame in f["container_stack"]:
+        if frame.lanes is not None:
+            return False  # concurrent containers: decoded each time (their lanes nest frames)
         g = frame.__dict__
         if not (
             _same(g["selected"]) and _same(g["last_output"]) and _all_same(g["child_outputs"].values())

@@ -113,7 +113,7 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
                     record.flow,
                 )
             return None
-        expiry = expire()
+        expiry = expire(pause)  # as the pause recorded it when reached
         if expiry.error is None:
             return settle(
                 prepare(core, token, None, False, value=expiry.value, trigger="timeout")

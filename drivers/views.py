@@ -9,6 +9,7 @@ import attrs
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
 from tarry.engine.events import Event
+from tarry.engine.lanes import concurrent
 from tarry.engine.reducer import apply
 from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord, decode_state
@@ -153,7 +154,12 @@ class SessionView:
             info = self._store.find_token(key)
             if info is not None and not info.used:
                 token = self._tokens.token(key)
-        return outcome_of(self.state, token)
+        state = self.state
+        if state.status == "paused" and concurrent(state):
+            # Every waiting branch's own token, as the store lists them.
+            by_path = {w.path: self._tokens.token(w.token) for w in self._store.waits(self.session_id)}
+            return outcome_of(state, token, tokens=by_path)
+        return outcome_of(state, token)
 
     def __repr__(self) -> str:
         return f"<SessionView {self.session_id} {self.flow} {self.status}>"

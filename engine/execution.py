@@ -45,7 +45,7 @@ class Execution:
     __slots__ = (
         "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
         "bounds", "room", "out_value", "out_size", "stop", "listener", "retry", "lanes",
-        "pooled",
+        "pooled", "mailbox", "mail_taken",
     )
 
     def __init__(
@@ -60,6 +60,7 @@ class Execution:
         stop: Callable[[tuple[Any, ...]], bool] = _go_on,
         listener: Callable[[Event], None] | None = None,
         retry: Any = None,
+        mailbox: Callable[[str], Any] | None = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = own(state, copy)
@@ -93,6 +94,12 @@ class Execution:
         self.listener = listener
         #: The retry policy of steps that have none of their own (the Runtime's default).
         self.retry = retry
+        #: mailbox(key): a value delivered for `key` before a Wait on it was reached, or
+        #: signals.NO_MAIL. A keyed Wait asks it when reached and, given a value, completes
+        #: with it instead of pausing, and adds the key to `mail_taken` (the driver removes
+        #: those deliveries from the store with the session's next write).
+        self.mailbox = mailbox
+        self.mail_taken: list[str] = []
         #: How many concurrent containers are in progress: while none is, the state's own
         #: fields are the scope of every node (see `scope`).
         self.lanes = 0

@@ -126,8 +126,12 @@ def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
     record its output in the innermost open scope."""
     data = event.data
     path = event.path
-    scope, key = _scope(fields, path, owned)
-    stack = scope[key]
+    stack = fields["container_stack"]
+    if stack and stack[-1].lanes is not None:
+        scope, key = _scope(fields, path, owned)
+        stack = scope[key]
+    else:  # no concurrent container in progress: the state records it (inlined: every step)
+        scope, key = fields, "container_stack"
     if stack and stack[-1].path == path:
         stack = scope[key] = stack[:-1]
     if "state" in data or "metrics" in data or "state_deleted" in data:
@@ -192,7 +196,11 @@ def _node_started(fields: Fields, event: Event, owned: bool) -> None:
 
 def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
     data = event.data
-    scope, key = _scope(fields, event.path, owned)
+    stack = fields["container_stack"]
+    if stack[-1].lanes is not None:  # else the state records it (inlined: every iteration)
+        scope, key = _scope(fields, event.path, owned)
+    else:
+        scope, key = fields, "container_stack"
     top = _top(scope, key, owned)
     kind = top["kind"]
     lanes = top["lanes"]
@@ -219,7 +227,11 @@ def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
 
 def _iteration_completed(fields: Fields, event: Event, owned: bool) -> None:
     data = event.data
-    scope, key = _scope(fields, event.path, owned)
+    stack = fields["container_stack"]
+    if stack[-1].lanes is not None:  # else the state records it (inlined: every iteration)
+        scope, key = _scope(fields, event.path, owned)
+    else:
+        scope, key = fields, "container_stack"
     top = _top(scope, key, owned)
     kind = top["kind"]
     lanes = top["lanes"]
@@ -278,6 +290,8 @@ def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
         wake_at=data.get("wake_at"),
         expires_at=data.get("expires_at"),
         awaits_value=data.get("awaits_value", True),
+        key=data.get("key"),
+        on_timeout=data.get("on_timeout"),
     )
 
 

@@ -39,6 +39,25 @@ class Pause:
     expires_at: datetime | None = None
     #: False when the node does not take the resume value (a retry back-off, say).
     awaits_value: bool = True
+    #: The name a keyed Wait may be resumed by (`Runtime.deliver`).
+    key: str | None = None
+    #: What a Gate or Wait with a timeout does when it passes: "approve" or "reject" (a Gate),
+    #: "fail" or {"value": the output} (a Wait). Recorded so that any process can time it out.
+    on_timeout: Any = None
+
+
+class _NoMail:
+    """The type of NO_MAIL."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_MAIL"
+
+
+#: What `Execution.mailbox(key)` returns when no value was delivered for `key`: the Wait on it
+#: pauses. (None cannot say so: None is a value one may deliver.)
+NO_MAIL = _NoMail()
 
 
 @attrs.frozen(slots=True)

@@ -65,6 +65,10 @@ class PauseState:
     wake_at: datetime | None = None
     expires_at: datetime | None = None
     awaits_value: bool = True
+    #: The name a keyed Wait may be resumed by; the action on timeout of a Gate or Wait with a
+    #: timeout ("approve"/"reject"; "fail"/{"value": v}). A snapshot written before: None.
+    key: str | None = None
+    on_timeout: Any = None
 
 
 @attrs.frozen(slots=True)

@@ -68,7 +68,7 @@ class Step(Element):
     ) -> Generator[Signal, Any, Any]:
         ex.emit(ev.NODE_STARTED, path, _STARTED)
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
-        attempt = ex.scope(path).retries + 1
+        attempt = (ex.scope(path) if ex.lanes else ex.state).retries + 1
         make = Context if type(prev) in IMMUTABLE else CopyingContext  # see CopyingContext
         while True:
             ctx = make(ex, path, prev, scope, attempt)

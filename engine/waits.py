@@ -1,34 +1,94 @@
-"""Elements that pause the run until resumed: Wait, Gate, Sleep."""
+"""Elements that pause the run until resumed: Wait, Gate, Sleep.
+
+Every argument but `name` and `on_timeout` may be a callable `fn(ctx)` (sync or async),
+evaluated once, when the element is reached: a literal is checked when the flow is built, a
+callable's result when it is evaluated (a bad one fails the element with InvalidFlow, resumable
+like any failure). What the pause records (reason, payload, key, wake_at, expires_at, the
+action on timeout) is the evaluated value: a resume, a timer or a timeout in another process
+reads it from the session's pause, never from the flow, so nothing is evaluated again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
 from . import events as ev
+from .containers._callables import evaluate
 from .context import Scope
 from .describe import describe
 from .element import Element, Signal, check_name
 from .errors import InvalidFlow, InvalidResumeValue, NotSerializable
 from .execution import Execution
 from .failure import completed, fail
-from .signals import Pause
+from .signals import NO_MAIL, Pause
+from .state import PauseState
 
 PAUSE_KINDS = ("human", "external", "system")
 
 
-def _check_timeout(owner: str, timeout: Any) -> float | None:
-    if timeout is None:
+# --- checks of the arguments ------------------------------------------------------------------
+# Each returns the value to use, or raises ValueError with what it expected: the message then
+# reads "must be <expected> (got ...)" for a literal, "returned ..., expected <expected>" for
+# a callable's result.
+
+
+def _timeout(value: Any) -> float | None:
+    if value is None:
         return None
-    if isinstance(timeout, timedelta):
-        timeout = timeout.total_seconds()
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        msg = f"{owner}: timeout must be a positive number of seconds (got {timeout!r})"
-        raise InvalidFlow(msg)
-    return float(timeout)
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError("a positive number of seconds")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a str")
+    return value
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError("a str or None")
+    return value
+
+
+def _key(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError("a non-empty str")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value not in PAUSE_KINDS:
+        raise ValueError(f"one of {PAUSE_KINDS}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError("a number >= 0")
+    return value
+
+
+def _until(value: Any) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError("a timezone-aware datetime")
+    return value
+
+
+def _anything(value: Any) -> Any:
+    return value
+
+
+def _dynamic(value: Any) -> bool:
+    """Whether an argument is `fn(ctx)`, to evaluate when the element is reached."""
+    return callable(value) and not isinstance(value, type)
 
 
 @attrs.frozen
@@ -42,20 +102,61 @@ class Expiry:
 
 
 class _Waiting(Element):
-    """Pauses once; on resume, completes with the (accepted) resume value."""
+    """Pauses once; on resume, completes with the (accepted) resume value.
+
+    `_args` holds each argument that may be a callable, by name: a checked literal, or the
+    callable. `_checks` names the check of each (see above)."""
 
     pause_kind = "external"
-    timeout: float | None = None
+    what = "Waiting"
+    _checks: dict[str, Callable[[Any], Any]] = {}
+    _args: dict[str, Any]
 
-    def _pause(self, ex: Execution, path: tuple[Any, ...]) -> Pause:
+    def _argument(self, name: str, value: Any) -> Any:
+        """Keep argument `name`: a callable as it is, a literal checked (InvalidFlow)."""
+        if not _dynamic(value):
+            try:
+                value = self._checks[name](value)
+            except ValueError as exc:
+                msg = f"{self.what} {self.name!r}: {name} must be {exc} (got {describe(value)})"
+                raise InvalidFlow(msg) from None
+        self._args[name] = value
+        return value
+
+    def _evaluate(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, dict[str, Any]]:
+        """The arguments with every callable called (once, now) and its result checked; a bad
+        result fails this element with InvalidFlow naming the argument."""
+        args = self._args
+        if not any(map(_dynamic, args.values())):
+            return args
+        values = {}
+        for name, arg in args.items():
+            if _dynamic(arg):
+                result = yield from evaluate(ex, path, arg, prev, scope)
+                try:
+                    arg = self._checks[name](result)
+                except ValueError as exc:
+                    msg = (
+                        f"{self.what} {self.name!r}: {name} returned {describe(result)}, "
+                        f"expected {exc}"
+                    )
+                    raise fail(ex, path, InvalidFlow(msg)) from None
+            values[name] = arg
+        return values
+
+    def _pause(self, ex: Execution, path: tuple[Any, ...], args: dict[str, Any]) -> Pause:
         raise NotImplementedError
 
     def accept(self, value: Any) -> Any:
         """The output for a resume `value`, or InvalidResumeValue. Called before a resume commits."""
         return value
 
-    def expire(self) -> Expiry:
-        """What the element does when its timeout has passed (see `Expiry`)."""
+    def expire(self, pause: PauseState | None = None) -> Expiry:
+        """What the element does when the timeout of its `pause` has passed (see `Expiry`).
+        The pause records the action and the deadline it was reached with; `None` (or a
+        pause written before they were recorded) falls back to the element's own."""
         return Expiry(None)
 
     def _run(
@@ -63,88 +164,158 @@ class _Waiting(Element):
     ) -> Generator[Signal, Any, Any]:
         ex.emit(ev.NODE_STARTED, path, {"kind": self.kind})
         values = ex.scope(path).resume_values
-        if not values:
-            yield self._pause(ex, path)
-            msg = "a paused element was sent a value; resume builds a new run instead"
-            raise RuntimeError(msg)
+        data = None
+        if values:
+            value = values[0]
+        else:
+            args = yield from self._evaluate(ex, path, prev, scope)
+            value = self._delivered(ex, args)
+            if value is NO_MAIL:
+                yield self._pause(ex, path, args)
+                msg = "a paused element was sent a value; resume builds a new run instead"
+                raise RuntimeError(msg)
+            data = {"delivered": True}
         try:
-            output, size = ex.take(self.accept(values[0]), (path, "output"))
+            output, size = ex.take(self.accept(value), (path, "output"))
         except NotSerializable as exc:
             raise fail(ex, path, exc) from exc
-        completed(ex, path, output, size)
+        completed(ex, path, output, size, data)
+        if data is not None:
+            ex.mail_taken.append(args["key"])
         return output
+
+    def _delivered(self, ex: Execution, args: dict[str, Any]) -> Any:
+        """A value delivered for this element's key before it was reached (the driver's
+        mailbox), or NO_MAIL: then it pauses."""
+        return NO_MAIL
+
+
+def _deadline(ex: Execution, timeout: float | None) -> datetime | None:
+    return ex.now() + timedelta(seconds=timeout) if timeout else None
+
+
+def _when(pause: PauseState | None) -> str:
+    if pause is None or pause.expires_at is None:
+        return "by its deadline"
+    return f"by its deadline ({pause.expires_at.isoformat()})"
 
 
 class Wait(_Waiting):
-    """Pause until resumed with a value (`kind="external"` by default); the output is the value."""
+    """Pause until resumed with a value (`kind="external"` by default); the output is the value.
+
+    With a `key`, the outside world may resume it by that name (`Runtime.deliver`); a value
+    delivered for the key before the Wait is reached is taken at once and the Wait does not
+    pause (`Execution.mailbox`)."""
 
     kind = "wait"
+    what = "Wait"
+    _checks = {
+        "kind": _kind,
+        "reason": _text,
+        "payload": _anything,
+        "key": _key,
+        "timeout": _timeout,
+    }
 
     def __init__(
         self,
         name: str,
         *,
-        kind: str = "external",
-        reason: str = "",
+        kind: Any = "external",
+        reason: Any = "",
         payload: Any = None,
-        timeout: float | None = None,
+        key: Any = None,
+        timeout: Any = None,
         on_timeout: Any = "fail",
     ) -> None:
         self.name = check_name(name, "Wait")
-        if kind not in PAUSE_KINDS:
-            msg = f"Wait {name!r}: kind must be one of {PAUSE_KINDS} (got {kind!r})"
-            raise InvalidFlow(msg)
-        self.pause_kind = kind
-        self.reason = reason
-        self.payload = payload
-        self.timeout = _check_timeout(f"Wait {name!r}", timeout)
+        self._args = {}
+        kind = self._argument("kind", kind)
+        self.pause_kind = kind if isinstance(kind, str) else "external"
+        self.reason = self._argument("reason", reason)
+        self.payload = self._argument("payload", payload)
+        self.key = self._argument("key", key)
+        self.timeout = self._argument("timeout", timeout)
         # on_timeout: "fail", or any other value, which becomes the output when time runs out.
         self.on_timeout = on_timeout
 
-    def _pause(self, ex: Execution, path: tuple[Any, ...]) -> Pause:
-        expires = ex.now() + timedelta(seconds=self.timeout) if self.timeout else None
-        return Pause(self.pause_kind, self.reason, path, self.payload, None, expires)
+    def _action(self) -> Any:
+        """The action on timeout as the pause records it: "fail" or {"value": the output}."""
+        on = self.on_timeout
+        return "fail" if isinstance(on, str) and on == "fail" else {"value": on}
 
-    def expire(self) -> Expiry:
-        if isinstance(self.on_timeout, str) and self.on_timeout == "fail":
-            msg = f"Wait {self.name!r} timed out after {self.timeout:g} s with no value"
-            return Expiry(error="wait_timeout", message=msg)
-        return Expiry(self.on_timeout)
+    def _pause(self, ex: Execution, path: tuple[Any, ...], args: dict[str, Any]) -> Pause:
+        timeout = args["timeout"]
+        action = None
+        if timeout:
+            action = self._action()
+            if type(action) is dict:  # it is recorded with the pause: encodable, and bounded
+                try:
+                    action["value"], _ = ex.take(action["value"], (path, "on_timeout"))
+                except NotSerializable as exc:
+                    raise fail(ex, path, exc) from exc
+        return Pause(
+            args["kind"], args["reason"], path, args["payload"], None, _deadline(ex, timeout),
+            key=args["key"], on_timeout=action,
+        )
+
+    def _delivered(self, ex: Execution, args: dict[str, Any]) -> Any:
+        key = args["key"]
+        if key is None or ex.mailbox is None:
+            return NO_MAIL
+        return ex.mailbox(key)
+
+    def expire(self, pause: PauseState | None = None) -> Expiry:
+        action = pause.on_timeout if pause is not None and pause.on_timeout is not None else None
+        if action is None:
+            action = self._action()
+        if type(action) is dict:
+            return Expiry(action.get("value"))
+        msg = f"Wait {self.name!r} got no value {_when(pause)}"
+        return Expiry(error="wait_timeout", message=msg)
 
 
 class Gate(_Waiting):
     """Pause for a human decision: `{"approved": bool, "by": str?, "comment": str?}` or a bool."""
 
     kind = "gate"
+    what = "Gate"
     pause_kind = "human"
+    _checks = {"message": _text, "assignee": _text_or_none, "timeout": _timeout}
 
     def __init__(
         self,
         name: str,
-        message: str = "",
+        message: Any = "",
         *,
-        assignee: str | None = None,
-        timeout: float | None = None,
+        assignee: Any = None,
+        timeout: Any = None,
         on_timeout: str = "reject",
     ) -> None:
         self.name = check_name(name, "Gate")
-        self.message = message
-        self.assignee = assignee
-        self.timeout = _check_timeout(f"Gate {name!r}", timeout)
+        self._args = {}
+        self.message = self._argument("message", message)
+        self.assignee = self._argument("assignee", assignee)
+        self.timeout = self._argument("timeout", timeout)
         if on_timeout not in ("approve", "reject"):
             msg = f"Gate {name!r}: on_timeout must be 'approve' or 'reject' (got {on_timeout!r})"
             raise InvalidFlow(msg)
         self.on_timeout = on_timeout
 
-    def _pause(self, ex: Execution, path: tuple[Any, ...]) -> Pause:
-        expires = ex.now() + timedelta(seconds=self.timeout) if self.timeout else None
-        payload = {"message": self.message, "assignee": self.assignee}
-        return Pause("human", self.message, path, payload, None, expires)
+    def _pause(self, ex: Execution, path: tuple[Any, ...], args: dict[str, Any]) -> Pause:
+        timeout = args["timeout"]
+        message = args["message"]
+        payload = {"message": message, "assignee": args["assignee"]}
+        action = self.on_timeout if timeout else None
+        return Pause(
+            "human", message, path, payload, None, _deadline(ex, timeout), on_timeout=action
+        )
 
-    def expire(self) -> Expiry:
-        if self.on_timeout == "approve":
+    def expire(self, pause: PauseState | None = None) -> Expiry:
+        action = pause.on_timeout if pause is not None and pause.on_timeout else self.on_timeout
+        if action == "approve":
             return Expiry({"approved": True, "by": "timeout"})
-        msg = f"Gate {self.name!r} got no decision within {self.timeout:g} s"
+        msg = f"Gate {self.name!r} got no decision {_when(pause)}"
         return Expiry(error="gate_timeout", message=msg)
 
     def accept(self, value: Any) -> dict[str, Any]:
@@ -174,26 +345,26 @@ class Sleep(_Waiting):
     """A durable timer: pauses with `kind="system"` and a `wake_at`; the output is `None`."""
 
     kind = "sleep"
+    what = "Sleep"
     pause_kind = "system"
+    _checks = {"seconds": _seconds, "until": _until}
 
-    def __init__(self, name: str, seconds: float | None = None, *, until: datetime | None = None):
+    def __init__(self, name: str, seconds: Any = None, *, until: Any = None):
         self.name = check_name(name, "Sleep")
         if (seconds is None) == (until is None):
             msg = f"Sleep {name!r}: give exactly one of seconds or until"
             raise InvalidFlow(msg)
-        if seconds is not None and (
-            isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0
-        ):
-            msg = f"Sleep {name!r}: seconds must be a number >= 0 (got {seconds!r})"
-            raise InvalidFlow(msg)
-        if until is not None and (not isinstance(until, datetime) or until.tzinfo is None):
-            msg = f"Sleep {name!r}: until must be a timezone-aware datetime (got {until!r})"
-            raise InvalidFlow(msg)
-        self.seconds = seconds
-        self.until = until
+        self._args = {}
+        if seconds is not None:
+            self.seconds = self._argument("seconds", seconds)
+            self.until = None
+        else:
+            self.seconds = None
+            self.until = self._argument("until", until)
 
-    def _pause(self, ex: Execution, path: tuple[Any, ...]) -> Pause:
-        wake = self.until if self.until is not None else ex.now() + timedelta(seconds=self.seconds)
+    def _pause(self, ex: Execution, path: tuple[Any, ...], args: dict[str, Any]) -> Pause:
+        until = args.get("until")
+        wake = until if until is not None else ex.now() + timedelta(seconds=args["seconds"])
         return Pause("system", "sleep", path, None, wake, None)
 
     def accept(self, value: Any) -> None:

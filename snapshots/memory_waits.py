@@ -16,9 +16,8 @@ from typing import Any
 
 from tarry.engine.events import Event
 
-from ._codec import dumps
 from .memory_entry import _encode_batch, _Entry
-from .records import WaitRecord
+from .records import WaitRecord, encode_path
 from .store import refusals
 
 #: The claimant of mail that no session claimed yet.
@@ -218,4 +217,4 @@ def _remove(where: Any, token: str, name: str | None = None) -> None:
 
 def _by_path(wait: WaitRecord) -> tuple[bytes, str]:
     # By the path's encoding, as the durable stores order their path column (byte order).
-    return (dumps(wait.path), wait.token)
+    return (encode_path(wait.path), wait.token)

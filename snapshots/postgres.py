@@ -291,11 +291,14 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
                 ended = record.status != "paused" and record.status != "running"
                 if ended:
                     waits_.end_tokens(conn, sid)
+                # Tokens before the session's row, as consume_token takes them: a token kept
+                # from an earlier pause (a session paused again on old waits) may be locked by
+                # a racing consume_token, which then waits for the row.
+                if record.token:
+                    _add_token(conn, record.token, sid)
                 updated = conn.execute(_UPDATE, (*row, record.status, sid, expected_version))
                 appended = _append(conn, sid, events, encoded)
                 _put(conn, sid, values)
-                if record.token:
-                    _add_token(conn, record.token, sid)
                 if ended:
                     waits_.end_waits(conn, sid, mail_done)
                 else:

@@ -20,9 +20,9 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 from tarry.engine.events import Event
 
-from ._codec import dumps, loads
+from ._codec import loads
 from .postgres_sql import _check_batch, _conflict, _maybe_utc
-from .records import WaitRecord, encode_events
+from .records import WaitRecord, decode_path, encode_events, encode_path
 from .store import refusals
 
 #: Migration 5: waits of paused sessions, one per live token of a waiting branch (by token for
@@ -54,7 +54,7 @@ STATEMENTS = (
 )
 
 _WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
-_EMPTY_PATH = dumps(())
+_EMPTY_PATH = encode_path(())
 
 # Keys locked in one order (by their hash) so that two saves never wait for each other.
 _LOCK_KEYS = (
@@ -133,7 +133,7 @@ def save_waits(
             {
                 "sid": sid,
                 "tokens": tokens,
-                "paths": [dumps(tuple(w.path)) for w in waits],
+                "paths": [encode_path(w.path) for w in waits],
                 "kinds": [w.kind for w in waits],
                 "keys": [w.key for w in waits],
                 "wakes": [w.wake_at for w in waits],
@@ -334,5 +334,5 @@ class _Refused(Exception):
 def _wait(row: Sequence[Any]) -> WaitRecord:
     token, sid, path, kind, key, wake_at, reason, payload = row
     return WaitRecord(
-        token, sid, loads(bytes(path)), kind, key, _maybe_utc(wake_at), reason, bytes(payload)
+        token, sid, decode_path(bytes(path)), kind, key, _maybe_utc(wake_at), reason, bytes(payload)
     )

@@ -18,8 +18,8 @@ from typing import Any
 
 from tarry.engine.events import Event
 
-from ._codec import dumps, loads
-from .records import WaitRecord, _micros, encode_events
+from ._codec import loads
+from .records import WaitRecord, _micros, decode_path, encode_events, encode_path
 from .sqlite_sql import (
     _RESUMING,
     _insert,
@@ -67,7 +67,7 @@ _ADD_WAIT = (
 )
 _ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
 _TOKENS = "SELECT value FROM json_each(?)"
-_EMPTY_PATH = dumps(())
+_EMPTY_PATH = encode_path(())
 
 
 def save_waits(
@@ -245,7 +245,7 @@ def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
     return (
         wait.token,
         sid,
-        dumps(tuple(wait.path)),
+        encode_path(wait.path),
         wait.kind,
         wait.key,
         _time(wait.wake_at),
@@ -256,4 +256,4 @@ def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
 
 def _wait(row: Sequence[Any]) -> WaitRecord:
     token, sid, path, kind, key, wake_at, reason, payload = row
-    return WaitRecord(token, sid, loads(path), kind, key, _maybe_datetime(wake_at), reason, payload)
+    return WaitRecord(token, sid, decode_path(path), kind, key, _maybe_datetime(wake_at), reason, payload)

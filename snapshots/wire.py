@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from tarry.engine import reducer
-from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState, from_fields
+from tarry.engine.state import LANE, ContainerFrame, ErrorInfo, PauseState, SessionState, from_fields
 
 Data = dict[str, Any]
 
@@ -69,7 +69,7 @@ def frame_to_data(frame: ContainerFrame) -> Data:
     # so the frame of a sequential container is what it always was.
     lanes = f.get("lanes")
     if lanes is not None:
-        data["lanes"] = [[name, frame_to_data(lane)] for name, lane in lanes.items()]
+        data["lanes"] = [[name, lane_to_data(lane)] for name, lane in lanes.items()]
     if f.get("stack"):
         data["stack"] = [frame_to_data(frame) for frame in f["stack"]]
     if f.get("pause") is not None:
@@ -77,6 +77,24 @@ def frame_to_data(frame: ContainerFrame) -> Data:
     if f.get("resume_values"):
         data["resume_values"] = list(f["resume_values"])
     if f.get("retries"):
+        data["retries"] = f["retries"]
+    return data
+
+
+def lane_to_data(lane: ContainerFrame) -> Data:
+    """A lane in short: it is written once per iteration in flight or waiting, and its name,
+    kind and `started` follow from where it is. Only what it holds besides its position."""
+    f = lane.__dict__
+    data: Data = {"child": f["child"]}
+    if f["child_outputs"]:
+        data["child_outputs"] = f["child_outputs"]
+    if f["stack"]:
+        data["stack"] = [frame_to_data(frame) for frame in f["stack"]]
+    if f["pause"] is not None:
+        data["pause"] = pause_to_data(f["pause"])
+    if f["resume_values"]:
+        data["resume_values"] = list(f["resume_values"])
+    if f["retries"]:
         data["retries"] = f["retries"]
     return data
 
@@ -90,6 +108,8 @@ def pause_to_data(pause: PauseState) -> Data:
         "wake_at": pause.wake_at,
         "expires_at": pause.expires_at,
         "awaits_value": pause.awaits_value,
+        "key": pause.key,
+        "on_timeout": pause.on_timeout,
     }
 
 
@@ -226,7 +246,7 @@ def frame_from_data(o: Any) -> ContainerFrame:
             name = entry[0]
             if type(name) is not int and type(name) is not str:
                 raise _bad("a lane's name", "an int or text", name)
-            lanes[name] = frame_from_data(entry[1])
+            lanes[name] = lane_from_data(entry[1], fields["path"] + (name,))
         fields["lanes"] = lanes
     if "stack" in o:
         fields["stack"] = tuple(frame_from_data(f) for f in _array(o, "stack"))
@@ -236,6 +256,31 @@ def frame_from_data(o: Any) -> ContainerFrame:
         fields["resume_values"] = tuple(_array(o, "resume_values"))
     if "retries" in o:
         fields["retries"] = _int(o, "retries")
+    return from_fields(ContainerFrame, fields)
+
+
+def lane_from_data(o: Any, path: tuple[Any, ...]) -> ContainerFrame:
+    o = _map(o)
+    pause = o.get("pause")
+    fields = {
+        "node": str(path[-1]),
+        "kind": LANE,
+        "path": path,
+        "iteration": 0,
+        "child": _int(o, "child"),
+        "completed_iterations": 0,
+        "child_outputs": _names(o, "child_outputs"),
+        "selected": None,
+        "started": True,
+        "size": None,
+        "last_output": None,
+        "action": None,
+        "lanes": None,
+        "stack": tuple(frame_from_data(f) for f in _array(o, "stack")),
+        "pause": None if pause is None else pause_from_data(pause),
+        "resume_values": tuple(_array(o, "resume_values")),
+        "retries": _int(o, "retries"),
+    }
     return from_fields(ContainerFrame, fields)
 
 
@@ -249,6 +294,8 @@ def pause_from_data(o: Any) -> PauseState:
         wake_at=_time(o, "wake_at"),
         expires_at=_time(o, "expires_at"),
         awaits_value=_bool(o, "awaits_value", True),
+        key=_text(o, "key", None),
+        on_timeout=o.get("on_timeout"),
     )
 
 

@@ -72,11 +72,13 @@ def show(args: argparse.Namespace) -> int:
             f"{frame.iteration}, child {frame.child}, "
             f"{frame.completed_iterations} iterations done"
         )
-    if state.pause and view.status == "paused":
-        p = state.pause
-        print(f"  {paused_line(p)}")
-        if p.wake_at:
-            print(f"  wakes at {p.wake_at.isoformat()}")
+    if view.status == "paused":
+        for p in out.pauses:
+            print(f"  {paused_line(p)}")
+            if p.wake_at:
+                print(f"  wakes at {p.wake_at.isoformat()}")
+            if len(out.pauses) > 1 and p.token:
+                print(f"    token {p.token}")
     if state.error:
         e = state.error
         print(f"  failed at {path_text(e.path)}: {e.type}: {e.message}")

@@ -27,6 +27,10 @@ def print_outcome(out: Outcome, args: argparse.Namespace) -> int:
     return EXIT_OK if out.ok else EXIT_PAUSED if out.paused else EXIT_ERROR
 
 
+#: The waits an outcome's text lists by name; the rest are counted.
+SHOWN_WAITS = 10
+
+
 def describe_outcome(out: Outcome, store_hint: str = "") -> list[str]:
     """An outcome as lines of text: what happened, the session, and how to go on."""
     if out.ok:
@@ -50,6 +54,14 @@ def describe_outcome(out: Outcome, store_hint: str = "") -> list[str]:
                 f"token {out.token}",
                 f"resume with: tarry resume {out.token} --value JSON{store_hint}",
             ]
+        if len(out.pauses) > 1:  # concurrent branches wait too, each with its own token
+            lines.append(f"{len(out.pauses)} branches wait; each has its own token:")
+            shown = out.pauses[:SHOWN_WAITS]
+            lines += [f"  {path_text(w.path)} ({w.kind}) token {w.token}" for w in shown]
+            if len(out.pauses) > SHOWN_WAITS:
+                lines.append(
+                    f"  ... and {len(out.pauses) - SHOWN_WAITS} more (tarry show {out.session_id})"
+                )
         return lines
     e = out.error
     lines = [

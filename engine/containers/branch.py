@@ -15,11 +15,32 @@ from ..failure import admit, completed
 from ._callables import check_callable, evaluate
 
 _SKIPPED = {"reason": "branch_not_taken"}
+_UNREACHABLE = {"reason": "upstream_unreachable"}
+
+
+def skip(ex: Execution, path: tuple[Any, ...], side: tuple[Element, ...]) -> None:
+    """Record `node.skipped` for every element of the side not taken: `"branch_not_taken"` for
+    its top elements, `"upstream_unreachable"` for every step and container nested below them
+    (in the order a run would have met them). A nested path has no iteration index (a ForEach
+    body's step is `(..., "fe", "step")`): none of its iterations ever existed."""
+    for element in side:
+        where = path + (element.name,)
+        ex.emit(ev.NODE_SKIPPED, where, _SKIPPED)
+        _unreachable(ex, where, element)
+
+
+def _unreachable(ex: Execution, path: tuple[Any, ...], element: Element) -> None:
+    for label, body in element._bodies():
+        base = path + (label,) if element.labelled else path  # a Parallel's branch name
+        for child in body:
+            where = base + (child.name,)
+            ex.emit(ev.NODE_SKIPPED, where, _UNREACHABLE)
+            _unreachable(ex, where, child)
 
 
 class Branch(Element):
-    """`when(ctx)` picks `then` (true) or `otherwise`; the other side's elements are recorded as
-    skipped. The output is the output of the side taken (`None` when it has no elements).
+    """`when(ctx)` picks `then` (true) or `otherwise`; the other side's elements, and every
+    element nested in them, are recorded as skipped (see `skip`). The output is the output of the side taken (`None` when it has no elements).
 
     A Branch is a container of one iteration whose item is the side taken ("then" or
     "otherwise"); the choice is kept in its frame (`selected`), so a resume never asks again.
@@ -52,8 +73,7 @@ class Branch(Element):
             ex.room -= frame_bytes(path)  # checked with what the container adds next
             ex.emit(ev.NODE_STARTED, path, {"kind": "branch"})
             ex.emit(ev.ITERATION_STARTED, path, {"index": 0, "item": side})
-            for element in self.otherwise if side == "then" else self.then:
-                ex.emit(ev.NODE_SKIPPED, path + (element.name,), _SKIPPED)
+            skip(ex, path, self.otherwise if side == "then" else self.then)
             child, first = 0, prev
         else:
             side = frame.selected

@@ -23,6 +23,12 @@ class ForEach(Element):
     `items` is a list, the name of an earlier output (str), or `fn(ctx) -> iterable` evaluated
     once when the container starts. The items are stored once, out of line, and read back by
     index on resume, so a paused ForEach costs the same at item 10 as at item 9,000.
+
+    `concurrency` (default 1: one iteration at a time) keeps up to that many iterations in
+    flight, or any number with None: their async steps overlap on one event loop, their sync
+    steps run on a pool of at most `concurrency` threads, an iteration that waits lets the
+    others go on (each wait gets its own token), and the output is still in item order. See
+    containers/concurrent.py.
     """
 
     kind = "foreach"

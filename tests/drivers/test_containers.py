@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from support import resume_all
-from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Route, Runtime
+from tarry import Branch, Flow, ForEach, Gate, Graph, Loop, Route, Runtime, Sleep, Wait, step
 
 
 def test_loop_coder_reviewer_pauses_between_iterations_and_resumes_there(rt: Runtime) -> None:
@@ -178,7 +180,12 @@ def test_branch_records_skipped_side_and_stack_holds_only_entered_containers(rt:
     small = rt.run(flow, 1)
     assert small.ok and small.output == "small"
     events = rt.session(small.session_id).events()
-    assert [e.path for e in events if e.type == "node.skipped"] == [("big", "each")]
+    skipped = [(e.path, e.data["reason"]) for e in events if e.type == "node.skipped"]
+    assert skipped == [
+        (("big", "each"), "branch_not_taken"),
+        (("big", "each", "<lambda>"), "upstream_unreachable"),
+        (("big", "each", "ok"), "upstream_unreachable"),
+    ]
     completed = [e for e in events if e.type == "node.completed" and e.path == ("big",)]
     assert completed[0].data["selected"] == "otherwise"
 
@@ -201,3 +208,35 @@ def test_foreach_items_from_an_output_name_and_from_a_callable(rt: Runtime) -> N
         ],
     )
     assert rt.run(flow).output == ["XX", "YY"]
+
+
+def test_every_element_below_an_untaken_side_is_skipped(rt: Runtime) -> None:
+    def route(ctx: Any) -> Route:
+        return Route("done", 1)
+
+    untaken = [
+        Loop("loop", [lambda ctx: 1, ForEach("fe", [1, 2], [Gate("ok")])], until=lambda c: True,
+             max_iterations=2),
+        Branch("inner", lambda ctx: True, then=[Wait("w")], otherwise=[Sleep("s", 5)]),
+        Graph("g", [step(route, "a")], "a", {"a": {"done": None}}),
+        lambda ctx: "last",
+    ]
+    flow = Flow("f", [Branch("b", lambda ctx: False, then=untaken, otherwise=[step(lambda ctx: "no", "no")])])
+    out = rt.run(flow)
+    assert out.ok and out.output == "no"
+    view = rt.session(out.session_id)
+    skipped = [(e.path, e.data) for e in view.events() if e.type == "node.skipped"]
+    not_taken, unreachable = {"reason": "branch_not_taken"}, {"reason": "upstream_unreachable"}
+    assert skipped == [
+        (("b", "loop"), not_taken),
+        (("b", "loop", "<lambda>"), unreachable),
+        (("b", "loop", "fe"), unreachable),
+        (("b", "loop", "fe", "ok"), unreachable),
+        (("b", "inner"), not_taken),
+        (("b", "inner", "w"), unreachable),
+        (("b", "inner", "s"), unreachable),
+        (("b", "g"), not_taken),
+        (("b", "g", "a"), unreachable),
+        (("b", "<lambda>"), not_taken),
+    ]
+    assert view.derive_state() == view.state  # the reducer ignores node.skipped

@@ -462,3 +462,32 @@ def test_an_old_sqlite_file_gets_a_wait_for_each_paused_session(tmp_path: Path) 
         assert tokens_of(store.waiting()) == ["tk_p"]
     with SQLiteStore(path) as store:  # opening again adds nothing
         assert tokens_of(store.waiting()) == ["tk_p"]
+
+
+def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "s.db") as store:
+        plans = []
+        real = store._cur
+
+        class Planning:
+            """The store's cursor, asking SQLite for the plan of each read it runs."""
+
+            def execute(self, sql: str, args: Any = ()) -> Any:
+                if sql.startswith("SELECT"):
+                    plans.append(" | ".join(r[3] for r in store._db.execute(
+                        f"EXPLAIN QUERY PLAN {sql}", args)))  # fmt: skip
+                return real.execute(sql, args)
+
+        store._cur = Planning()  # type: ignore[assignment]
+        store.waiting()
+        store.waiting(kind="human", after="t1", limit=5)
+        store.waiting(key="k1")
+        store.waiting(kind="human", key="k1")
+        store.waits("s1")
+        store.mail("k1")
+        store._cur = real
+        assert len(plans) == 6
+        for found in plans:
+            assert "SCAN" not in found, found  # every lookup through an index or the key
+        assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
+        assert "TEMP B-TREE" not in " ".join(plans[:4])  # pages come in token order, unsorted
