@@ -19,7 +19,14 @@ from datetime import datetime
 from typing import Any
 
 from tarry.engine import reducer
-from tarry.engine.state import LANE, ContainerFrame, ErrorInfo, PauseState, SessionState, from_fields
+from tarry.engine.state import (
+    LANE,
+    ContainerFrame,
+    ErrorInfo,
+    PauseState,
+    SessionState,
+    from_fields,
+)
 
 Data = dict[str, Any]
 
