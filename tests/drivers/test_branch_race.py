@@ -6,11 +6,11 @@ the right output and a gap-free log whose fold is its state; a call that loses s
 `TokenAlreadyUsed` (a batch holding a token another call used is refused whole, and the racer
 tries its other tokens alone). A call refused because another branch of the session was being
 resumed at that moment (ConcurrentUpdate, SessionNotResumable "running": nothing changed, the
-token still unused) is tried again; today's engine refuses such calls, which the contract does
-not allow: the test then ends as an expected failure, after checking that nothing was lost. On
-PostgreSQL the store's token uses and saves of one session deadlock (an untyped psycopg error,
-and a session left "running" until recovered): an expected failure too, until the store is
-fixed.
+token still unused) is tried again, and then the test ends as an expected failure after checking
+that nothing was lost: the contract allows only TokenAlreadyUsed (resumes of one session's
+branches take turns). On PostgreSQL, `consume_token` and `consume_tokens` of one session's
+tokens can deadlock (an untyped psycopg error; the victim is rolled back): an expected failure
+too, until the store is fixed.
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
     outcomes = Counter(what for what, _ in results)
     untyped = {what: count for what, count in outcomes.items() if what.startswith("untyped")}
     if set(untyped) == {"untyped psycopg.errors.DeadlockDetected"}:
-        # PostgresStore: consume_token, consume_tokens and save of one session lock its row and
-        # its token rows in different orders and deadlock. The victim is rolled back, but the
-        # error escapes untyped, and when the victim is the save that ends a resumed branch's
-        # drive, the session stays "running" (its run.resumed recorded, its drive lost) until
-        # its lease expires and recover() continues it. Reported to the lead (issue 16's stores).
+        # PostgresStore: consume_token and consume_tokens of one session's tokens lock its row,
+        # its token rows and its events in different orders and deadlock. The victim is rolled
+        # back (nothing written), but the error escapes untyped. (Before issue15's 1d6a3ab the
+        # final save of a drive deadlocked too, and left the session "running" until recovered.)
+        # Reported to the lead (issue 16's stores).
         pytest.xfail(f"PostgreSQL deadlocks between token uses of one session: {untyped}")
     assert set(outcomes) <= {"won", "used", *BUSY}, outcomes
     won = Counter(token for what, batch in results if what == "won" for token in batch)
@@ -102,7 +102,6 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
     if busy:
         # Nothing was lost and no token was used twice (checked above), but a caller resuming
         # a token nobody else used was refused because another branch of the same session was
-        # being resumed at that moment: the contract says only TokenAlreadyUsed. Reported to
-        # the lead (issue 15): resume/resume_many need to wait for (or retry after) the other
-        # drive instead of raising.
+        # being resumed at that moment: the contract says only TokenAlreadyUsed (resumes of one
+        # session's branches take turns).
         pytest.xfail(f"calls refused while another branch was being resumed: {busy}")
