@@ -167,6 +167,16 @@ def pause_extra(key: str, at: int) -> Callable[..., Any]:
     return value
 
 
+def input_extra(key: str, at: int) -> Callable[..., Any]:
+    """From the pause of a ForEach over a large input (test_input_bytes.py)."""
+
+    def value(benches: list[Bench], system: str) -> float | None:
+        b = pick(benches, "input_pause_sqlite", system, k=ks(benches)[at])
+        return None if b is None else b.extra.get(key)
+
+    return value
+
+
 def wall_ms(workload: str, variant: str | None = None) -> Callable[..., Any]:
     def value(benches: list[Bench], system: str) -> float | None:
         b = pick(benches, workload, system, variant)
@@ -293,6 +303,23 @@ def rows(benches: list[Bench]) -> list[Row]:
             f"bytes written per pause at k = {k1:,}, SQLite",
             "bytes",
             pause_extra("bytes_written", 1),
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"bytes written per pause at k = {k0:,}, SQLite, a ForEach over a 10,000-prompt "
+            "input (2 MB) after a 100 KB output",
+            "bytes",
+            input_extra("bytes_written", 0),
+            2_000,
+            fmt="{:,.0f}",
+            no_peer=pause,
+        ),
+        Row(
+            f"bytes written per pause at k = {k1:,}, SQLite, the same",
+            "bytes",
+            input_extra("bytes_written", 1),
+            2_000,
             fmt="{:,.0f}",
             no_peer=pause,
         ),

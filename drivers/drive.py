@@ -319,13 +319,13 @@ class Drive:
         tokens = self.core.tokens
         public = None if token is None else tokens.token(token)  # token: the store key
         if kind != PAUSED or ex.state.status != "paused":
-            return outcome_of(ex.state, public, self.meta)
+            return outcome_of(ex.state, public, self.meta, read=ex.value)
         by_path = {w.path: tokens.token(w.token) for w in waits}
         if len(waits) < len(all_pauses(ex.state)):  # some waited already: their tokens too
             for w in self.core.store.waits(sid):
                 if w.path not in by_path:
                     by_path[w.path] = tokens.token(w.token)
-        return outcome_of(ex.state, public, self.meta, by_path)
+        return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
 
     def _old_token(self) -> str:
         """The token the session keeps when it pauses again on waits of an earlier drive

@@ -1,4 +1,5 @@
-"""The ledger: a ForEach's items and results, kept out of the state and out of line in the store.
+"""The ledger: a ForEach's items and results, kept out of the state and out of line in the store,
+and the large input and top-level outputs the state refers to (read back through held.py).
 
 Nothing is encoded on the step path: items and results wait in memory and are encoded when the
 session is written (a pause, a step flush with `durability="step"`, or the write of a long run's
@@ -14,6 +15,8 @@ from tarry.engine.errors import SnapshotError
 from tarry.snapshots._codec import dumps, loads
 from tarry.snapshots.records import path_key
 from tarry.snapshots.store import SessionStore
+
+from .held import fetch
 
 ITEMS, RESULTS = "i", "r"
 
@@ -69,6 +72,11 @@ class StoreLedger:
                 )
                 raise SnapshotError(msg)
         return [loads(b) for b in stored]
+
+    def held(self, seq: int) -> Any:
+        """The value the session's event `seq` keeps out of line (a large input or top-level
+        output, see held.py); SnapshotError if the store has none."""
+        return fetch(self._store, self._sid, seq)
 
     def take(self) -> list[tuple[str, int, bytes]]:
         """Encode and hand over everything not yet written; the caller writes it."""

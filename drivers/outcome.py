@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 import attrs
 from tarry.engine.lanes import concurrent, pauses
-from tarry.engine.state import ErrorInfo, PauseState, SessionState
+from tarry.engine.state import ErrorInfo, OutOfLine, PauseState, SessionState
 
 OK, PAUSED, ERROR = "ok", "paused", "error"
 
 
 @attrs.frozen
 class PauseInfo:
-    """Why a run waits. `partial` holds the outputs of the flow's completed top-level elements."""
+    """Why a run waits. `partial` holds the outputs of the flow's completed top-level elements
+    (a dict; a read-only mapping that reads each when first looked at if some are large and
+    kept out of the session's state, see `Partial`)."""
 
     kind: str
     reason: str
@@ -68,16 +71,54 @@ def all_pauses(state: SessionState) -> list[PauseState]:
 CANCELLED = ErrorInfo(type="cancelled", message="the session was cancelled", retryable=False)
 
 
+class Partial(Mapping[str, Any]):
+    """`PauseInfo.partial` of a session whose state refers to top-level outputs kept out of
+    line (engine.state.OutOfLine): a read-only mapping of the outputs by name that reads such
+    an output when it is first looked at, so that a pause or a resume never reads them for it.
+    It compares equal to the dict of the same outputs."""
+
+    __slots__ = ("_outputs", "_read")
+
+    def __init__(self, outputs: dict[str, Any], read: Callable[[OutOfLine], Any]) -> None:
+        self._outputs = dict(outputs)
+        self._read = read
+
+    def __getitem__(self, name: str) -> Any:
+        value = self._outputs[name]
+        if type(value) is OutOfLine:
+            value = self._outputs[name] = self._read(value)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outputs)
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _partial(
+    outputs: dict[str, Any], read: Callable[[OutOfLine], Any] | None
+) -> dict[str, Any] | Partial:
+    if read is not None and OutOfLine in map(type, outputs.values()):
+        return Partial(outputs, read)
+    return dict(outputs)
+
+
 def outcome_of(
     state: SessionState,
     token: str | None,
     meta: dict[str, Any] | None = None,
     tokens: dict[tuple[Any, ...], str] | None = None,
+    read: Callable[[OutOfLine], Any] | None = None,
 ) -> Outcome:
     """The outcome a session's state stands for; `meta` says how its drive began (a paused
     outcome's own `pause_kind` takes precedence over the kind it resumed). A paused one lists
     every wait (`pauses`), with its token from `tokens` (by the wait's path; `token` for the
-    first when `tokens` has none for it)."""
+    first when `tokens` has none for it). `read(ref)` reads a top-level output kept out of
+    line, when `partial` is looked at (see `Partial`)."""
     status = state.status
     sid = state.session_id
     meta = dict(meta or {})
@@ -86,7 +127,7 @@ def outcome_of(
     if status == "paused":
         waits = all_pauses(state)
         if waits:
-            partial = dict(state.outputs)  # one copy, shared by every PauseInfo
+            partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
             tokens = tokens or {}
             infos = tuple(
                 PauseInfo(

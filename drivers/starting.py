@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.engine import events as ev
+from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
 from tarry.engine.events import Event
@@ -40,7 +41,10 @@ def begin(
         msg = f"durability must be 'pause', 'step' or None (got {describe(durability)})"
         raise InvalidArgument(msg)
     core.flows.register(flow)
-    input, _ = core.take(input, "input")  # the session's own copy: the caller may change theirs
+    input, size = core.take(input, "input")  # the session's own copy: the caller may change theirs
+    started = {"input": input, "flow": flow.name}
+    if size > INLINE:  # kept out of the state: stored once, with this event (state.OutOfLine)
+        started["out_of_line"] = True
     if meta is not None:
         if not isinstance(meta, dict):
             msg = f"meta must be a dict (got {describe(meta)})"
@@ -69,7 +73,7 @@ def begin(
         durability=durability,
     )
     initial = SessionState(session_id=sid, flow=flow.name)
-    state, events = fold(initial, now, [(ev.RUN_STARTED, (), {"input": input, "flow": flow.name})])
+    state, events = fold(initial, now, [(ev.RUN_STARTED, (), started)])
     core.store.create(record, events=events)  # SessionExists: nothing changed
     return start(core, flow, record, state, events, asynchronous=asynchronous)
 
@@ -86,4 +90,6 @@ def start(
 ) -> AwaitableOrValue[Outcome]:
     """Drive a session whose opening `written` events are already in the store."""
     core.hub.announce(written)
-    return Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta).start()
+    drive = Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta)
+    drive.ex.remember(written)  # the input it was started with: never read back in this run
+    return drive.start()

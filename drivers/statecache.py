@@ -23,13 +23,14 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from tarry.engine.state import SessionState
+from tarry.engine.state import OutOfLine, SessionState
 
 #: States kept at most, and the largest snapshot kept (bigger ones are decoded as always).
 MAX_ENTRIES = 256
 MAX_SNAPSHOT = 64 * 1024
 
-_ATOMS = frozenset({type(None), bool, int, float, str, bytes})
+# OutOfLine: a reference to a value kept out of line (frozen; decodes as an equal one).
+_ATOMS = frozenset({type(None), bool, int, float, str, bytes, OutOfLine})
 
 
 class StateCache:

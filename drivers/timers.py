@@ -155,7 +155,7 @@ def _fire_lanes(
             expire = getattr(element, "expire", None)
             if expire is None:
                 continue
-            expiry = expire()
+            expiry = expire(pause)  # as the pause recorded it when reached
             if expiry.error is not None:
                 error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
                                   retryable=True, attempts=1)

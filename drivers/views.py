@@ -15,6 +15,7 @@ from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord, decode_state
 from tarry.snapshots.store import SessionStore
 
+from .held import Reader, resolved
 from .outcome import Outcome, outcome_of
 from .tokens import Tokens
 
@@ -71,7 +72,9 @@ class SessionView:
         self._record = record
         self._tokens = tokens
         self._state = state
+        self._resolved: SessionState | None = None
         self._tail = tail or []
+        self._read = Reader(store, record.session_id, self._tail)
 
     @property
     def session_id(self) -> str:
@@ -105,9 +108,12 @@ class SessionView:
 
     @property
     def state(self) -> SessionState:
-        if self._state is None:
-            self._state = state_of(self._record)
-        return self._state
+        """The state, with the large input and top-level outputs it keeps out of line read back
+        in their places (once per view)."""
+        if self._resolved is None:
+            state = self._state if self._state is not None else state_of(self._record)
+            self._resolved = resolved(state, self._read)
+        return self._resolved
 
     def events(self, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         """The session's ordered event log (seq 1, 2, 3 ...): the events with seq > `after_seq`,
@@ -131,8 +137,8 @@ class SessionView:
 
     def derive_state(self) -> SessionState:
         """A pure fold of `events()` up to the last event `state` has seen (a running session
-        may have written more since this view read it): always equal to `state`. Reads the
-        log a page at a time."""
+        may have written more since this view read it), with the values kept out of line read
+        back as `state` has them: always equal to `state`. Reads the log a page at a time."""
         state = SessionState(session_id=self._record.session_id)
         last = self.state.last_seq
         after = 0
@@ -140,10 +146,10 @@ class SessionView:
             page = self.events(after, PAGE)
             for event in page:
                 if event.seq > last:
-                    return state
+                    return resolved(state, self._read)
                 state = apply(state, event)
             if len(page) < PAGE:
-                return state
+                return resolved(state, self._read)
             after = page[-1].seq
 
     @property

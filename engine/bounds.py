@@ -44,6 +44,13 @@ class Bounds:
 
 UNBOUNDED = Bounds()
 
+#: The flow's input and a top-level element's output that take more than this many bytes
+#: encoded are kept out of the state (`state.OutOfLine`): stored once, with the event that brings them
+#: in, instead of in every snapshot written after it. Smaller ones stay in line, where a resume
+#: reads them with the snapshot at no extra cost. A reference costs MARKER_BYTES in the state.
+INLINE = 256
+MARKER_BYTES = 16
+
 #: Bytes a container's frame takes in the state besides its outputs (the field names and
 #: counters), and an output's entry besides its value (its name and the map's overhead).
 FRAME_BYTES = 192

@@ -8,7 +8,7 @@ from typing import Any
 
 from .execution import Execution
 from .lanes import chain_of
-from .state import SessionState
+from .state import OutOfLine, SessionState
 from .values import IMMUTABLE
 
 
@@ -100,7 +100,8 @@ class Outputs(Mapping[str, Any]):
         for frame in reversed(state.container_stack):
             if name in frame.child_outputs:
                 return frame.child_outputs[name]
-        return state.outputs[name]
+        value = state.outputs[name]
+        return value if type(value) is not OutOfLine else self._ex.value(value)
 
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -215,7 +216,11 @@ class Context:
     @property
     def input(self) -> Any:
         value = self._ex.state.input
-        return value if type(value) in IMMUTABLE else self._ex.copy(value)
+        if type(value) in IMMUTABLE:
+            return value
+        if type(value) is OutOfLine:  # a large input: read once per run (Execution.value)
+            value = self._ex.value(value)
+        return self._ex.copy(value)
 
     @property
     def item(self) -> Any:
@@ -298,7 +303,10 @@ class CopyingContext(Context):
 
     @property  # type: ignore[override]
     def prev(self) -> Any:
-        return self._ex.copy(_PREV.__get__(self))
+        value = _PREV.__get__(self)
+        if type(value) is OutOfLine:  # a large top-level output, handed on unread (flow.py)
+            value = self._ex.value(value)
+        return self._ex.copy(value)
 
     @prev.setter
     def prev(self, value: Any) -> None:

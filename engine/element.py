@@ -11,6 +11,7 @@ from .context import Scope
 from .errors import InvalidFlow
 from .execution import Execution
 from .signals import Checkpoint
+from .state import OutOfLine
 
 Signal = Any  # Checkpoint | Pause | Await
 
@@ -121,5 +122,7 @@ def run_body(
             yield Checkpoint(path)
         result = yield from element._run(ex, path, prev, scope)
         prev = result.value if type(result) is Route else result
+    if type(result) is OutOfLine:  # nothing ran: `prev` is the result, read it (see flow.py)
+        return ex.value(result)
     return result
 

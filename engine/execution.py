@@ -17,18 +17,21 @@ from .errors import PayloadTooLarge
 from .events import Event, new_event
 from .lanes import frames, scope_of
 from .reducer import apply, own
-from .state import LANE, ContainerFrame, SessionState
+from .state import LANE, ContainerFrame, OutOfLine, SessionState
 from .values import deep_copy, take_copy
 
 
 class Ledger(Protocol):
-    """Out-of-line storage for a ForEach's items and results, addressed by container path.
-    `item` and `results` raise SnapshotError for what the store does not hold."""
+    """Out-of-line storage for a ForEach's items and results, addressed by container path, and
+    the values the state refers to (`held(seq)`: the input or output that the session's event
+    `seq` carries, see state.OutOfLine). `item`, `results` and `held` raise SnapshotError for
+    what the store does not hold."""
 
     def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None: ...
     def item(self, path: tuple[Any, ...], index: int) -> Any: ...
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None: ...
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]: ...
+    def held(self, seq: int) -> Any: ...
 
 
 def _go_on(path: tuple[Any, ...]) -> bool:
@@ -45,7 +48,7 @@ class Execution:
     __slots__ = (
         "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
         "bounds", "room", "out_value", "out_size", "stop", "listener", "retry", "lanes",
-        "pooled", "mailbox", "mail_taken",
+        "pooled", "mailbox", "mail_taken", "held",
     )
 
     def __init__(
@@ -100,6 +103,9 @@ class Execution:
         #: those deliveries from the store with the session's next write).
         self.mailbox = mailbox
         self.mail_taken: list[str] = []
+        #: The values kept out of the state that this run has met, by the seq of the event that
+        #: carries them (see state.OutOfLine): each is read from the ledger once per run.
+        self.held: dict[int, Any] = {}
         #: How many concurrent containers are in progress: while none is, the state's own
         #: fields are the scope of every node (see `scope`).
         self.lanes = 0
@@ -151,6 +157,23 @@ class Execution:
             return self.take(value, "output")[1]
         except PayloadTooLarge as exc:  # a measure, not a check: the caller bounds it
             return exc.size
+
+    def value(self, ref: OutOfLine) -> Any:
+        """The value `ref` stands for: the session's own, for the engine to read and hand on
+        (user code gets a copy, as of any value). Read once per run, then kept."""
+        held = self.held
+        seq = ref.seq
+        if seq not in held:
+            held[seq] = self.ledger.held(seq)
+        return held[seq]
+
+    def remember(self, events: list[Event]) -> None:
+        """Keep the values kept out of line by `events` (written before this run began, in the
+        same process): the run then never reads them back."""
+        for event in events:
+            data = event.data
+            if data.get("out_of_line"):
+                self.held[event.seq] = data.get("output", data.get("input"))
 
     def take_frame(self, path: tuple[Any, ...]) -> ContainerFrame | None:
         """The frame this container left when the run stopped, if it is being resumed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as ev
-from .bounds import ENTRY_BYTES
+from .bounds import ENTRY_BYTES, INLINE, MARKER_BYTES
 from .errors import PayloadTooLarge, SnapshotTooLarge, TarryError
 from .execution import Execution
 from .reducer import error_to_data
@@ -106,10 +106,21 @@ def completed(
     """A container completes with `output` (`size` bytes encoded; `data`: more of the event's
     data): counted in the state, and recorded."""
     data = {"output": output, **data} if data else {"output": output}
-    admit(ex, ev.NODE_COMPLETED, path, data, size + ENTRY_BYTES + len(str(path[-1])))
+    held = size > INLINE and len(path) == 1  # a large top-level output
+    kept = size - hold(data, size) if held else size
+    admit(ex, ev.NODE_COMPLETED, path, data, kept + ENTRY_BYTES + len(str(path[-1])))
     ex.out_value = output
     ex.out_size = size
-    ex.emit(ev.NODE_COMPLETED, path, data)
+    event = ex.emit(ev.NODE_COMPLETED, path, data)
+    if held:
+        ex.held[event.seq] = output
+
+
+def hold(data: dict[str, Any], size: int) -> int:
+    """Mark the output of `data` (a top-level element's, `size` bytes encoded) to be kept out of
+    the state (see state.OutOfLine); returns the bytes the state is spared."""
+    data["out_of_line"] = True
+    return size - MARKER_BYTES
 
 
 def check_gathered(ex: Execution, path: tuple[Any, ...], size: int, note: str = "") -> None:

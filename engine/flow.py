@@ -49,6 +49,9 @@ class Flow:
     def _run(self, ex: Execution) -> Generator[Signal, Any, Any]:
         state = ex.state
         start = len(state.outputs)
+        # A large input or output kept out of line (state.OutOfLine) is handed on as its
+        # reference, and read only where it is used: by `ctx.prev` (CopyingContext), or when a
+        # body that runs nothing returns it (run_body). A resume never reads it for nothing.
         prev = resume_prev(self.body, start, state.outputs, state.input)
         result = yield from run_body(ex, self.body, (), start, prev, ROOT)
         return unwrap(result)

@@ -19,6 +19,7 @@ from .state import (
     LANE,
     ContainerFrame,
     ErrorInfo,
+    OutOfLine,
     PauseState,
     SessionState,
     from_fields,
@@ -149,7 +150,8 @@ def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
         outs = fields["outputs"]
         if not owned:
             outs = fields["outputs"] = dict(outs)
-        outs[path[-1]] = data.get("output")
+        # A large output kept out of line (see state.OutOfLine): a reference to this event.
+        outs[path[-1]] = OutOfLine(event.seq) if "out_of_line" in data else data.get("output")
     else:  # a lane's own body: the lane records it
         outs = scope["child_outputs"]
         if not owned:
@@ -271,7 +273,8 @@ def _node_retrying(fields: Fields, event: Event, owned: bool) -> None:
 def _run_started(fields: Fields, event: Event, owned: bool) -> None:
     data = event.data
     fields["flow"] = data.get("flow", fields["flow"])
-    fields["input"] = data.get("input")
+    # A large input kept out of line (see state.OutOfLine): a reference to this event.
+    fields["input"] = OutOfLine(event.seq) if "out_of_line" in data else data.get("input")
     fields["shared"] = dict(data.get("state") or {})
     fields["status"] = "running"
 

@@ -72,6 +72,19 @@ class PauseState:
 
 
 @attrs.frozen(slots=True)
+class OutOfLine:
+    """A value the state refers to instead of holding it: the one that the session's event
+    number `seq` carries (the flow's input in `run.started`, a top-level element's output in
+    `node.completed`), stored once with that event. It stands for a large input or top-level
+    output (over `bounds.INLINE` bytes encoded), so that every snapshot written after it does
+    not carry it again. The reducer puts it where the event says `"out_of_line": True`, in the
+    live state and in a derived one alike; the engine reads the value back through
+    `Execution.value`, a view through the store."""
+
+    seq: int
+
+
+@attrs.frozen(slots=True)
 class ErrorInfo:
     """What went wrong, where, and whether resuming may help."""
 

@@ -7,12 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 from . import events as ev
-from .bounds import ENTRY_BYTES
+from .bounds import ENTRY_BYTES, INLINE
 from .context import Context, CopyingContext, Interrupted, Scope
 from .element import Element, Route, Signal, check_name
 from .errors import InvalidFlow, NotSerializable
 from .execution import Execution
-from .failure import admit, fail
+from .failure import admit, fail, hold
 from .retry import Retry
 from .signals import Await, Backoff, Offload, Pause
 from .values import IMMUTABLE
@@ -118,13 +118,18 @@ class Step(Element):
                         size += n
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        held = out_size > INLINE and len(path) == 1  # a large top-level output
+        if held:
+            size -= hold(data, out_size)
         if size <= ex.room:
             ex.room -= size
         else:
             admit(ex, ev.NODE_COMPLETED, path, data, size, ctx._metrics)
         ex.out_value = output
         ex.out_size = out_size
-        ex.emit(ev.NODE_COMPLETED, path, data)
+        event = ex.emit(ev.NODE_COMPLETED, path, data)
+        if held:
+            ex.held[event.seq] = output
         if route:
             return result if output is result.value else Route(result.action, output)
         return output

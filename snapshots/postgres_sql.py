@@ -72,12 +72,16 @@ WITH used AS (
         lease_until = CASE WHEN %(owner)s::text IS NULL THEN lease_until
                            ELSE %(until)s::timestamptz END
     WHERE session_id IN (SELECT session_id FROM used)
+    RETURNING session_id
 ), appended AS (
+    -- From the row the UPDATE above returns, not from the token: the session's row is locked
+    -- before any event is inserted, the order a save takes them in (else a save holding the
+    -- row, inserting the same seq, and this waiting for the row deadlock).
     INSERT INTO tarry_events (session_id, seq, type, blob)
-    SELECT used.session_id, e.s, e.t, e.b
-    FROM used, unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
+    SELECT resuming.session_id, e.s, e.t, e.b
+    FROM resuming, unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
     WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events AS old
-           WHERE old.session_id = used.session_id) = %(after)s
+           WHERE old.session_id = resuming.session_id) = %(after)s
     RETURNING 1
 )
 SELECT (SELECT session_id FROM used), (SELECT count(*) FROM appended)

@@ -23,6 +23,7 @@ from tarry.engine.state import (
     LANE,
     ContainerFrame,
     ErrorInfo,
+    OutOfLine,
     PauseState,
     SessionState,
     from_fields,
@@ -38,13 +39,16 @@ def state_to_data(state: SessionState) -> Data:
     f = state.__dict__
     pause = f["pause"]
     error = f["error"]
-    return {
+    inp = f["input"]
+    outputs = f["outputs"]
+    held = _held(inp, outputs)
+    data = {
         "session_id": f["session_id"],
         "flow": f["flow"],
         "status": f["status"],
-        "input": f["input"],
+        "input": None if held else inp,
         "shared": f["shared"],
-        "outputs": f["outputs"],
+        "outputs": outputs,
         "container_stack": [frame_to_data(frame) for frame in f["container_stack"]],
         "pause": None if pause is None else pause_to_data(pause),
         "error": None if error is None else error_to_data(error),
@@ -54,6 +58,44 @@ def state_to_data(state: SessionState) -> Data:
         "resume_values": list(f["resume_values"]),
         "retries": f["retries"],
     }
+    if held:
+        _write_held(data, inp, outputs)
+    return data
+
+
+# A state that refers to values kept out of line (engine.state.OutOfLine: a large input or
+# top-level output) says so in two fields of its own, written only then: "input_at", the seq of
+# the event holding the input, and "outputs_at", the seqs of the outputs so kept, by name (their
+# entries in "outputs" are None, keeping the outputs' order). No user value can be taken for a
+# reference, and a snapshot written before reads as it always did.
+
+
+def _held(inp: Any, outputs: Data) -> bool:
+    return type(inp) is OutOfLine or OutOfLine in map(type, outputs.values())
+
+
+def _write_held(data: Data, inp: Any, outputs: Data) -> None:
+    if type(inp) is OutOfLine:
+        data["input"] = None
+        data["input_at"] = inp.seq
+    else:
+        data["input"] = inp
+    at = {name: v.seq for name, v in outputs.items() if type(v) is OutOfLine}
+    if at:
+        data["outputs"] = {name: None if name in at else v for name, v in outputs.items()}
+        data["outputs_at"] = at
+
+
+def _read_held(o: Data, fields: Data) -> None:
+    """Put the references of "input_at" and "outputs_at" (see _write_held) in their places."""
+    if "input_at" in o:
+        fields["input"] = OutOfLine(_int(o, "input_at"))
+    if "outputs_at" in o:
+        outputs = fields["outputs"]
+        for name, seq in _names(o, "outputs_at").items():
+            if type(seq) is not int or name not in outputs:
+                raise _bad(f"outputs_at[{name!r}]", "the seq of one of the outputs", seq)
+            outputs[name] = OutOfLine(seq)
 
 
 def frame_to_data(frame: ContainerFrame) -> Data:
@@ -221,6 +263,8 @@ def state_from_data(o: Any) -> SessionState:
         "resume_values": tuple(_array(o, "resume_values")),
         "retries": _int(o, "retries"),
     }
+    if "input_at" in o or "outputs_at" in o:
+        _read_held(o, fields)
     return from_fields(SessionState, fields)
 
 

@@ -48,7 +48,7 @@ def test_generic_names_are_not_importable_at_top_level(name: str) -> None:
 PUBLIC = {
     "NOT_READY", "AsyncInSyncContext", "Branch", "ConcurrentUpdate", "ContainerFrame", "Context",
     "ErrorInfo", "Event", "Flow", "FlowMismatch", "ForEach", "Gate", "Graph", "InvalidFlow",
-    "InvalidResumeValue", "Loop", "ManualClock", "NotSerializable", "Outcome", "PauseInfo",
+    "InvalidResumeValue", "Loop", "ManualClock", "Parallel", "NotSerializable", "Outcome", "PauseInfo",
     "ResumeRequest", "Retry", "Route", "Runtime", "SessionExists", "SessionNotResumable",
     "SessionState", "SessionSummary", "SessionView", "Sleep", "SnapshotError", "TarryError",
     "TokenAlreadyUsed", "UnknownFlow", "UnknownRoute", "UnknownSession", "UnknownToken", "Wait",
@@ -57,8 +57,6 @@ PUBLIC = {
     "InvalidArgument", "NodeStats", "Stats", "export_events",
     # bounds
     "PayloadTooLarge", "SnapshotTooLarge",
-    # many things in flight
-    "Parallel",
     # tokens fail closed
     "SecretRequired",
 }

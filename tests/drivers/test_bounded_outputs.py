@@ -128,19 +128,27 @@ def parts(n: int, size: int, mode: str) -> list[Any]:
     return [node(lambda ctx: "p" * size, f"part{i}", mode) for i in range(n)]
 
 
+def grow(*elements: Any) -> Branch:
+    """`elements` in a container, whose frame holds their outputs while it runs: a large output
+    of a top-level element is kept out of the state (test_out_of_line.py), so these tests
+    fill the state from inside one."""
+    return Branch("grow", lambda ctx: True, list(elements))
+
+
 def test_the_step_that_would_make_the_state_too_large_fails_resumably(store, mode) -> None:
     # The issue's case, scaled down: every output fits on its own, the sum does not.
     rt = small(store)
-    flow = Flow("grows", parts(9, VALUE - 100, mode))
+    flow = Flow("grows", [grow(*parts(9, VALUE - 100, mode))])
     out = settle(rt.run(flow))
     assert out.failed and out.error.type == "SnapshotTooLarge"
     failed_at = out.error.path
-    assert failed_at[0].startswith("part") and failed_at != ("part0",)
-    assert "max_snapshot_bytes" in out.error.message and failed_at[0] in out.error.message
+    assert failed_at[0] == "grow" and failed_at[1].startswith("part")
+    assert failed_at != ("grow", "part0")
+    assert "max_snapshot_bytes" in out.error.message and failed_at[1] in out.error.message
     assert out.token is not None
     view = readable(rt, out.session_id)
-    kept = sorted(view.state.outputs)
-    assert failed_at[0] not in kept and len(kept) == int(failed_at[0][4:])  # nothing lost
+    kept = sorted(view.state.container_stack[0].child_outputs)
+    assert failed_at[1] not in kept and len(kept) == int(failed_at[1][4:])  # nothing lost
     # Skipping each part that does not fit (with a small output) finishes the run.
     for _ in range(9):
         if not out.failed:
@@ -153,14 +161,16 @@ def test_the_step_that_would_make_the_state_too_large_fails_resumably(store, mod
 
 def test_a_completed_snapshot_holds_at_most_the_bound_and_the_runs_output(store) -> None:
     # Every output fits, and so does the state; the completed state holds the run's output
-    # once more (the last element's), which is one value: it is always read back.
+    # (one value: it is always read back), and the large outputs of the top-level elements,
+    # the last one's included, by reference only.
     rt = small(store)
     flow = Flow("end", [step(lambda ctx: "a" * 990, "a"), step(lambda ctx: "b" * 990, "b"),
                         step(lambda ctx: "c" * 990, "c")])
     out = rt.run(flow)
     assert out.ok and out.output == "c" * 990
-    assert SNAPSHOT < len(rt.store.load(out.session_id).state) <= SNAPSHOT + VALUE
-    readable(rt, out.session_id)
+    assert 990 < len(rt.store.load(out.session_id).state) <= SNAPSHOT
+    view = readable(rt, out.session_id)
+    assert view.state.outputs == {"a": "a" * 990, "b": "b" * 990, "c": "c" * 990}
 
 
 def test_ctx_state_counts_against_the_bound(mode) -> None:
@@ -187,9 +197,9 @@ def containers(big: Any) -> dict[str, Any]:
 def test_what_a_container_holds_counts_against_the_bound(kind: str) -> None:
     rt = small()
     container = containers(step(lambda ctx: "x" * 900, "big"))[kind]
-    out = rt.run(Flow("nest", [*parts(3, 900, "sync"), container]))
+    out = rt.run(Flow("nest", [grow(*parts(3, 900, "sync"), container)]))
     assert out.failed and out.error.type == "SnapshotTooLarge"
-    assert out.error.path[0] == "c"
+    assert out.error.path[:2] == ("grow", "c")
     readable(rt, out.session_id)
 
 
@@ -233,8 +243,8 @@ def test_a_recovered_session_is_bounded_too(tmp_path) -> None:
         return "p" * 900
 
     store = SQLiteStore(tmp_path / "rec.db")
-    flow = Flow("rec", [*parts(3, 900, "sync"), step(crash, "crash"),
-                        step(lambda ctx: "z" * 900, "last")])
+    flow = Flow("rec", [grow(*parts(3, 900, "sync"), step(crash, "crash"),
+                             step(lambda ctx: "z" * 900, "last"))])
     with pytest.raises(Crash):
         small(store, durability="step", clock=clock).run(flow)
     clock.advance(3600)
@@ -246,11 +256,12 @@ def test_a_recovered_session_is_bounded_too(tmp_path) -> None:
 
 def test_a_pause_whose_snapshot_would_be_too_large_fails_there_and_keeps_everything() -> None:
     rt = small()
-    flow = Flow("asks", [*parts(3, 900, "sync"), Wait("ask", payload="q" * 900)])
+    flow = Flow("asks", [grow(*parts(3, 900, "sync"), Wait("ask", payload="q" * 900))])
     out = rt.run(flow)
-    assert out.failed and out.error.type == "SnapshotTooLarge" and out.error.path == ("ask",)
+    assert out.failed and out.error.type == "SnapshotTooLarge"
+    assert out.error.path == ("grow", "ask")
     view = rt.session(out.session_id)
-    assert sorted(view.state.outputs) == ["part0", "part1", "part2"]
+    assert sorted(view.state.container_stack[0].child_outputs) == ["part0", "part1", "part2"]
     assert view.derive_state() == view.state
     assert rt.cancel(out.token).error.type == "cancelled"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from tarry import (
+    Branch,
     Flow,
     Gate,
     InvalidArgument,
@@ -100,14 +101,16 @@ def test_a_resume_value_over_the_limit_is_refused_and_changes_nothing(small: Run
 def test_a_snapshot_over_the_limit_fails_at_the_pause_and_keeps_everything() -> None:
     rt = Runtime(max_value_bytes=LIMIT, max_snapshot_bytes=4 * LIMIT)
     parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(3)]
-    flow = Flow("grows", [*parts, Wait("look", payload="q" * (LIMIT - 50))])
+    # Inside a container, whose frame holds the outputs: a large top-level output would be
+    # kept out of the state (test_out_of_line.py).
+    flow = Flow("grows", [grow([*parts, Wait("look", payload="q" * (LIMIT - 50))])])
     out = rt.run(flow)
     assert out.failed and out.error.type == "SnapshotTooLarge"
-    assert out.error.path == ("look",) and not out.error.retryable
+    assert out.error.path == ("grow", "look") and not out.error.retryable
     assert "max_snapshot_bytes" in out.error.message
     view = rt.session(out.session_id)
     # Nothing is lost: every part's output and event is kept, and the state is the fold.
-    assert sorted(view.state.outputs) == [f"part{i}" for i in range(3)]
+    assert sorted(view.state.container_stack[0].child_outputs) == [f"part{i}" for i in range(3)]
     assert [e.type for e in view.events()][-2:] == ["run.paused", "run.failed"]
     assert view.derive_state() == view.state
     assert rt.cancel(out.token).error.type == "cancelled"
@@ -116,10 +119,23 @@ def test_a_snapshot_over_the_limit_fails_at_the_pause_and_keeps_everything() -> 
 def test_a_run_whose_state_would_outgrow_the_limit_fails_at_the_step_that_would_do_it() -> None:
     rt = Runtime(max_value_bytes=LIMIT, max_snapshot_bytes=4 * LIMIT)
     parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(6)]
-    out = rt.run(Flow("grows", parts))
+    out = rt.run(Flow("grows", [grow(parts)]))
     assert out.failed and out.error.type == "SnapshotTooLarge" and out.token is not None
-    assert out.error.path == ("part3",) and "part3" in out.error.message
-    assert sorted(rt.session(out.session_id).state.outputs) == ["part0", "part1", "part2"]
+    assert out.error.path == ("grow", "part3") and "part3" in out.error.message
+    frame = rt.session(out.session_id).state.container_stack[0]
+    assert sorted(frame.child_outputs) == ["part0", "part1", "part2"]
+
+
+def test_large_top_level_outputs_are_kept_out_of_the_state() -> None:
+    rt = Runtime(max_value_bytes=LIMIT, max_snapshot_bytes=4 * LIMIT)
+    parts = [step(lambda ctx: "p" * (LIMIT - 50), name=f"part{i}") for i in range(6)]
+    out = rt.run(Flow("grows", [*parts, Gate("look")]))
+    assert out.paused and len(out.pause.partial) == 6
+    assert len(rt.store.load(out.session_id).state) < LIMIT
+
+
+def grow(body: list) -> Branch:
+    return Branch("grow", lambda ctx: True, body)
 
 
 def test_the_same_flow_pauses_under_the_default_bounds() -> None:

@@ -139,3 +139,26 @@ def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> N
             # The state it was made from is untouched: the driver may keep and reuse it.
             assert restored == before
             assert all(a == b for a, b in zip(restored.container_stack, before.container_stack, strict=True))
+
+
+def test_a_value_kept_out_of_line_becomes_a_reference_to_its_event() -> None:
+    from tarry.engine.state import OutOfLine
+
+    events = stream(
+        ("run.started", (), {"input": "i" * 500, "flow": "f", "out_of_line": True}),
+        ("node.started", ("big",), {"kind": "step"}),
+        ("node.completed", ("big",), {"output": "o" * 500, "out_of_line": True}),
+        ("node.started", ("small",), {"kind": "step"}),
+        ("node.completed", ("small",), {"output": 1}),
+        ("node.started", ("g",), {"kind": "gate"}),
+        ("run.paused", ("g",), {"kind": "human", "reason": "ok?", "key": "k",
+                                "on_timeout": "approve"}),
+    )
+    state = derive_state(events)
+    assert state.input == OutOfLine(1)
+    assert state.outputs == {"big": OutOfLine(3), "small": 1}
+    assert (state.pause.key, state.pause.on_timeout) == ("k", "approve")
+    live = own(SessionState("s"))
+    for event in events:
+        live = apply(live, event, True)
+    assert live == state

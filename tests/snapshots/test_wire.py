@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from tarry.engine.errors import SnapshotError
-from tarry.engine.state import ContainerFrame, ErrorInfo, PauseState, SessionState
+from tarry.engine.state import ContainerFrame, ErrorInfo, OutOfLine, PauseState, SessionState
 from tarry.snapshots import wire
 from tarry.snapshots._codec import dumps, loads
 from tarry.snapshots._converter import converter
@@ -175,3 +175,38 @@ def test_the_envelope_format_is_unchanged() -> None:
     envelope = loads(encode_state(rich_state(), fingerprint="fp"))
     assert envelope["format"] == FORMAT
     assert envelope["state"] == cattrs_converter().unstructure(rich_state())
+
+
+def test_references_to_values_kept_out_of_line_round_trip() -> None:
+    state = SessionState(
+        session_id="s",
+        input=OutOfLine(1),
+        outputs={"a": [1], "big": OutOfLine(7), "c": "x"},
+    )
+    data = wire.state_to_data(state)
+    assert data["input"] is None and data["input_at"] == 1
+    assert data["outputs"] == {"a": [1], "big": None, "c": "x"}
+    assert data["outputs_at"] == {"big": 7}
+    back = decode_state(encode_state(state))
+    assert back == state
+    assert list(back.outputs) == ["a", "big", "c"]  # the outputs' order is kept
+    plain = SessionState(session_id="s", input={"n": 1}, outputs={"a": 1})
+    assert "input_at" not in wire.state_to_data(plain)
+    assert "outputs_at" not in wire.state_to_data(plain)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set(("input_at",), "1"),
+        _set(("outputs_at",), {"nope": 3}),
+        _set(("outputs_at",), {"big": "7"}),
+        _set(("outputs_at",), [7]),
+    ],
+)
+def test_a_malformed_reference_is_a_snapshot_error(change: Any) -> None:
+    state = SessionState(session_id="s", outputs={"big": OutOfLine(7)})
+    envelope = loads(encode_state(state))
+    change(envelope["state"])
+    with pytest.raises(SnapshotError, match="snapshot state is malformed"):
+        decode_state(dumps(envelope))
