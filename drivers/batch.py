@@ -18,7 +18,6 @@ from tarry.engine import events as ev
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
-    SessionNotResumable,
     TokenAlreadyUsed,
     UnknownToken,
 )
@@ -32,7 +31,7 @@ from .core import Core
 from .drive import fold
 from .outcome import Outcome
 from .pump import AwaitableOrValue
-from .resuming import _Busy, accepted, busy_retry, key_of, stored_state, wait_of
+from .resuming import _Busy, accepted, busy_retry, key_of, not_resumable, stored_state, wait_of
 from .settle import is_awaitable
 from .starting import start
 from .validate import validate
@@ -108,7 +107,7 @@ def _resume_keys(
         if session.record.status == "running":
             raise _Busy(f"session {info.session_id!r} is running")
         if state.status != "paused":
-            raise SessionNotResumable(info.session_id, state.status, "resume")
+            raise not_resumable(core, key, info.session_id, state.status, "resume")
         if session.waits is None and concurrent(state):
             session.waits = {w.token: w for w in core.store.waits(info.session_id)}
         pause = wait_of(core, key, state, session.waits)
@@ -116,7 +115,7 @@ def _resume_keys(
             # Used by another call since we checked it (its wait is gone): look again.
             raise _Busy(f"the wait of a token of session {info.session_id!r} ended meanwhile")
         if pause is None:
-            raise SessionNotResumable(info.session_id, state.status, "resume")
+            raise not_resumable(core, key, info.session_id, state.status, "resume")
         data: dict[str, Any] = {}
         if pause.awaits_value:
             data["value"] = accepted(core, session.flow, pause, value)

@@ -67,6 +67,15 @@ def updated_meta(core: Core, kept: dict[str, Any], meta: Any) -> dict[str, Any]:
     return merged
 
 
+def not_resumable(core: Core, key: str, session_id: str, status: str, action: str) -> Exception:
+    """SessionNotResumable, or TokenAlreadyUsed when the token was used meanwhile: the session
+    read after the token's check may be one that its use has already ended."""
+    info = core.store.find_token(key)
+    if info is not None and info.used:
+        return TokenAlreadyUsed(session_id)
+    return SessionNotResumable(session_id, status, action)
+
+
 def wait_of(
     core: Core, key: str, state: SessionState, waits: dict[str, Any] | None = None
 ) -> PauseState | None:
@@ -183,14 +192,14 @@ def _prepare(
         outcome_meta["pause_kind"] = outcome_meta["resumed_kind"] = pause.kind
     if skip:
         if state.status != "failed" or state.error is None:
-            raise SessionNotResumable(record.session_id, state.status, "skip")
+            raise not_resumable(core, key, record.session_id, state.status, "skip")
         value, _ = core.take(value, "skip output")  # the session's own copy from here on
     elif failure is not None:
         if state.status != "paused":
-            raise SessionNotResumable(record.session_id, state.status, "time out")
+            raise not_resumable(core, key, record.session_id, state.status, "time out")
     else:
         if state.status not in ("paused", "failed"):
-            raise SessionNotResumable(record.session_id, state.status, "resume")
+            raise not_resumable(core, key, record.session_id, state.status, "resume")
         if state.status == "paused" and pause is not None and pause.awaits_value:
             value = accepted(core, flow, pause, value)
     if failure is not None:
