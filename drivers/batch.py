@@ -111,9 +111,6 @@ def _resume_keys(
         if session.waits is None and concurrent(state):
             session.waits = {w.token: w for w in core.store.waits(info.session_id)}
         pause = wait_of(core, key, state, session.waits)
-        if pause is None and session.waits is not None and key not in session.waits:
-            # Used by another call since we checked it (its wait is gone): look again.
-            raise _Busy(f"the wait of a token of session {info.session_id!r} ended meanwhile")
         if pause is None:
             raise not_resumable(core, key, info.session_id, state.status, "resume")
         data: dict[str, Any] = {}
