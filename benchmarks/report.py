@@ -605,15 +605,16 @@ def inflight(benches: list[Bench]) -> list[str]:
             "entry; the rest of the write (events, values, the wait) does not grow.",
             "",
             "| branches waiting | bytes per pause (the run) | bytes one resume writes | "
-            "of which the snapshot | the rest | snapshot bytes per waiting branch |",
-            "|---|---|---|---|---|---|",
+            "of which the snapshot | the rest | snapshot bytes per waiting branch "
+            "| ms per resume |",
+            "|---|---|---|---|---|---|---|",
         ]
         for b in waiting:
             e = b.extra
             lines.append(
                 f"| {e['waiting']:,} | {e['bytes_per_pause']:,.0f} | {e['resume_bytes']:,} | "
                 f"{e['snapshot_bytes']:,} | {e['resume_bytes_beside_snapshot']:,} | "
-                f"{e['snapshot_bytes_per_waiting']:,.1f} |"
+                f"{e['snapshot_bytes_per_waiting']:,.1f} | {b.median * 1e3:,.1f} |"
             )
 
 

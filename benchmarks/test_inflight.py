@@ -75,6 +75,22 @@ async def _throttled(coro: Callable[[int], Any], n: int, limit: int) -> list[Any
     return await asyncio.gather(*(one(i) for i in range(n)))
 
 
+def _timed(benchmark: Any, fn: Callable[..., Any], rounds: int, **options: Any) -> float:
+    """Run `fn` through `benchmark.pedantic` and return the median of its own timings, in
+    seconds: the same under `make bench` and under --benchmark-disable (one call)."""
+    times: list[float] = []
+
+    def timed(*args: Any) -> Any:
+        started = time.perf_counter()
+        result = fn(*args)
+        times.append(time.perf_counter() - started)
+        return result
+
+    benchmark.pedantic(timed, rounds=rounds, **options)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def _median(fn: Callable[[], Any], rounds: int) -> float:
     times = []
     for _ in range(rounds):
@@ -96,10 +112,7 @@ def test_sleeps_in_flight(benchmark, sizes: Sizes) -> None:
         return out
 
     floor = _median(lambda: asyncio.run(_gather(_nap, n)), rounds)
-    benchmark.pedantic(tarry, rounds=rounds, warmup_rounds=1 if sizes.full else 0)
-    if benchmark.stats is None:  # make test runs each once, with the benchmarks disabled
-        return
-    wall = benchmark.stats.stats.median
+    wall = _timed(benchmark, tarry, rounds)
     label(
         benchmark,
         "inflight_sleep",
@@ -128,10 +141,7 @@ def test_noop_items_in_flight(benchmark, sizes: Sizes) -> None:
 
     gather = _median(lambda: asyncio.run(_gather(_noop, n)), rounds)
     throttled = _median(lambda: asyncio.run(_throttled(_noop, n, limit)), rounds)
-    benchmark.pedantic(tarry, rounds=rounds, warmup_rounds=1 if sizes.full else 0)
-    if benchmark.stats is None:  # make test runs each once, with the benchmarks disabled
-        return
-    per_item = benchmark.stats.stats.median / n
+    per_item = _timed(benchmark, tarry, rounds) / n
     label(
         benchmark,
         "inflight_noop",
@@ -197,12 +207,9 @@ def test_resume_many_of_every_waiting_branch(
         [out] = rt.resume_many(values)
         assert out.ok and out.output == list(range(n))
 
-    benchmark.pedantic(resume, setup=setup, rounds=rounds)
+    total = _timed(benchmark, resume, rounds, setup=setup)
     store = paused["store"]
     resumed_bytes = store.bytes_written - paused["written"]
-    if benchmark.stats is None:  # make test runs each once, with the benchmarks disabled
-        return
-    total = benchmark.stats.stats.median
     trip = _round_trip_us(kind, tmp_path / "trips.db", 200 if sizes.full else 5)
     label(
         benchmark,

@@ -92,13 +92,14 @@ FLOW = Flow(
             [
                 submit_for_grading,
                 # The iteration waits here for its grade. Its path, ("grade", index, "graded"),
-                # tells which item it is.
+                # tells which item it is. (With keyed waits, `key=lambda ctx: f"grade/{ctx.index}"`
+                # and `rt.deliver_many({f"grade/{i}": grade, ...})` would need no tokens at all.)
                 Wait("graded", reason="batch grade"),
             ],
             concurrency=None,  # all at once: they only wait
         ),
         score,
-        Gate("approve", "Publish these scores?"),
+        Gate("approve", lambda ctx: f"Publish a mean score of {ctx.prev['mean']:.3f}?"),
         publish,
     ],
 )
@@ -122,7 +123,7 @@ async def main(store: str) -> dict:
     resumed = time.perf_counter()
     print(f"3. one resume_many of {len(grades)} grades: {resumed - answered:.2f} s")
 
-    print(f"4. scores {out.pause.partial['score']}: {out.pause.reason!r} (approved here)")
+    print(f"4. the Gate asks: {out.pause.reason!r} (approved here)")
     out = await rt.aresume(out.token, {"approved": True, "by": "reviewer"})
     assert out.ok, out.error
     view = rt.session(out.session_id)

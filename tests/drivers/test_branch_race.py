@@ -3,8 +3,11 @@ through `Runtime.resume` and `resume_many`, on SQLite and PostgreSQL (issue 15).
 
 Every branch is resumed exactly once, its step runs exactly once, the session completes with
 the right output and a gap-free log whose fold is its state; a call that loses sees
-`TokenAlreadyUsed` (a batch holding a token another call used is refused whole, and the racer
-tries its other tokens alone), never any other error.
+`TokenAlreadyUsed` only (a batch holding a token another call used is refused whole, and the
+racer tries its other tokens alone). Resumes of one session's branches take turns: a call
+refused because another branch was being resumed at that moment (ConcurrentUpdate,
+SessionNotResumable) breaks the contract; the racer tries such a token again, so the test can
+still say whether anything was lost before it fails.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from branch_race import branches, race
+from branch_race import BUSY, branches, race
 from tarry import Runtime
 
 N = 50
@@ -69,9 +73,12 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
             results.extend(p.get(60))
 
     outcomes = Counter(what for what, _ in results)
-    assert set(outcomes) <= {"won", "used"}, outcomes
+    untyped = [what for what in outcomes if what.startswith("untyped")]
+    assert not untyped, outcomes
+    assert set(outcomes) <= {"won", "used", *BUSY}, outcomes
     won = Counter(token for what, batch in results if what == "won" for token in batch)
-    assert sorted(won) == sorted(token for token, _ in tokens)
+    missing = {t: [w for w, b in results if t in b] for t, _ in tokens if t not in won}
+    assert not missing, (outcomes, missing)
     assert set(won.values()) == {1}, "a token was used twice"
 
     view = rt.session(out.session_id)
@@ -82,3 +89,39 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
     events = view.events()
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert view.derive_state() == view.state
+
+    # A loser sees TokenAlreadyUsed only: resumes of one session's branches take turns, and
+    # none is refused because another branch was being resumed at that moment.
+    assert set(outcomes) <= {"won", "used"}, outcomes
+
+
+def test_a_token_used_while_resume_many_reads_its_session_is_reported_used(
+    tmp_path: Path,
+) -> None:
+    """A race the test above met now and then, made certain: resume_many checks a token,
+    then reads its session's waits; another call uses the token in between. The call must say
+    TokenAlreadyUsed (and change nothing), not that the session cannot be resumed."""
+    from tarry import TokenAlreadyUsed
+    from tarry.snapshots import MemoryStore
+
+    class Racing(MemoryStore):
+        before_waits: Any = None
+
+        def waits(self, session_id: str) -> Any:
+            hook, self.before_waits = self.before_waits, None
+            if hook is not None:
+                hook()
+            return super().waits(session_id)
+
+    log = tmp_path / "effects.log"
+    log.touch()
+    store = Racing()
+    rt = Runtime(store=store)
+    out = rt.run(branches(3), {"log": str(log)})
+    first, second = out.pauses[0], out.pauses[1]
+    store.before_waits = lambda: rt.resume(first.token, 0)
+    with pytest.raises(TokenAlreadyUsed):
+        rt.resume_many({first.token: 0, second.token: 1})
+    view = rt.session(out.session_id)
+    assert [p.path for p in view.outcome.pauses] == [("items", 1, "result"), ("items", 2, "result")]
+    assert rt.resume_many({second.token: 1})[0].paused  # still valid: nothing was used
