@@ -63,12 +63,13 @@ GRADER = FakeBatchGrader()
 
 async def call_model(ctx):
     prompt = ctx.item
-    return {"id": prompt["id"], "answer": await MODEL.complete(prompt)}
+    answer = await MODEL.complete(prompt)
+    return {"id": prompt["id"], "answer": answer, "expected": prompt["a"] + prompt["b"]}
 
 
-def submit_for_grading(ctx):
-    prompt = ctx.input["prompts"][ctx.index]
-    GRADER.submit(ctx.index, ctx.item["answer"] == prompt["a"] + prompt["b"])
+async def submit_for_grading(ctx):  # an API call: async, so all of them share the loop
+    # ctx.item is this iteration's answer (ctx.input would copy all 1,000 prompts each time)
+    GRADER.submit(ctx.index, ctx.item["answer"] == ctx.item["expected"])
     return ctx.item["id"]
 
 
@@ -92,9 +93,10 @@ FLOW = Flow(
             [
                 submit_for_grading,
                 # The iteration waits here for its grade. Its path, ("grade", index, "graded"),
-                # tells which item it is. (With keyed waits, `key=lambda ctx: f"grade/{ctx.index}"`
-                # and `rt.deliver_many({f"grade/{i}": grade, ...})` would need no tokens at all.)
-                Wait("graded", reason="batch grade"),
+                # tells which item it is, and so does its key, the name the batch API knows
+                # the job by: `rt.deliver_many({"grade/7": 1.0, ...})` resumes by key, with no
+                # token at all (see docs/batch.md).
+                Wait("graded", reason="batch grade", key=lambda ctx: f"grade/{ctx.index}"),
             ],
             concurrency=None,  # all at once: they only wait
         ),

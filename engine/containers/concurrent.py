@@ -34,8 +34,23 @@ Lane = tuple[Any, Generator[Signal, Any, Any]]
 
 #: `start()` says so when a checkpoint before a new lane stops the run (an abort).
 STOP = object()
-#: The pool of a container with no bound on its concurrency (`None`) has this many threads.
-MAX_THREADS = 64
+#: Threads of the process-wide pool that sync steps of concurrent lanes run on (as many as
+#: asyncio's default executor may have). A container never has more calls on it than its
+#: `concurrency` (its lanes in flight), so a container with a bound of N uses at most N of
+#: them; the pool is shared so that threads are started once per process, not once per
+#: container run (a thread start costs far more than a short step). Steps that wait on I/O
+#: by the hundred are better written `async def`: they then all overlap on the event loop.
+MAX_THREADS = 32
+_pool: Any = None
+
+
+def _shared_pool() -> Any:
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="tarry")
+    return _pool
 
 
 def _call(fn: Callable[[Any], Any], ctx: Any) -> Any:
@@ -117,11 +132,7 @@ def multiplex(
                 kind = type(signal)
                 if kind is Offload:
                     if pool is None:
-                        from concurrent.futures import ThreadPoolExecutor
-
-                        pool = ThreadPoolExecutor(
-                            max_workers=concurrency or MAX_THREADS, thread_name_prefix="tarry"
-                        )
+                        pool = _shared_pool()
                     pending[name] = (True, [pool.submit(_call, signal.fn, signal.ctx)])
                 elif kind is Await:
                     item = signal.awaitable
@@ -169,8 +180,6 @@ def multiplex(
     finally:
         ex.lanes -= 1
         ex.stop = stop
-        if pool is not None:
-            pool.shutdown(wait=False)
     if failure is not None:
         raise failure
     if stopping or stopped:
