@@ -16,19 +16,19 @@ from tarry.snapshots.store import SessionStore
 from . import control, delivering, inspecting, polling, pruning, recovery, timers
 from .batch import resume_many
 from .clock import Clock
-from .core import Core, checked_adapters
+from .core import Core
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .resuming import key_of, prepare
+from .settings import Settings
 from .settle import is_awaitable, refuse_in_loop, settle
 from .starting import begin
 from .stats import Stats
-from .tokens import Tokens
 from .views import SessionSummary, SessionView
 
 
-class Runtime:
+class Runtime(Settings):
     """Runs flows over one store. Safe to share between threads.
 
     `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
@@ -75,61 +75,6 @@ class Runtime:
             max_snapshot_bytes=max_snapshot_bytes,
             retention=retention,
         )
-
-    # -- what it runs on -----------------------------------------------------------------------
-    @property
-    def store(self) -> SessionStore:
-        return self._core.store
-
-    @property
-    def clock(self) -> Clock:
-        return self._core.clock
-
-    @property
-    def tokens(self) -> Tokens:
-        """Mints tokens and checks them (signed with `secret` when one is given)."""
-        return self._core.tokens
-
-    @property
-    def durability(self) -> str:
-        return self._core.durability
-
-    @property
-    def lease(self) -> float:
-        """Seconds a running session's lease lasts; renewed at checkpoints."""
-        return self._core.lease
-
-    @property
-    def owner(self) -> str:
-        """This runtime's name on the leases it holds."""
-        return self._core.owner
-
-    @property
-    def retry(self) -> Retry | None:
-        """The retry policy of steps that have none of their own."""
-        return self._core.retry
-
-    @property
-    def adapters(self) -> dict[str, Any]:
-        """{pause kind: adapter} that `poll()` asks."""
-        return self._core.adapters
-
-    @adapters.setter
-    def adapters(self, adapters: dict[str, Any]) -> None:
-        self._core.adapters = checked_adapters(adapters)
-
-    @property
-    def max_value_bytes(self) -> int:
-        return self._core.max_value_bytes
-
-    @property
-    def max_snapshot_bytes(self) -> int:
-        return self._core.max_snapshot_bytes
-
-    @property
-    def retention(self) -> timedelta | None:
-        """How long ended sessions are kept before workers prune them (None: forever)."""
-        return self._core.retention
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a

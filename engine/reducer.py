@@ -14,7 +14,7 @@ from typing import Any
 
 from . import events as ev
 from .events import Event
-from .state import (
+from .state import (  # noqa: F401 - imported from here too
     CONTAINER_KINDS,
     LANE,
     ContainerFrame,
@@ -22,6 +22,8 @@ from .state import (
     OutOfLine,
     PauseState,
     SessionState,
+    error_from_data,
+    error_to_data,
     from_fields,
 )
 
@@ -368,30 +370,6 @@ def apply(state: SessionState, event: Event, owned: bool = False) -> SessionStat
         return state  # node.skipped, or a type this version does not know: no change
     reduce(fields, event, owned)
     return state
-
-
-def error_from_data(data: dict[str, Any]) -> ErrorInfo:
-    """Rebuild an ErrorInfo from the dict form it has in event data."""
-    return ErrorInfo(
-        type=data["type"],
-        message=data.get("message", ""),
-        path=tuple(data.get("path", ())),
-        retryable=data.get("retryable", False),
-        attempts=data.get("attempts", 0),
-        traceback=data.get("traceback"),
-    )
-
-
-def error_to_data(error: ErrorInfo) -> dict[str, Any]:
-    """The dict form of an ErrorInfo, as carried in event data."""
-    return {
-        "type": error.type,
-        "message": error.message,
-        "path": error.path,
-        "retryable": error.retryable,
-        "attempts": error.attempts,
-        "traceback": error.traceback,
-    }
 
 
 def derive_state(events: Iterable[Event], initial: SessionState | None = None) -> SessionState:

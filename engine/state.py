@@ -130,3 +130,27 @@ def from_fields(cls: type[Any], fields: dict[str, Any]) -> Any:
     record = object.__new__(cls)
     object.__setattr__(record, "__dict__", fields)
     return record
+
+
+def error_from_data(data: dict[str, Any]) -> ErrorInfo:
+    """Rebuild an ErrorInfo from the dict form it has in event data."""
+    return ErrorInfo(
+        type=data["type"],
+        message=data.get("message", ""),
+        path=tuple(data.get("path", ())),
+        retryable=data.get("retryable", False),
+        attempts=data.get("attempts", 0),
+        traceback=data.get("traceback"),
+    )
+
+
+def error_to_data(error: ErrorInfo) -> dict[str, Any]:
+    """The dict form of an ErrorInfo, as carried in event data."""
+    return {
+        "type": error.type,
+        "message": error.message,
+        "path": error.path,
+        "retryable": error.retryable,
+        "attempts": error.attempts,
+        "traceback": error.traceback,
+    }
