@@ -491,3 +491,18 @@ def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
             assert "SCAN" not in found, found  # every lookup through an index or the key
         assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
         assert "TEMP B-TREE" not in " ".join(plans[:4])  # pages come in token order, unsorted
+
+
+@pytest.mark.parametrize("spoiled", [b"\xc1", b"\x01"])  # not msgpack; not an array
+def test_sqlite_names_a_wait_path_it_cannot_read(tmp_path: Path, spoiled: bytes) -> None:
+    from tarry.engine.errors import SnapshotError
+
+    store = SQLiteStore(tmp_path / "w.db")
+    paused(store, "s1", wait("t1", key="k"), wait("t2", index=1))
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        db.execute("UPDATE waits SET path = ? WHERE token = 't2'", (spoiled,))
+    for read in (lambda: store.waiting(), lambda: store.waits("s1")):
+        with pytest.raises(SnapshotError, match="malformed wait path"):
+            read()
+    assert [w.path for w in store.waiting(key="k")] == [("items", 0, "w")]
+    store.close()
