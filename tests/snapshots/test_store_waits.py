@@ -186,6 +186,19 @@ def test_consume_tokens_uses_many_of_several_sessions_at_once(store: Any) -> Non
     assert [store.find_token(t).used for t in ("a1", "a2", "a3", "b1")] == [True, False, True, True]
 
 
+def test_find_tokens_answers_many_at_once_leaving_out_the_unknown(store: Any) -> None:
+    paused(store, "s1", wait("a1"), wait("a2", index=1))
+    paused(store, "s2", wait("b1", "s2"))
+    assert store.consume_tokens(["a2"]) == {}
+    many = 1500  # more than one statement's worth of parameters on some stores
+    asked = ["b1", "zz", "a1", "a2", *(f"x{i}" for i in range(many))]
+    assert store.find_tokens(asked) == {
+        "b1": TokenInfo("s2", False), "a1": TokenInfo("s1", False), "a2": TokenInfo("s1", True),
+    }
+    assert store.find_tokens([]) == {}
+    assert store.find_tokens(["a1", "a1"]) == {"a1": TokenInfo("s1", False)}
+
+
 def test_consume_tokens_without_owner_keeps_the_lease(store: Any) -> None:
     paused(store, "s1", wait("a1"), wait("a2", index=1), lease_owner="w0", lease_until=at(5))
     assert store.consume_tokens(["a1", "a2"]) == {}
