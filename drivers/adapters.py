@@ -83,6 +83,9 @@ class _Decoding(ResumeRequest):
 
     __hash__ = ResumeRequest.__hash__
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled or copied: a plain ResumeRequest
+        return ResumeRequest, attrs.astuple(self, recurse=False)
+
 
 _Decoding.__qualname__ = _Decoding.__name__ = "ResumeRequest"  # its repr is a request's
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
@@ -323,6 +325,7 @@ def test_a_request_decodes_its_payload_only_when_read_and_looks_like_any_other(
                           ("result",), "prompt-1")
     assert request == eager and eager == request
     assert attrs.evolve(request, key="k").payload == {"prompt": "p"}
+    assert pickle.loads(pickle.dumps(request)) == eager == copy.deepcopy(request)
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         request.payload = 1  # type: ignore[misc]
 
