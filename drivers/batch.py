@@ -94,8 +94,9 @@ def _resume_keys(
 ) -> AwaitableOrValue[list[Outcome]]:
     sessions: dict[str, _Session] = {}
     keys = {key: token for key, (token, _) in keyed.items()}
+    found = core.store.find_tokens(list(keys))  # one read for every token
     for key, (token, value) in keyed.items():
-        info = core.store.find_token(key)
+        info = found.get(key)
         if info is None:
             raise UnknownToken(token)
         if info.used:

@@ -51,6 +51,19 @@ class StoreLedger:
             raise SnapshotError(msg)
         return loads(blob)
 
+    def items(self, path: tuple[Any, ...], indexes: list[int]) -> dict[int, Any]:
+        """The items at `indexes`, by index: read in one go when they are most of those up to
+        the last (the branches a resume_many restores), else one at a time."""
+        pending = self._items.get(path)
+        if pending is not None:
+            return {i: pending[i] for i in indexes}
+        stop = max(indexes, default=-1) + 1
+        if 2 * len(indexes) >= stop > 0:
+            blobs = self._store.get_values(self._sid, self._key(ITEMS, path), stop)
+            if len(blobs) == stop:  # none missing: index i is blobs[i]
+                return {i: loads(blobs[i]) for i in indexes}
+        return {i: self.item(path, i) for i in indexes}
+
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None:
         self._results.append((path, index, value))
 

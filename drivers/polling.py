@@ -12,14 +12,14 @@ ready, never with what is waiting.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tarry.engine.errors import InvalidResumeValue, NotSerializable, SnapshotError
 from tarry.snapshots._codec import loads
 from tarry.snapshots.records import WaitRecord
 
-from .adapters import NOT_READY, ResumeRequest, is_bulk
+from .adapters import NOT_READY, ResumeRequest, decoding_request, is_bulk
 from .boundary import Round, flow_of, guarded
 from .core import Core
 from .delivering import resume_group, waiting
@@ -62,27 +62,36 @@ def ask_adapters(core: Core, round: Round | None = None) -> list[Outcome]:
 
 def _requests(core: Core, rows: list[WaitRecord]) -> list[tuple[ResumeRequest, WaitRecord]]:
     """The request an adapter is asked about for each wait: the caller's token (signed when
-    the Runtime signs), the wait's pause and its decoded payload. A wait whose payload cannot
-    be decoded is logged once and left out."""
+    the Runtime signs), the wait's pause and its payload, decoded when the adapter first reads
+    it. A payload that cannot be decoded raises SnapshotError to the adapter that reads it
+    (which fails that request, or a bulk adapter's round), and is logged once per session."""
     # Unsigned, a token is its key (ask_adapters checked the store's mark once already).
     token = core.tokens.token if core.tokens.signed else str
     made = []
+    decode = _decoder(core)
     for row in rows:
-        try:
-            payload = loads(row.payload) if row.payload else None
-        except SnapshotError as exc:
-            if core.reported.first(row.session_id, "payload"):
-                log().error(
-                    "poll: the payload of session %s's wait at %s cannot be read (%s); its "
-                    "adapter is not asked about it (logged once per session)",
-                    row.session_id, row.path, exc,
-                )
-            continue
-        request = ResumeRequest(
-            token(row.token), row.session_id, row.kind, row.reason, payload, row.path, row.key
+        request = decoding_request(
+            token(row.token), row.session_id, row.kind, row.reason, row.payload, decode,
+            row.path, row.key,
         )
         made.append((request, row))
     return made
+
+
+def _decoder(core: Core) -> Callable[[bytes, ResumeRequest], Any]:
+    def decode(blob: bytes, row: ResumeRequest) -> Any:
+        try:
+            return loads(blob) if blob else None
+        except SnapshotError as exc:
+            if core.reported.first(row.session_id, "payload"):
+                log().error(
+                    "poll: the payload of session %s's wait at %s cannot be read (%s); an "
+                    "adapter that reads it fails for it (logged once per session)",
+                    row.session_id, row.path, exc,
+                )
+            raise
+
+    return decode
 
 
 def _ask_each(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) -> Ready:
@@ -125,6 +134,8 @@ def _ask_many(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) ->
             adapter, type(answer).__name__,
         )
         return {}
+    if not any(value is not NOT_READY for value in answer.values()):
+        return {}  # nothing ready (the usual round): no index of the requests is needed
     by_token = {request.token: row for request, row in requests}
     by_key: dict[str, list[WaitRecord]] = {}
     for _, row in requests:

@@ -30,8 +30,18 @@ class Ledger(Protocol):
     def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None: ...
     def item(self, path: tuple[Any, ...], index: int) -> Any: ...
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None: ...
+    # Optional: `items(path, indexes) -> {index: item}`, many at once (see `items_of`).
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]: ...
     def held(self, seq: int) -> Any: ...
+
+
+def items_of(ledger: Ledger, path: tuple[Any, ...], indexes: list[int]) -> dict[int, Any]:
+    """The items at `indexes` of the ForEach at `path`, by index: through the ledger's
+    `items(path, indexes)` when it has one (a read for all of them), else `item` for each."""
+    many = getattr(ledger, "items", None)
+    if many is not None:
+        return many(path, indexes)  # type: ignore[no-any-return]
+    return {i: ledger.item(path, i) for i in indexes}
 
 
 def _go_on(path: tuple[Any, ...]) -> bool:

@@ -32,6 +32,15 @@ class TokensAndLeases:
             sid = self._tokens.get(token)
             return None if sid is None else TokenInfo(sid, token in self._used)
 
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        with self._lock:
+            known = self._tokens
+            return {
+                token: TokenInfo(known[token], token in self._used)
+                for token in tokens
+                if token in known
+            }
+
     def consume_token(
         self,
         token: str,

@@ -42,6 +42,16 @@ class TokensAndLeases:
             ).fetchone()
         return None if row is None else TokenInfo(row[0], bool(row[1]))
 
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        if not tokens:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT token, session_id, used FROM tarry_tokens WHERE token = ANY(%s::text[])",
+                (list(tokens),),
+            ).fetchall()
+        return {token: TokenInfo(sid, bool(used)) for token, sid, used in rows}
+
     def consume_token(
         self,
         token: str,

@@ -90,6 +90,47 @@ class WaitRecord:
     payload: bytes = b""
 
 
+def wait_records(
+    rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime]
+) -> list[WaitRecord]:
+    """WaitRecords of store rows `(token, session_id, path, kind, key, wake_at, reason,
+    payload)`, with `path` as `encode_path` wrote it and `wake_at` None or what `when` reads.
+
+    A poll reads one per waiting branch, so each is made without attrs' `__init__` (its fields
+    set straight into the slots: about half the cost); a path that is not a msgpack array
+    raises SnapshotError, as `decode_path` says."""
+    made = []
+    append = made.append
+    try:
+        for token, sid, path, kind, key, wake_at, reason, payload in rows:
+            found = _unpack(path)
+            if type(found) is not list:
+                raise SnapshotError("not an array")  # noqa: TRY301 - the slow path names it
+            record = _new(WaitRecord)
+            _set_token(record, token)
+            _set_session_id(record, sid)
+            _set_path(record, tuple(found))
+            _set_kind(record, kind)
+            _set_key(record, key)
+            _set_wake_at(record, None if wake_at is None else when(wake_at))
+            _set_reason(record, reason)
+            _set_payload(record, payload)
+            append(record)
+    except Exception:  # msgpack raises many types: read each path again, to say which and why
+        for row in rows:
+            decode_path(row[2])
+        raise
+    return made
+
+
+_new = object.__new__
+_unpack = functools.partial(msgpack.unpackb, raw=False)
+(
+    _set_token, _set_session_id, _set_path, _set_kind, _set_key, _set_wake_at, _set_reason,
+    _set_payload,
+) = (WaitRecord.__dict__[field.name].__set__ for field in attrs.fields(WaitRecord))
+
+
 def encode_path(path: Sequence[Any]) -> bytes:
     """A wait's path as a store keeps it: a plain msgpack array (as in an event), which decodes
     several times faster than a tuple's ext value. Stores order waits by these bytes."""

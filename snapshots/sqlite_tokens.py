@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import json
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -44,6 +45,17 @@ class TokensAndLeases:
                 "SELECT session_id, used FROM tokens WHERE token = ?", (token,)
             ).fetchone()
         return None if row is None else TokenInfo(row[0], bool(row[1]))
+
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        if not tokens:
+            return {}
+        with self._lock:
+            rows = self._cur.execute(
+                "SELECT token, session_id, used FROM tokens "
+                "WHERE token IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(tokens)),),
+            ).fetchall()
+        return {token: TokenInfo(sid, bool(used)) for token, sid, used in rows}
 
     def consume_token(
         self,

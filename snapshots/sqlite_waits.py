@@ -19,9 +19,10 @@ from typing import Any
 from tarry.engine.events import Event
 
 from ._codec import loads
-from .records import WaitRecord, _micros, decode_path, encode_events, encode_path
+from .records import WaitRecord, _micros, decode_path, encode_events, encode_path, wait_records
 from .sqlite_sql import (
     _RESUMING,
+    _datetime,
     _insert,
     _maybe_datetime,
     _not_continued,
@@ -195,7 +196,7 @@ class WaitsAndMail:
     def _waits(self, sql: str, args: Sequence[Any]) -> builtins.list[WaitRecord]:
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
-        return [_wait(row) for row in rows]
+        return wait_records(rows, _datetime)
 
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:

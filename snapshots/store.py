@@ -135,6 +135,10 @@ class SessionStore(Protocol):
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None: ...
 
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        """`find_token` of many tokens in one read: each known token's TokenInfo, by token
+        (unknown ones are left out)."""
+
     def consume_token(
         self,
         token: str,

@@ -10,7 +10,7 @@ from ..bounds import frame_bytes, list_header
 from ..context import Scope
 from ..element import Signal, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow, SnapshotError
-from ..execution import Execution
+from ..execution import Execution, items_of
 from ..failure import admit, check_gathered, completed, fail
 from .concurrent import STOP, Lane, multiplex
 
@@ -86,11 +86,17 @@ def run_concurrently(
     restored: list[Lane] = []
     waiting: list[Any] = []
     if frame is not None:
-        for index, lane in (frame.lanes or {}).items():
+        lanes = frame.lanes or {}
+        resumed = [index for index, lane in lanes.items() if lane.pause is None]
+        try:  # read at once: a resume_many may restore thousands of branches
+            found = items_of(ex.ledger, path, resumed) if resumed else {}
+        except SnapshotError as exc:
+            raise fail(ex, path, exc) from exc
+        for index, lane in lanes.items():
             if lane.pause is not None:
                 waiting.append(index)
                 continue
-            item = item_at(index)
+            item = found[index]
             first = resume_prev(body, lane.child, lane.child_outputs, item)
             gen = run_body(ex, body, path + (index,), lane.child, first, Scope(item, index, index))
             restored.append((index, gen))

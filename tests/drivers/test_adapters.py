@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import tarry
 from tarry import NOT_READY, Flow, Gate, ManualClock, ResumeRequest, Runtime, Sleep, Wait
+from tarry.snapshots import SQLiteStore
 
 
 class Batch:
@@ -303,3 +307,56 @@ def test_poll_writes_nothing_for_requests_that_are_not_ready(store) -> None:
     for i, out in enumerate(outs):
         if i not in (2, 7):
             assert rt.session(out.session_id).outcome.token == out.token
+
+
+def test_a_request_decodes_its_payload_only_when_read_and_looks_like_any_other(
+    tmp_path: Path,
+) -> None:
+    bulk = BulkBatch()
+    rt = Runtime(store=SQLiteStore(tmp_path / "p.db"), adapters={"external": bulk})
+    out = rt.run(keyed_flow(), 1)
+    assert rt.poll() == []
+    [[request]] = bulk.asked
+    assert isinstance(request, ResumeRequest)
+    assert repr(request).startswith("ResumeRequest(") and "tk_" not in repr(request)
+    assert request.payload == {"prompt": "p"}
+    assert request.payload is request.payload  # decoded once
+    eager = ResumeRequest(out.token, out.session_id, "external", "batch", {"prompt": "p"},
+                          ("result",), "prompt-1")
+    assert request == eager and eager == request
+    assert attrs.evolve(request, key="k").payload == {"prompt": "p"}
+    assert pickle.loads(pickle.dumps(request)) == eager == copy.deepcopy(request)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        request.payload = 1  # type: ignore[misc]
+
+
+def _spoil_payload(path: Path, session_id: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE waits SET payload = X'c1' WHERE session_id = ?", (session_id,))
+
+
+def test_a_payload_that_cannot_be_read_fails_only_the_adapters_that_read_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bulk = BulkBatch()
+    store = SQLiteStore(tmp_path / "p.db")
+    rt = Runtime(store=store, adapters={"external": bulk})
+    outs = [rt.run(keyed_flow(), i) for i in range(3)]
+    _spoil_payload(tmp_path / "p.db", outs[0].session_id)
+    bulk.answer = {"prompt-0": "a", "prompt-1": "b"}  # reads keys only: all are asked
+    done = rt.poll()
+    assert sorted(o.output["answer"] for o in done) == ["a", "b"]
+
+    def reader(request: ResumeRequest) -> Any:
+        return request.payload["prompt"]
+
+    rt2 = Runtime(store=store, adapters={"external": reader})
+    _spoil_payload(tmp_path / "p.db", outs[2].session_id)
+    more = [rt2.run(keyed_flow(), i) for i in range(3, 5)]
+    with caplog.at_level(logging.ERROR, logger="tarry"):
+        done = rt2.poll()
+    assert sorted(o.session_id for o in done) == sorted(o.session_id for o in more)
+    assert outs[2].session_id in caplog.text and "cannot be read" in caplog.text
+    assert rt2.session(outs[2].session_id).status == "paused"

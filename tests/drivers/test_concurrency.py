@@ -536,3 +536,40 @@ def test_deliver_many_to_waiting_branches_writes_once_per_session(store: Any) ->
     assert outs[0].output == [i + 1 for i in range(20)]
     assert saves == [out.session_id]  # one drive, one write
     consistent(rt, out.session_id)
+
+
+class Reads:
+    """A store that counts the calls to its methods that read one row each."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in ("get_value", "find_token"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+def test_resume_many_reads_tokens_and_the_items_of_resumed_branches_in_bulk(store: Any) -> None:
+    reads = Reads(store)
+    rt = Runtime(store=reads)
+    n = 40
+    flow = Flow("w", [ForEach("fe", [f"item{i}" for i in range(n)],
+                              [Wait("r"), lambda ctx: (ctx.item, ctx.prev)],
+                              concurrency=None)])  # fmt: skip
+    out = rt.run(flow)
+    some = {p.token: p.path[1] for p in out.pauses[:3]}
+    [part] = rt.resume_many(some)  # a few of many: read one by one
+    assert part.paused and len(part.pauses) == n - 3
+    reads.calls.clear()
+    [done] = rt.resume_many({p.token: p.path[1] for p in part.pauses})
+    assert done.ok and done.output == [(f"item{i}", i) for i in range(n)]
+    assert reads.calls == {}
+    consistent(rt, out.session_id)

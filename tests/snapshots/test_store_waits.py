@@ -186,6 +186,19 @@ def test_consume_tokens_uses_many_of_several_sessions_at_once(store: Any) -> Non
     assert [store.find_token(t).used for t in ("a1", "a2", "a3", "b1")] == [True, False, True, True]
 
 
+def test_find_tokens_answers_many_at_once_leaving_out_the_unknown(store: Any) -> None:
+    paused(store, "s1", wait("a1"), wait("a2", index=1))
+    paused(store, "s2", wait("b1", "s2"))
+    assert store.consume_tokens(["a2"]) == {}
+    many = 1500  # more than one statement's worth of parameters on some stores
+    asked = ["b1", "zz", "a1", "a2", *(f"x{i}" for i in range(many))]
+    assert store.find_tokens(asked) == {
+        "b1": TokenInfo("s2", False), "a1": TokenInfo("s1", False), "a2": TokenInfo("s1", True),
+    }
+    assert store.find_tokens([]) == {}
+    assert store.find_tokens(["a1", "a1"]) == {"a1": TokenInfo("s1", False)}
+
+
 def test_consume_tokens_without_owner_keeps_the_lease(store: Any) -> None:
     paused(store, "s1", wait("a1"), wait("a2", index=1), lease_owner="w0", lease_until=at(5))
     assert store.consume_tokens(["a1", "a2"]) == {}
@@ -491,3 +504,18 @@ def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
             assert "SCAN" not in found, found  # every lookup through an index or the key
         assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
         assert "TEMP B-TREE" not in " ".join(plans[:4])  # pages come in token order, unsorted
+
+
+@pytest.mark.parametrize("spoiled", [b"\xc1", b"\x01"])  # not msgpack; not an array
+def test_sqlite_names_a_wait_path_it_cannot_read(tmp_path: Path, spoiled: bytes) -> None:
+    from tarry.engine.errors import SnapshotError
+
+    store = SQLiteStore(tmp_path / "w.db")
+    paused(store, "s1", wait("t1", key="k"), wait("t2", index=1))
+    with sqlite3.connect(tmp_path / "w.db") as db:
+        db.execute("UPDATE waits SET path = ? WHERE token = 't2'", (spoiled,))
+    for read in (lambda: store.waiting(), lambda: store.waits("s1")):
+        with pytest.raises(SnapshotError, match="malformed wait path"):
+            read()
+    assert [w.path for w in store.waiting(key="k")] == [("items", 0, "w")]
+    store.close()
