@@ -616,12 +616,16 @@ def inflight(benches: list[Bench]) -> list[str]:
                 f"{e['snapshot_bytes']:,} | {e['resume_bytes_beside_snapshot']:,} | "
                 f"{e['snapshot_bytes_per_waiting']:,.1f} | {b.median * 1e3:,.1f} |"
             )
+    return [*lines, ""]
 
 
 def batch_waits(benches: list[Bench]) -> list[str]:
     """Batch waits (issue 16): poll rounds over many keyed waits, and deliver_many."""
     polls = [b for b in benches if b.workload == "poll_keyed"]
-    delivers = [b for b in benches if b.workload in ("deliver_many", "deliver_many_mailbox")]
+    delivers = [
+        b for b in benches
+        if b.workload in ("deliver_many", "deliver_many_mailbox", "deliver_many_branches")
+    ]
     if not polls and not delivers:
         return []
     targets = {"sqlite": 0.050, "postgres": 0.200}
@@ -653,14 +657,14 @@ def batch_waits(benches: list[Bench]) -> list[str]:
         lines += ["", "| `deliver_many` of results | store | results | total | per result |",
                   "|---|---|---|---|---|"]
         shapes = {"deliver_many": "to as many waiting sessions",
-                  "deliver_many_mailbox": "to one session's sequential ForEach (mailbox)"}
+                  "deliver_many_mailbox": "to one session's sequential ForEach (mailbox)",
+                  "deliver_many_branches": "to one session's waiting branches "
+                                           "(ForEach(concurrency=None))"}
         for b in sorted(delivers, key=lambda b: (b.workload, b.variant or "")):
             lines.append(
                 f"| {shapes[b.workload]} | {b.variant} | {b.extra['per']:,} | {human(b.median)} "
                 f"| {human(b.per_unit)} |"
             )
-        lines.append("| to one session with 10,000 waiting branches | — | — | not run: needs "
-                     "concurrent ForEach (issue 15) | — |")
     return [*lines, ""]
 
 
