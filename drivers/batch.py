@@ -27,8 +27,8 @@ from tarry.engine.reducer import own
 from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord
 
+from .checking import fold
 from .core import Core
-from .drive import fold
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .resuming import _Busy, accepted, busy_retry, key_of, not_resumable, stored_state, wait_of

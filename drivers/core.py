@@ -22,8 +22,8 @@ from tarry.snapshots._codec import MAX_BLOB_BYTES
 from tarry.snapshots.store import SessionStore
 
 from .adapters import is_bulk
+from .checking import value_check
 from .clock import Clock, SystemClock
-from .drive import value_check
 from .limits import (
     DURABILITY,
     ERROR_ALLOWANCE,

@@ -8,52 +8,26 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
-from tarry.engine.errors import NotSerializable, SnapshotTooLarge
+from tarry.engine.errors import SnapshotTooLarge
 from tarry.engine.events import Event
 from tarry.engine.execution import Execution
-from tarry.engine.failure import fail, record_failure
+from tarry.engine.failure import record_failure
 from tarry.engine.flow import Flow
-from tarry.engine.reducer import apply, error_to_data
+from tarry.engine.reducer import error_to_data
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import ErrorInfo, SessionState
-from tarry.snapshots._codec import check as _codec_check
-from tarry.snapshots._codec import dumps, loads
+from tarry.snapshots._codec import loads
 from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
 
 from .clock import sleepers
 from .ledger import StoreLedger
 from .outcome import ERROR, Outcome, all_pauses, outcome_of
+from .pausing import old_token, record_pauses
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from .values import bounds, copy
 
 if TYPE_CHECKING:
     from .core import Core
-
-
-_FIXED = frozenset({type(None), bool, float})
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can encode
-
-
-def value_check(limit: int) -> Callable[[Any, Any], None]:
-    """The engine's check of a value an event will carry: encodable, and at most `limit` bytes
-    encoded. Numbers and short text pass at once; a `(path, key)` place is formatted only when
-    a value fails."""
-    # Text of up to this many characters fits whatever its characters: at most 4 bytes each,
-    # after a header of at most 5.
-    short = (limit - 5) // 4
-
-    def check(value: Any, where: Any) -> None:
-        kind = type(value)
-        if kind in _FIXED or (kind is int and _INT_MIN <= value <= _INT_MAX):
-            return
-        if (kind is str or kind is bytes) and len(value) <= short:
-            return
-        if type(where) is tuple:
-            path, key = where
-            where = f"{'/'.join(map(str, path))}[{key!r}]"
-        _codec_check(value, where, limit)
-
-    return check
 
 
 _OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
@@ -77,23 +51,6 @@ LEASE_LOST = ErrorInfo(
     message="another worker took over this session after its lease expired; this run stopped",
     retryable=False,
 )
-
-
-def fold(
-    state: SessionState,
-    now: datetime,
-    specs: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
-    owned: bool = False,
-) -> tuple[SessionState, list[Event]]:
-    """Events for `specs` (type, path, data) that follow `state`, and the state after them:
-    for writing events in the same transaction as something else (create, token use).
-    `owned`: `state` is the caller's own (see `reducer.own`) and is changed in place."""
-    events = []
-    for type_, path, data in specs:
-        event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
-        state = apply(state, event, owned)
-        events.append(event)
-    return state, events
 
 
 def _stopped(path: tuple[Any, ...]) -> bool:
@@ -353,62 +310,10 @@ class Drive:
         return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
 
     def _old_token(self) -> str:
-        """The token the session keeps when it pauses again on waits of an earlier drive
-        only: the first of theirs (or a new one for a run that failed instead)."""
-        if self.ex.state.status == "paused":
-            for wait in self.core.store.waits(self.ex.session_id):
-                return wait.token
-        return self.core.tokens.new_key()
+        return old_token(self)
 
     def _pause(self, signals: tuple[Pause, ...]) -> list[WaitRecord]:
-        """Record each wait that began (`run.paused`), each with a token of its own; with none
-        (the waits left began in an earlier drive), the session pauses again on its first.
-        A payload that cannot be stored fails the run there: no wait is then recorded."""
-        ex = self.ex
-        core = self.core
-        waits = []
-        for signal in signals:
-            data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
-            if signal.payload is not None:
-                data["payload"] = signal.payload
-            if signal.wake_at is not None:
-                data["wake_at"] = signal.wake_at
-            if signal.expires_at is not None:
-                data["expires_at"] = signal.expires_at
-            if not signal.awaits_value:
-                data["awaits_value"] = False
-            if signal.key is not None:
-                data["key"] = signal.key
-            if signal.on_timeout is not None:
-                data["on_timeout"] = signal.on_timeout
-            try:
-                core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
-            except NotSerializable as exc:
-                self._fail(fail(ex, signal.path, exc).error)
-                return []
-            ex.emit(ev.RUN_PAUSED, signal.path, data)
-            waits.append(
-                WaitRecord(
-                    token=core.tokens.new_key(),
-                    session_id=ex.session_id,
-                    path=signal.path,
-                    kind=signal.kind,
-                    key=signal.key,
-                    wake_at=signal.wake_at or signal.expires_at,
-                    reason=signal.reason,
-                    payload=b"" if signal.payload is None else dumps(signal.payload),
-                )
-            )
-        if not signals:
-            first = all_pauses(ex.state)[0]
-            data = {"kind": first.kind, "reason": first.reason}
-            for name in ("payload", "wake_at", "expires_at", "key", "on_timeout"):
-                if getattr(first, name) is not None:
-                    data[name] = getattr(first, name)
-            if not first.awaits_value:
-                data["awaits_value"] = False
-            ex.emit(ev.RUN_PAUSED, first.path, data)
-        return waits
+        return record_pauses(self, signals)
 
     def _fail(self, error: ErrorInfo) -> None:
         self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})

@@ -19,8 +19,8 @@ from tarry.engine.state import SessionState
 from tarry.snapshots.records import SessionRecord
 
 from .boundary import Round, contain, flow_of, infrastructure
+from .checking import fold
 from .core import Core
-from .drive import fold
 from .outcome import Outcome
 from .resuming import stored_state
 from .settle import settle

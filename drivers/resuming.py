@@ -25,8 +25,9 @@ from tarry.engine.lanes import concurrent, scope_of
 from tarry.engine.state import ErrorInfo, PauseState, SessionState
 from tarry.snapshots.records import SessionRecord
 
+from .checking import fold
 from .core import Core
-from .drive import Drive, fold
+from .drive import Drive
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .starting import start

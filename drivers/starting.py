@@ -17,8 +17,9 @@ from tarry.engine.state import SessionState
 from tarry.snapshots._codec import loads
 from tarry.snapshots.records import SessionRecord
 
+from .checking import fold
 from .core import Core
-from .drive import Drive, fold
+from .drive import Drive
 from .limits import DURABILITY, MAX_SESSION_ID, valid_session_id
 from .outcome import Outcome
 from .pump import AwaitableOrValue

@@ -62,11 +62,16 @@ def test_async_steps_of_in_flight_iterations_overlap(store: Any) -> None:
 
 def test_sync_steps_run_on_a_pool_and_run_stays_sync(store: Any) -> None:
     barrier = threading.Barrier(4, timeout=10)
-    threads: set[str] = set()
+    lock = threading.Lock()
+    running = [0, 0]  # now, most at once
 
     def work(ctx: Any) -> int:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
         barrier.wait()  # all four at once, or BrokenBarrierError
-        threads.add(threading.current_thread().name)
+        with lock:
+            running[0] -= 1
         return ctx.item + 1
 
     flow = Flow("pool", [ForEach("fe", list(range(8)), work, concurrency=4)])
@@ -74,7 +79,7 @@ def test_sync_steps_run_on_a_pool_and_run_stays_sync(store: Any) -> None:
     assert isinstance(out, tarry.Outcome)  # an all-sync flow: a plain Outcome
     assert out.ok, out.error
     assert out.output == list(range(1, 9))
-    assert 1 < len(threads) <= 4
+    assert running[1] == 4  # four at once, never more than concurrency
 
 
 def test_concurrency_one_is_the_sequential_foreach_event_for_event() -> None:
