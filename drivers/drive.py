@@ -14,7 +14,7 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import record_failure
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import error_to_data
-from tarry.engine.signals import NO_MAIL, Pause, PauseMany
+from tarry.engine.signals import NO_MAIL, PauseMany
 from tarry.engine.state import ErrorInfo, SessionState
 from tarry.snapshots._codec import loads
 from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
@@ -279,9 +279,9 @@ class Drive:
                 self.ledger.discard()
             elif kind == PAUSED:
                 signals = value.pauses if type(value) is PauseMany else (value,)
-                waits = self._pause(signals)
+                waits = record_pauses(self, signals)
                 # A failed session (a payload refused) keeps a token like any failed one.
-                token = waits[0].token if waits else self._old_token()
+                token = waits[0].token if waits else old_token(self)
             elif kind == STOPPED:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
@@ -308,12 +308,6 @@ class Drive:
                 if w.path not in by_path:
                     by_path[w.path] = tokens.token(w.token)
         return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
-
-    def _old_token(self) -> str:
-        return old_token(self)
-
-    def _pause(self, signals: tuple[Pause, ...]) -> list[WaitRecord]:
-        return record_pauses(self, signals)
 
     def _fail(self, error: ErrorInfo) -> None:
         self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})

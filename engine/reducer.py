@@ -70,9 +70,7 @@ def _own_frame(frame: ContainerFrame, copy: Callable[[Any], Any] | None) -> Cont
     lanes = frame.lanes
     if lanes is not None:
         fields["lanes"] = {name: _own_frame(lane, copy) for name, lane in lanes.items()}
-        if frame.stack:
-            fields["stack"] = tuple(_own_frame(f, copy) for f in frame.stack)
-    elif frame.stack:
+    if frame.stack:
         fields["stack"] = tuple(_own_frame(f, copy) for f in frame.stack)
     if copy is not None and frame.resume_values:
         fields["resume_values"] = tuple(map(copy, frame.resume_values))

@@ -2,7 +2,7 @@
 
 The class holds the sessions, events and values; tokens, timers and leases come from
 sqlite_tokens.py, waits and the mailbox from sqlite_waits.py, and the schema, statements and
-row conversion live in sqlite_sql.py.
+row conversion live in sqlite_sql.py and sqlite_rows.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tarry.engine.events import Event
 from . import sqlite_upkeep as upkeep
 from . import sqlite_waits as waits_
 from .records import SessionRecord, WaitRecord, decode_event, encode_events
+from .sqlite_rows import _record, _row
 from .sqlite_sql import (
     _ASSIGN_ALL,
     _FOLLOWS,
@@ -42,8 +43,6 @@ from .sqlite_sql import (
     _put,
     _put_values,
     _put_values_if_session,
-    _record,
-    _row,
     _Transaction,
     _update,
 )

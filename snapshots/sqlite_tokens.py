@@ -13,6 +13,7 @@ from typing import Any
 from tarry.engine.events import Event
 
 from .records import SessionRecord, TokenInfo, _micros, encode_events
+from .sqlite_rows import _record, _time
 from .sqlite_sql import (
     _CLAIM_DUE,
     _EXPIRED,
@@ -23,8 +24,6 @@ from .sqlite_sql import (
     _insert,
     _not_continued,
     _prev,
-    _record,
-    _time,
     _Transaction,
 )
 

@@ -20,14 +20,12 @@ from tarry.engine.events import Event
 
 from ._codec import loads
 from .records import WaitRecord, _micros, decode_path, encode_events, encode_path, wait_records
+from .sqlite_rows import _datetime, _maybe_datetime, _time
 from .sqlite_sql import (
     _RESUMING,
-    _datetime,
     _insert,
-    _maybe_datetime,
     _not_continued,
     _prev,
-    _time,
     _Transaction,
 )
 from .store import refusals
