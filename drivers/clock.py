@@ -32,6 +32,15 @@ class SystemClock:
         await asyncio.sleep(seconds)
 
 
+def clock_ns(clock: Any) -> Callable[[], int]:
+    """`clock.now()` in nanoseconds since the epoch (whole microseconds, as events keep it)."""
+    if type(clock) is SystemClock:
+        return time.time_ns  # the stores and `Event.at` keep it to the microsecond
+    from tarry.engine.events import ns_of
+
+    return lambda: ns_of(clock.now())
+
+
 def sleepers(clock: Any) -> tuple[Callable[[float], None], Callable[[float], Awaitable[None]]]:
     """The clock's (sleep, asleep), falling back to the machine's for a clock without them."""
     return getattr(clock, "sleep", time.sleep), getattr(clock, "asleep", _asleep)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ from tarry.snapshots.store import SessionStore
 
 from .adapters import is_bulk
 from .checking import value_check
-from .clock import Clock, SystemClock
+from .clock import Clock, SystemClock, clock_ns
 from .limits import (
     DURABILITY,
     ERROR_ALLOWANCE,
@@ -45,7 +45,7 @@ class Core:
     """One Runtime's parts, checked once when it is built."""
 
     __slots__ = (
-        "store", "clock", "durability", "lease", "owner", "retry", "adapters",
+        "store", "clock", "ns", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "take", "tokens", "flows", "running",
         "states", "hub", "retention", "retain_at", "reported",
     )
@@ -78,6 +78,9 @@ class Core:
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store: SessionStore = open_store(store)
         self.clock: Clock = clock or SystemClock()
+        #: The clock's time in nanoseconds since the epoch, for events (see Execution.ns):
+        #: the machine's clock read as an int, without building a datetime.
+        self.ns: Callable[[], int] = clock_ns(self.clock)
         self.durability = durability
         if retry is not None and not isinstance(retry, Retry):
             msg = f"retry= must be a tarry.Retry (got {retry!r})"

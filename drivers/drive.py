@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
 from tarry.engine.errors import SnapshotTooLarge
-from tarry.engine.events import Event
+from tarry.engine.events import Event, EventLog
 from tarry.engine.execution import Execution
 from tarry.engine.failure import record_failure
 from tarry.engine.flow import Flow
@@ -84,6 +84,7 @@ class Drive:
         self.ex = Execution(
             state,
             now=core.clock.now,
+            ns=core.ns,
             ledger=self.ledger,
             take=core.take,
             copy=copy,
@@ -96,6 +97,8 @@ class Drive:
         # ex.log holds the events not written yet; they are written once this many are. The
         # durability is the session's own, whichever process continues it.
         self.flush_at = 1 if record.durability == "step" else FLUSH_EVENTS
+        self.ex.flush_at = self.flush_at
+        self.ex.watch = False  # asked when due, not at every checkpoint (Execution.watch)
         self.aborts = core.running.aborts
         # The lease is renewed at the first checkpoint after a third of it has passed, and the
         # drive ticks once a TICK; the monotonic clock makes those checks cheap enough for
@@ -106,6 +109,8 @@ class Drive:
         #: drive began (a recovered session's) is acted on at the first checkpoint.
         self.stop: str | None = None
         self.tick_at = 0.0 if record.stop else started + min(TICK, core.lease / 3)
+        # The engine asks `_on_checkpoint` only once one of those is due (Execution.watch).
+        self.ex.due = self.tick_at
         #: Until when this drive's lease lasts, as it last renewed it.
         self.until: datetime | None = None
         #: The last seq whose state the stored snapshot holds.
@@ -146,6 +151,7 @@ class Drive:
         # garbage collector found it (and make that collector's full passes ever longer).
         # Cut it, so the log is freed as soon as the outcome is built.
         self.ex.stop = _stopped
+        self.ex.watch = True
         self.ex.mailbox = None
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
@@ -164,10 +170,10 @@ class Drive:
             return True
         if self.lost:
             return True
-        log = self.ex.log
+        log = self.ex.rows
         # Only when something completed since the last write: an iteration or container that
         # only started waits for its first step, so an item costs one commit, not two.
-        if len(log) >= self.flush_at and log[-1].type not in _OPENINGS:
+        if len(log) >= self.flush_at and log[-1][1] not in _OPENINGS:
             self._flush_steps()
         if time.monotonic() >= self.tick_at:
             return self._tick()
@@ -179,7 +185,7 @@ class Drive:
         sid = self.ex.session_id
         mono = time.monotonic()
         # A short lease (tests use one) is renewed in time: ticks come at least that often.
-        self.tick_at = mono + min(TICK, core.lease / 3)
+        self.tick_at = self.ex.due = mono + min(TICK, core.lease / 3)
         self.ex.at = None  # the next event reads the clock again
         progress = self.ex.state.last_seq != self.written_seq
         # The lease is renewed (which also checks that it is still ours) before any progress
@@ -203,6 +209,7 @@ class Drive:
             self.until = until
             return True
         self.lost = True
+        self.ex.watch = True
         return False
 
     def _mailbox(self, key: str) -> Any:
@@ -243,7 +250,7 @@ class Drive:
             durability=rec.durability,
         )
         values = self.ledger.take()
-        events, self.ex.log = self.ex.log, []
+        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         record.version = self.core.store.save(
             record, rec.version, events=events, values=values, mail_done=done
@@ -259,8 +266,8 @@ class Drive:
         values = self.ledger.take()
         if values:
             store.put_values(sid, values)
-        store.append_events(sid, self.ex.log)
-        self.ex.log = []
+        store.append_events(sid, EventLog(sid, self.ex.rows))
+        self.ex.rows = []
         self.ex.at = None  # the write took its time: the next event reads the clock
 
     # -- ending ----------------------------------------------------------------------------
@@ -352,7 +359,7 @@ class Drive:
             durability=rec.durability,
         )
         values = [] if state.status == "completed" else self.ledger.take()
-        events, self.ex.log = self.ex.log, []
+        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         record.version = self.core.store.save(
             record, rec.version, events=events, values=values, waits=waits, mail_done=done

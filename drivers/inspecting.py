@@ -7,6 +7,7 @@ from typing import Any
 
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument, UnknownSession
+from tarry.engine.events import EventLog
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply
 from tarry.snapshots.records import SessionRecord
@@ -41,7 +42,7 @@ def _live(core: Core, record: SessionRecord, execution: Any) -> SessionView:
     state = state_of(record)
     for _ in range(_LIVE_TRIES):
         written = core.store.events(sid, state.last_seq)
-        tail = list(execution.log)  # one C-level copy: atomic under the GIL
+        tail = list(EventLog(sid, list(execution.rows)))  # one C-level copy: atomic
         last = written[-1].seq if written else state.last_seq
         if tail and tail[0].seq > last + 1:
             continue  # the drive wrote those between our two reads: read them again

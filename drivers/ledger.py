@@ -9,10 +9,11 @@ them at all: they are only needed to resume.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from tarry.engine.errors import SnapshotError
-from tarry.snapshots._codec import dumps, loads
+from tarry.snapshots._codec import dumps, dumps_many, loads
 from tarry.snapshots.records import path_key
 from tarry.snapshots.store import SessionStore
 
@@ -93,12 +94,19 @@ class StoreLedger:
 
     def take(self) -> list[tuple[str, int, bytes]]:
         """Encode and hand over everything not yet written; the caller writes it."""
-        values = [
-            (self._key(ITEMS, path), i, dumps(item))
-            for path in self._unwritten
-            for i, item in enumerate(self._items[path])
-        ]
-        values += [(self._key(RESULTS, p), i, dumps(v)) for p, i, v in self._results]
+        values = []
+        for path in self._unwritten:
+            key = self._key(ITEMS, path)
+            items = self._items[path]
+            values += zip(repeat(key), range(len(items)), dumps_many(items))
+        results = self._results
+        if results:
+            keys: dict[tuple[Any, ...], str] = {}  # most results share their ForEach
+            for p, _, _ in results:
+                if p not in keys:
+                    keys[p] = self._key(RESULTS, p)
+            blobs = dumps_many([v for _, _, v in results])
+            values += [(keys[p], i, blob) for (p, i, _), blob in zip(results, blobs, strict=True)]
         self._unwritten.clear()
         self._results.clear()
         return values

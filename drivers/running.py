@@ -32,8 +32,11 @@ class Running:
     def request_abort(self, session_id: str, resumable: bool) -> bool:
         """Ask the drive of `session_id` in this process to stop; False when there is none."""
         with self._lock:
-            if session_id in self.sessions:
+            execution = self.sessions.get(session_id)
+            if execution is not None:
                 self.aborts[session_id] = resumable
+                # Its engine asks the drive at every checkpoint from now on.
+                execution.watch = True
                 return True
         return False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
+from time import monotonic
 from typing import Any
 
 import attrs
@@ -24,6 +25,19 @@ class Route:
     value: Any = None
 
 
+class Detour:
+    """What `Element._call` returns when the element cannot finish in place (its call raised,
+    interrupted, or returned an awaitable): the attempt so far, for `_run` to take up."""
+
+    __slots__ = ("ctx", "attempt", "result", "exc")
+
+    def __init__(self, ctx: Any, attempt: int, result: Any, exc: BaseException | None) -> None:
+        self.ctx = ctx
+        self.attempt = attempt
+        self.result = result
+        self.exc = exc
+
+
 def unwrap(result: Any) -> Any:
     """The output carried by a node's result (a Route carries it in `value`)."""
     return result.value if type(result) is Route else result
@@ -37,10 +51,24 @@ class Element:
     #: Whether the labels of `_bodies()` are part of the paths of the elements in them (a
     #: Parallel's branch names are; a Branch's "then"/"otherwise" are not).
     labelled: bool = False
+    #: Whether a body runs it with `_call` (a plain call) rather than as a generator: sync
+    #: steps, the common case, whose generator is needed only when they wait or retry.
+    direct: bool = False
 
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
+        """Run the element (a generator of the signals it waits on); its result."""
+        raise NotImplementedError
+
+    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
+        """Run a `direct` element in place: its result, or a Detour for `_detour`."""
+        raise NotImplementedError
+
+    def _detour(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, detour: Detour
+    ) -> Generator[Signal, Any, Any]:
+        """Go on, as `_run` would, with what `_call` began and could not finish."""
         raise NotImplementedError
 
     def _bodies(self) -> Iterable[tuple[str, tuple[Element, ...]]]:
@@ -118,9 +146,16 @@ def run_body(
     for index in range(start, len(body)):
         element = body[index]
         path = base + (element.name,)
-        if ex.stop(path):
+        # ex.checkpoint(path), inlined: a call less per element.
+        if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(path):
             yield Checkpoint(path)
-        result = yield from element._run(ex, path, prev, scope)
+        if element.direct and not ex.pooled:
+            # A sync step, called in place; a generator only if it must wait or retry.
+            result = element._call(ex, path, prev, scope)
+            if type(result) is Detour:
+                result = yield from element._detour(ex, path, prev, scope, result)
+        else:
+            result = yield from element._run(ex, path, prev, scope)
         prev = result.value if type(result) is Route else result
     if type(result) is OutOfLine:  # nothing ran: `prev` is the result, read it (see flow.py)
         return ex.value(result)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, overload
 
 import attrs
 
@@ -73,3 +74,74 @@ def new_event(
     _path(event, path)
     _data(event, data)
     return event
+
+
+# --- compact events -------------------------------------------------------------------------
+#
+# The engine records an event as a plain tuple, a row: (seq, type, at, path, data), `at` in
+# nanoseconds since the epoch (UTC). A row costs one tuple; an `Event` (and its datetime) is
+# built only when someone looks: a subscriber, `events()`, a view of a running session. The
+# stores encode rows as they are, in the order `encode_event` writes.
+
+Row = tuple[int, str, int, tuple[Any, ...], dict[str, Any]]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def at_of(ns: int) -> datetime:
+    """The UTC datetime of `ns` nanoseconds since the epoch (to the microsecond)."""
+    return EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def ns_of(at: datetime) -> int:
+    """Nanoseconds since the epoch of a timezone-aware datetime (a whole microsecond)."""
+    return (at - EPOCH) // _MICROSECOND * 1000
+
+
+def event_of(row: Row, session_id: str) -> Event:
+    """The `Event` a row stands for."""
+    seq, type, at, path, data = row
+    return new_event(seq, type, session_id, at_of(at), path, data)
+
+
+class EventLog(Sequence[Event]):
+    """Events of one session kept as rows: a sequence of `Event`s, each built when read.
+
+    Writers that know the class (the stores' encoders) read `rows` directly."""
+
+    __slots__ = ("session_id", "rows")
+
+    def __init__(self, session_id: str, rows: list[Row]) -> None:
+        self.session_id = session_id
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> EventLog: ...
+    def __getitem__(self, index: int | slice) -> Event | EventLog:
+        if isinstance(index, slice):
+            return EventLog(self.session_id, self.rows[index])
+        return event_of(self.rows[index], self.session_id)
+
+    def __iter__(self) -> Iterator[Event]:
+        sid = self.session_id
+        last_ns, at = -1, EPOCH
+        for seq, type, ns, path, data in self.rows:
+            if ns != last_ns:  # the events of a step share their time: one datetime
+                last_ns, at = ns, at_of(ns)
+            yield new_event(seq, type, sid, at, path, data)
+
+    def __repr__(self) -> str:
+        return f"EventLog({self.session_id!r}, {len(self.rows)} events)"
+
+
+def rows_of(events: Sequence[Event]) -> list[Row]:
+    """The rows of `events`: an EventLog's own, or each Event's fields."""
+    if type(events) is EventLog:
+        return events.rows
+    return [(e.seq, e.type, ns_of(e.at), e.path, e.data) for e in events]

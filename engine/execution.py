@@ -8,15 +8,18 @@ driver: the engine imports none of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import sys
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from time import monotonic
 from typing import Any, Protocol
 
 from .bounds import UNBOUNDED, Bounds
 from .errors import PayloadTooLarge
-from .events import Event, new_event
+from .events import Event, EventLog, Row, event_of, ns_of
 from .lanes import frames, scope_of
-from .reducer import apply, own
+from .reducer import REDUCERS, apply, own
 from .state import LANE, ContainerFrame, OutOfLine, SessionState
 from .values import deep_copy, take_copy
 
@@ -56,8 +59,9 @@ class Execution:
     """
 
     __slots__ = (
-        "session_id", "state", "now", "at", "log", "restoring", "ledger", "take", "copy",
-        "bounds", "room", "out_value", "out_size", "stop", "listener", "retry", "lanes",
+        "session_id", "state", "fields", "now", "ns", "at", "rows", "restoring", "ledger", "take", "copy",
+        "bounds", "room", "out_value", "out_size", "stop", "watch", "due", "flush_at",
+        "listener", "retry", "lanes",
         "pooled", "mailbox", "mail_taken", "held",
     )
 
@@ -74,15 +78,23 @@ class Execution:
         listener: Callable[[Event], None] | None = None,
         retry: Any = None,
         mailbox: Callable[[str], Any] | None = None,
+        ns: Callable[[], int] | None = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = own(state, copy)
+        #: The live state's fields, which the reducer changes in place (see reducer.own).
+        self.fields = self.state.__dict__
         self.now = now
-        #: The time of the last event. The next event reuses it unless time may have passed
-        #: since: whoever runs user code, waits or writes sets it to None, and the next event
-        #: reads the clock. A step then costs one clock read, not one per event.
-        self.at: datetime | None = None
-        self.log: list[Event] = []
+        #: The time of events, in nanoseconds since the epoch: `now`'s, read as an int (a
+        #: driver hands in a cheaper reading of the same clock).
+        self.ns: Callable[[], int] = ns if ns is not None else (lambda: ns_of(now()))
+        #: The time of the last event (ns). The next event reuses it unless time may have
+        #: passed since: whoever runs user code, waits or writes sets it to None, and the next
+        #: event reads the clock. A step then costs one clock read, not one per event.
+        self.at: int | None = None
+        #: The events not handed to the driver yet, as rows (see events.EventLog): an `Event`
+        #: is built only for whoever looks (`log`, a listener).
+        self.rows: list[Row] = []
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
             frame.path: frame for frame in frames(self.state.container_stack) if frame.kind != LANE
@@ -104,6 +116,13 @@ class Execution:
         #: stop(path) is asked at every checkpoint (before each iteration and each child): True
         #: stops the run there (an abort, a lost lease). The driver may also write there.
         self.stop = stop
+        #: When the engine asks `stop` (see `checkpoint`): at every checkpoint while `watch` is
+        #: set (an abort asked, a lost lease, or a bare Execution given a `stop`), else once
+        #: `flush_at` events are unwritten or the monotonic clock reaches `due`. A driver
+        #: keeps them; asking costs a call, not asking a few comparisons.
+        self.watch = stop is not _go_on
+        self.due = math.inf
+        self.flush_at = sys.maxsize
         self.listener = listener
         #: The retry policy of steps that have none of their own (the Runtime's default).
         self.retry = retry
@@ -130,20 +149,51 @@ class Execution:
             return self.state
         return scope_of(self.state, path)
 
-    def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> Event:
-        """Record one event: fold it into the live state and keep it for the driver."""
-        state = self.state
+    def checkpoint(self, path: tuple[Any, ...]) -> bool:
+        """Whether the run stops at the checkpoint before `path` (an iteration or a child):
+        `stop(path)`, asked only when the driver wants to be (see `watch`). The containers
+        inline this test on their per-iteration path."""
+        if self.watch or len(self.rows) >= self.flush_at or monotonic() >= self.due:
+            return self.stop(path)
+        return False
+
+    @property
+    def log(self) -> EventLog:
+        """The events not handed to the driver yet, as `Event`s."""
+        return EventLog(self.session_id, self.rows)
+
+    def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> int:
+        """Record one event: fold it into the live state and keep it for the driver. Returns
+        its seq."""
+        fields = self.fields
+        seq = fields["last_seq"] = fields["last_seq"] + 1
         at = self.at
         if at is None:
-            at = self.at = self.now()
-        event = new_event(state.last_seq + 1, type, self.session_id, at, path, data)
+            at = self.at = self.ns()
         # The live state is ours alone: the reducer updates it in place.
-        self.state = apply(state, event, True)
-        self.log.append(event)
+        reduce = REDUCERS.get(type)
+        if reduce is not None:
+            reduce(fields, seq, path, data, True)
+        row = (seq, type, at, path, data)
+        self.rows.append(row)
         if self.listener is not None:
-            self.listener(event)
+            self.listener(event_of(row, self.session_id))
             self.at = None  # a subscriber may take its time
-        return event
+        return seq
+
+    def step_started(self, path: tuple[Any, ...], data: dict[str, Any]) -> None:
+        """`emit(NODE_STARTED, path, data)` for a step, which changes nothing in the state but
+        its last seq: the first event of every step, so it skips the reducer."""
+        fields = self.fields
+        seq = fields["last_seq"] = fields["last_seq"] + 1
+        at = self.at
+        if at is None:
+            at = self.at = self.ns()
+        row = (seq, "node.started", at, path, data)
+        self.rows.append(row)
+        if self.listener is not None:
+            self.listener(event_of(row, self.session_id))
+            self.at = None
 
     def fits(self, size: int, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> bool:
         """Whether the state may take the event (type, path, data), which adds at most `size`
@@ -154,7 +204,8 @@ class Execution:
             self.room -= size
             return True
         state = self.state
-        after = apply(state, new_event(state.last_seq + 1, type, self.session_id, self.at, path, data))
+        event = event_of((state.last_seq + 1, type, self.at or 0, path, data), self.session_id)
+        after = apply(state, event)
         self.room = self.bounds.state - self.bounds.measure(after)
         return self.room >= 0
 
@@ -177,7 +228,7 @@ class Execution:
             held[seq] = self.ledger.held(seq)
         return held[seq]
 
-    def remember(self, events: list[Event]) -> None:
+    def remember(self, events: Sequence[Event]) -> None:
         """Keep the values kept out of line by `events` (written before this run began, in the
         same process): the run then never reads them back."""
         for event in events:

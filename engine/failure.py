@@ -111,9 +111,9 @@ def completed(
     admit(ex, ev.NODE_COMPLETED, path, data, kept + ENTRY_BYTES + len(str(path[-1])))
     ex.out_value = output
     ex.out_size = size
-    event = ex.emit(ev.NODE_COMPLETED, path, data)
+    seq = ex.emit(ev.NODE_COMPLETED, path, data)
     if held:
-        ex.held[event.seq] = output
+        ex.held[seq] = output
 
 
 def hold(data: dict[str, Any], size: int) -> int:

@@ -122,11 +122,11 @@ def _top(scope: Fields, key: str, owned: bool) -> Fields:
 # change first.
 
 
-def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
+def _node_completed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     """An element finished: close its frame if it is a container, record its effects, and
     record its output in the innermost open scope."""
-    data = event.data
-    path = event.path
     stack = fields["container_stack"]
     if stack and stack[-1].lanes is not None:
         scope, key = _scope(fields, path, owned)
@@ -151,7 +151,7 @@ def _node_completed(fields: Fields, event: Event, owned: bool) -> None:
         if not owned:
             outs = fields["outputs"] = dict(outs)
         # A large output kept out of line (see state.OutOfLine): a reference to this event.
-        outs[path[-1]] = OutOfLine(event.seq) if "out_of_line" in data else data.get("output")
+        outs[path[-1]] = OutOfLine(seq) if "out_of_line" in data else data.get("output")
     else:  # a lane's own body: the lane records it
         outs = scope["child_outputs"]
         if not owned:
@@ -182,13 +182,13 @@ def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
         fields["metrics"] = totals
 
 
-def _node_started(fields: Fields, event: Event, owned: bool) -> None:
+def _node_started(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     """A step starts: nothing moves. A container starts: open its frame (with lanes when it
     runs its iterations concurrently)."""
-    data = event.data
     kind = data.get("kind")
     if kind in CONTAINER_KINDS:
-        path = event.path
         scope, key = _scope(fields, path, owned)
         frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=data.get("size"))
         if kind == "parallel" or data.get("concurrency", 1) != 1:
@@ -196,11 +196,12 @@ def _node_started(fields: Fields, event: Event, owned: bool) -> None:
         scope[key] = scope[key] + (_copy(frame),)
 
 
-def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
-    data = event.data
+def _iteration_started(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     stack = fields["container_stack"]
     if stack[-1].lanes is not None:  # else the state records it (inlined: every iteration)
-        scope, key = _scope(fields, event.path, owned)
+        scope, key = _scope(fields, path, owned)
     else:
         scope, key = fields, "container_stack"
     top = _top(scope, key, owned)
@@ -211,7 +212,7 @@ def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
         name = data["item"] if kind == "parallel" else index
         if not owned:
             lanes = top["lanes"] = dict(lanes)
-        path = event.path + (name,)
+        path = path + (name,)
         lane = ContainerFrame(node=str(name), kind=LANE, path=path, started=True)
         lanes[name] = _copy(lane)
         if index >= top["iteration"]:
@@ -227,11 +228,12 @@ def _iteration_started(fields: Fields, event: Event, owned: bool) -> None:
         top["child_outputs"] = {}
 
 
-def _iteration_completed(fields: Fields, event: Event, owned: bool) -> None:
-    data = event.data
+def _iteration_completed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     stack = fields["container_stack"]
     if stack[-1].lanes is not None:  # else the state records it (inlined: every iteration)
-        scope, key = _scope(fields, event.path, owned)
+        scope, key = _scope(fields, path, owned)
     else:
         scope, key = fields, "container_stack"
     top = _top(scope, key, owned)
@@ -260,35 +262,41 @@ def _iteration_completed(fields: Fields, event: Event, owned: bool) -> None:
         top["child_outputs"] = {}
 
 
-def _node_failed(fields: Fields, event: Event, owned: bool) -> None:
-    if "metrics" in event.data:
-        _merge_effects(fields, {"metrics": event.data["metrics"]}, owned)
+def _node_failed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
+    if "metrics" in data:
+        _merge_effects(fields, {"metrics": data["metrics"]}, owned)
 
 
-def _node_retrying(fields: Fields, event: Event, owned: bool) -> None:
-    scope, _ = _scope(fields, event.path, owned)
-    scope["retries"] = event.data["attempt"]
+def _node_retrying(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
+    scope, _ = _scope(fields, path, owned)
+    scope["retries"] = data["attempt"]
 
 
-def _run_started(fields: Fields, event: Event, owned: bool) -> None:
-    data = event.data
+def _run_started(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     fields["flow"] = data.get("flow", fields["flow"])
     # A large input kept out of line (see state.OutOfLine): a reference to this event.
-    fields["input"] = OutOfLine(event.seq) if "out_of_line" in data else data.get("input")
+    fields["input"] = OutOfLine(seq) if "out_of_line" in data else data.get("input")
     fields["shared"] = dict(data.get("state") or {})
     fields["status"] = "running"
 
 
-def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
+def _run_paused(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     """The session waits (or, for a lane of a concurrent container, one more of its waits is
     recorded: in that lane)."""
-    data = event.data
     fields["status"] = "paused"
-    scope, _ = _scope(fields, event.path, owned)
+    scope, _ = _scope(fields, path, owned)
     scope["pause"] = PauseState(
         kind=data["kind"],
         reason=data.get("reason", ""),
-        path=event.path,
+        path=path,
         payload=data.get("payload"),
         wake_at=data.get("wake_at"),
         expires_at=data.get("expires_at"),
@@ -298,12 +306,14 @@ def _run_paused(fields: Fields, event: Event, owned: bool) -> None:
     )
 
 
-def _run_resumed(fields: Fields, event: Event, owned: bool) -> None:
+def _run_resumed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     """The session runs again: the wait at the event's path (the state's own, or a lane's)
     ends, and its node gets the value."""
-    scope, _ = _scope(fields, event.path, owned)
-    if "value" in event.data:
-        scope["resume_values"] = scope["resume_values"] + (event.data["value"],)
+    scope, _ = _scope(fields, path, owned)
+    if "value" in data:
+        scope["resume_values"] = scope["resume_values"] + (data["value"],)
     if scope is not fields:
         scope["pause"] = None
     fields["status"] = "running"
@@ -311,16 +321,20 @@ def _run_resumed(fields: Fields, event: Event, owned: bool) -> None:
     fields["error"] = None
 
 
-def _run_completed(fields: Fields, event: Event, owned: bool) -> None:
+def _run_completed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     fields["status"] = "completed"
-    fields["output"] = event.data.get("output")
+    fields["output"] = data.get("output")
     fields["container_stack"] = ()
     fields["pause"] = None
 
 
-def _run_failed(fields: Fields, event: Event, owned: bool) -> None:
+def _run_failed(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     fields["status"] = "failed"
-    fields["error"] = error_from_data(event.data["error"])
+    fields["error"] = error_from_data(data["error"])
     fields["pause"] = None
     # A resume of the failed session starts the failed step's attempts afresh.
     fields["retries"] = 0
@@ -328,12 +342,16 @@ def _run_failed(fields: Fields, event: Event, owned: bool) -> None:
     scope["retries"] = 0
 
 
-def _run_cancelled(fields: Fields, event: Event, owned: bool) -> None:
+def _run_cancelled(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
     fields["status"] = "cancelled"
     fields["pause"] = None
 
 
-_REDUCERS = {
+#: The reducer of each event type that changes the state, by type (the live Execution calls
+#: them directly: `apply` without an Event).
+REDUCERS = {
     ev.NODE_COMPLETED: _node_completed,
     ev.NODE_STARTED: _node_started,
     ev.ITERATION_STARTED: _iteration_started,
@@ -363,10 +381,10 @@ def apply(state: SessionState, event: Event, owned: bool = False) -> SessionStat
     fields = state.__dict__
     fields["last_seq"] = event.seq
     try:
-        reduce = _REDUCERS[event.type]
+        reduce = REDUCERS[event.type]
     except KeyError:
         return state  # node.skipped, or a type this version does not know: no change
-    reduce(fields, event, owned)
+    reduce(fields, event.seq, event.path, event.data, owned)
     return state
 
 

@@ -9,10 +9,12 @@ from typing import Any
 from . import events as ev
 from .bounds import ENTRY_BYTES, INLINE
 from .context import Context, CopyingContext, Interrupted, Scope
-from .element import Element, Route, Signal, check_name
+from .element import Detour, Element, Route, Signal, check_name
 from .errors import InvalidFlow, NotSerializable
+from .events import event_of
 from .execution import Execution
 from .failure import admit, fail, hold
+from .reducer import _node_completed
 from .retry import Retry
 from .signals import Await, Backoff, Offload, Pause
 from .values import IMMUTABLE
@@ -59,31 +61,109 @@ class Step(Element):
         self.is_async = _is_async(fn)
         #: What an output's entry takes in the state besides the output (see bounds.py).
         self._entry = ENTRY_BYTES + len(self.name)
+        self.direct = not self.is_async
 
     def __call__(self, ctx: Context) -> Any:
         return self.fn(ctx)
 
+    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
+        """The step's first attempt, called in place (a body's common case, see run_body): its
+        result, or a Detour when the call raised, interrupted or returned an awaitable."""
+        # ex.step_started(path, _STARTED), inlined.
+        fields = ex.fields
+        seq = fields["last_seq"] = fields["last_seq"] + 1
+        at = ex.at
+        if at is None:
+            at = ex.at = ex.ns()
+        ex.rows.append((seq, ev.NODE_STARTED, at, path, _STARTED))
+        if ex.listener is not None:
+            ex.listener(event_of(ex.rows[-1], ex.session_id))
+            ex.at = None
+        # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
+        attempt = (ex.scope(path).retries if ex.lanes else fields["retries"]) + 1
+        ctx = (Context if type(prev) in IMMUTABLE else CopyingContext)(ex, path, prev, scope, attempt)
+        try:
+            result = self.fn(ctx)
+        except (Exception, Interrupted) as exc:
+            return Detour(ctx, attempt, None, exc)
+        kind = type(result)
+        if kind not in _PLAIN and is_awaitable(result):
+            return Detour(ctx, attempt, result, None)
+        if kind is Route or ctx._state is not None or ctx._metrics or ex.lanes:
+            return self._complete(ex, path, ctx, result)
+        # `_complete` of a plain output (no route, no ctx.state or metric, no concurrent
+        # container), inlined: the completion of most steps.
+        try:
+            output, size = ex.take(result, (path, "output"))
+        except NotSerializable as exc:
+            raise fail(ex, path, exc) from exc
+        total = size + self._entry
+        if total > ex.room or (size > INLINE and len(path) == 1):  # to measure, or to hold
+            ex.at = None
+            return self._record(ex, path, {"output": output}, output, size, total, None)
+        ex.room -= total
+        ex.out_value = output
+        ex.out_size = size
+        data = {"output": output}
+        # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
+        seq = fields["last_seq"] = fields["last_seq"] + 1
+        at = ex.at = ex.ns()
+        _node_completed(fields, seq, path, data, True)
+        row = (seq, ev.NODE_COMPLETED, at, path, data)
+        ex.rows.append(row)
+        if ex.listener is not None:
+            ex.listener(event_of(row, ex.session_id))
+            ex.at = None
+        return output
+
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
-        ex.emit(ev.NODE_STARTED, path, _STARTED)
-        # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
+        ex.step_started(path, _STARTED)
         attempt = (ex.scope(path) if ex.lanes else ex.state).retries + 1
+        return (yield from self._attempts(ex, path, prev, scope, attempt, None))
+
+    def _detour(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, detour: Detour
+    ) -> Generator[Signal, Any, Any]:
+        return (yield from self._attempts(ex, path, prev, scope, detour.attempt, detour))
+
+    def _attempts(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...],
+        prev: Any,
+        scope: Scope,
+        attempt: int,
+        detour: Detour | None,
+    ) -> Generator[Signal, Any, Any]:
+        """The step's attempts from `attempt` on (the first one begun by `_call` when
+        `detour` is given), until one completes; its result."""
         make = Context if type(prev) in IMMUTABLE else CopyingContext  # see CopyingContext
         while True:
-            ctx = make(ex, path, prev, scope, attempt)
             try:
-                if ex.pooled and not self.is_async:  # a concurrent lane: on the pool
-                    result = yield Offload(self.fn, ctx)
-                    if type(result) not in _PLAIN and is_awaitable(result):
-                        _close(result)
-                        msg = (
-                            f"step {self.name!r} is sync but returned an awaitable from a pool "
-                            f"thread of a concurrent container; make it `async def`"
-                        )
-                        raise InvalidFlow(msg)
+                if detour is not None:  # the attempt `_call` made in place
+                    ctx, result, error = detour.ctx, detour.result, detour.exc
+                    # The body's frame holds the detour: no cycle through the error either.
+                    detour.exc = detour.result = detour = None
+                    if error is not None:
+                        try:
+                            raise error
+                        finally:  # no cycle: this frame -> the error -> its traceback
+                            error = None
                 else:
-                    result = self.fn(ctx)
+                    ctx = make(ex, path, prev, scope, attempt)
+                    if ex.pooled and not self.is_async:  # a concurrent lane: on the pool
+                        result = yield Offload(self.fn, ctx)
+                        if type(result) not in _PLAIN and is_awaitable(result):
+                            _close(result)
+                            msg = (
+                                f"step {self.name!r} is sync but returned an awaitable from a "
+                                f"pool thread of a concurrent container; make it `async def`"
+                            )
+                            raise InvalidFlow(msg)
+                    else:
+                        result = self.fn(ctx)
                 if type(result) not in _PLAIN and is_awaitable(result):
                     result = yield Await(result, self.timeout)
             except Interrupted as signal:
@@ -98,6 +178,10 @@ class Step(Element):
                 attempt += 1
             else:
                 break
+        return self._complete(ex, path, ctx, result)
+
+    def _complete(self, ex: Execution, path: tuple[Any, ...], ctx: Context, result: Any) -> Any:
+        """Record the step's completion with `result`; its result."""
         ex.at = None  # the step ran: its completion reads the clock
         route = type(result) is Route
         # What the step completes with becomes the session's own (a private copy: the step may
@@ -118,18 +202,34 @@ class Step(Element):
                         size += n
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        return self._record(ex, path, data, output, out_size, size, ctx._metrics, route, result)
+
+    def _record(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...],
+        data: dict[str, Any],
+        output: Any,
+        out_size: int,
+        size: int,
+        metrics: dict[str, float] | None,
+        route: bool = False,
+        result: Any = None,
+    ) -> Any:
+        """Record the completion `data` (`size` bytes in the state; the output alone
+        `out_size`): held out of line if large, admitted if the state must be measured."""
         held = out_size > INLINE and len(path) == 1  # a large top-level output
         if held:
             size -= hold(data, out_size)
         if size <= ex.room:
             ex.room -= size
         else:
-            admit(ex, ev.NODE_COMPLETED, path, data, size, ctx._metrics)
+            admit(ex, ev.NODE_COMPLETED, path, data, size, metrics)
         ex.out_value = output
         ex.out_size = out_size
-        event = ex.emit(ev.NODE_COMPLETED, path, data)
+        seq = ex.emit(ev.NODE_COMPLETED, path, data)
         if held:
-            ex.held[event.seq] = output
+            ex.held[seq] = output
         if route:
             return result if output is result.value else Route(result.action, output)
         return output

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 
 from tarry.engine.errors import ConcurrentUpdate, SessionExists
-from tarry.engine.events import Event
+from tarry.engine.events import Event, rows_of
 
 from . import memory_upkeep as upkeep
 from .memory_entry import _ENDED, _copy, _decode_batch, _encode_batch, _Entry, _keep
@@ -224,10 +224,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
         expected = entry.last_seq + 1
-        for event in events:
-            if event.seq != expected:
+        for row in rows_of(events):
+            if row[0] != expected:
                 msg = (
-                    f"session {event.session_id!r}: event seq {event.seq} does not follow "
+                    f"session {entry.record.session_id!r}: event seq {row[0]} does not follow "
                     f"{expected - 1} (another writer got there first)"
                 )
                 raise ConcurrentUpdate(msg)
@@ -239,8 +239,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         if batch is not None:
             blob, counted = batch
             entry.batches.append(blob)
-            entry.firsts.append(events[0].seq)
-            entry.last_seq = events[-1].seq
+            rows = rows_of(events)
+            entry.firsts.append(rows[0][0])
+            entry.last_seq = rows[-1][0]
             self.bytes_written += counted
 
     def _put(self, entry: _Entry, values: Sequence[tuple[str, int, bytes]]) -> None:

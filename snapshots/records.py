@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
-from tarry.engine.events import Event
+from tarry.engine.events import Event, EventLog
 from tarry.engine.state import SessionState
 
 from ._codec import dumps, loads
@@ -224,6 +224,8 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
     plain array (decoded back to a tuple): no nested ext document per event. The events of one
     step share their time (see Execution.emit), so a time is converted once for the run of
     events that carry it."""
+    if type(events) is EventLog:  # the engine's rows: (seq, type, at in ns, path, data)
+        return [[seq, type_, ns // 1000, list(path), data] for seq, type_, ns, path, data in events.rows]
     arrays = []
     last_at = micros = None
     for event in events:

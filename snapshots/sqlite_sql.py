@@ -11,7 +11,7 @@ from functools import cache
 from typing import Any
 
 from tarry.engine.errors import ConcurrentUpdate
-from tarry.engine.events import Event
+from tarry.engine.events import Event, rows_of
 
 from . import sqlite_upkeep as upkeep
 
@@ -279,10 +279,10 @@ def _prev(session_id: str | None, events: Sequence[Event]) -> int | None:
 
 
 def _check_run(session_id: str, events: Sequence[Event], *, after: int) -> None:
-    for expected, event in enumerate(events, start=after + 1):
-        if event.seq != expected:
+    for expected, row in enumerate(rows_of(events), start=after + 1):
+        if row[0] != expected:
             msg = (
-                f"session {session_id!r}: event seq {event.seq} does not follow "
+                f"session {session_id!r}: event seq {row[0]} does not follow "
                 f"{expected - 1} (another writer got there first)"
             )
             raise ConcurrentUpdate(msg)
@@ -293,17 +293,19 @@ def _insert(
 ) -> int:
     """Insert events whose continuity was checked; the bytes written. An event that is already
     stored raises ConcurrentUpdate (inside the caller's transaction, so nothing is kept)."""
-    for start in range(0, len(events), _ROWS_PER_INSERT):
-        stop = min(start + _ROWS_PER_INSERT, len(events))
+    rows = rows_of(events)
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        stop = min(start + _ROWS_PER_INSERT, len(rows))
         args: builtins.list[Any] = [session_id]
         for i in range(start, stop):
-            args += (events[i].seq, events[i].type, encoded[i])
+            row = rows[i]
+            args += (row[0], row[1], encoded[i])
         try:
             db.execute(_insert_events(stop - start), args)
         except sqlite3.IntegrityError as exc:
             if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                 raise
-            raise _not_continued(db, session_id, events[0].seq) from exc
+            raise _not_continued(db, session_id, rows[0][0]) from exc
     return sum(map(len, encoded))
 
 

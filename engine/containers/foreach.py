@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
+from time import monotonic
 from typing import Any
 
 from .. import events as ev
 from ..bounds import frame_bytes, list_header
 from ..context import Outputs, Scope
-from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from ..element import Detour, Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from ..errors import InvalidFlow, NotSerializable, SnapshotError
 from ..execution import Execution
 from ..failure import admit, check_gathered, completed, fail
@@ -99,6 +100,8 @@ class ForEach(Element):
             start = 0
         else:
             items, size, start = None, frame.size or 0, frame.iteration
+        # A body of one sync step is called directly (see run_body).
+        single = body[0] if len(body) == 1 and body[0].direct else None
         results: list[Any] = []
         # The encoded size of the results gathered by this run: each was measured when it was
         # checked, so bounding the output costs an addition per iteration, never a re-encoding.
@@ -111,7 +114,10 @@ class ForEach(Element):
                 child = frame.child
                 first = resume_prev(body, child, frame.child_outputs, item)
             else:
-                if ex.stop(ipath):
+                # ex.checkpoint(ipath), inlined: a call less per item.
+                if (
+                    ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
+                ) and ex.stop(ipath):
                     yield Checkpoint(ipath)
                 if items is not None:
                     item = items[index]
@@ -123,7 +129,19 @@ class ForEach(Element):
                 ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": item})
                 child, first = 0, item
             frame = None
-            out = yield from run_body(ex, body, ipath, child, first, Scope(item, index, index))
+            if child == 0 and single is not None and not ex.pooled:
+                # run_body of a body of one sync step, inlined: no generator per item.
+                cpath = ipath + (single.name,)
+                if (
+                    ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
+                ) and ex.stop(cpath):
+                    yield Checkpoint(cpath)
+                sc = Scope(item, index, index)
+                out = single._call(ex, cpath, first, sc)
+                if type(out) is Detour:
+                    out = yield from single._detour(ex, cpath, first, sc, out)
+            else:
+                out = yield from run_body(ex, body, ipath, child, first, Scope(item, index, index))
             out = unwrap(out)
             n = ex.out_size if out is ex.out_value else ex.size_of(out)
             data = {"index": index, "output": out}

@@ -107,7 +107,7 @@ class Graph(Element):
                 action = frame.action or "default"
             else:
                 if frame is None or not frame.started:
-                    if ex.stop(ipath):
+                    if ex.checkpoint(ipath):
                         yield Checkpoint(ipath)
                     ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": current})
                 result = yield from node._run(ex, ipath + (node.name,), last, scope)

@@ -63,7 +63,7 @@ def run_concurrently(
         if index >= size:
             return None
         ipath = path + (index,)
-        if ex.stop(ipath):
+        if ex.checkpoint(ipath):
             return STOP
         item = item_at(index)
         next_index += 1

@@ -58,7 +58,7 @@ class Loop(Element):
                 child = frame.child
                 first = resume_prev(body, child, frame.child_outputs, last)
             else:
-                if ex.stop(ipath):
+                if ex.checkpoint(ipath):
                     yield Checkpoint(ipath)
                 ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": None})
                 child, first = 0, last

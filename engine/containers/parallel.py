@@ -71,7 +71,7 @@ class Parallel(Element):
                 return None
             name = names[next_index]
             bpath = path + (name,)
-            if ex.stop(bpath):
+            if ex.checkpoint(bpath):
                 return STOP
             ex.room -= frame_bytes(bpath)
             ex.emit(ev.ITERATION_STARTED, path, {"index": next_index, "item": name})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from tarry.drivers.running import Running
 
 
@@ -10,9 +12,10 @@ def test_an_abort_for_a_drive_that_is_ending_never_stops_the_next_one() -> None:
     # uses that token: a second drive of the session begins. An abort asked of the first must
     # not stop the second, and the first's end must not unregister the second.
     running = Running()
-    first, second = object(), object()
+    first, second = SimpleNamespace(watch=False), SimpleNamespace(watch=False)
     running.started("s", first)
     assert running.request_abort("s", True)
+    assert first.watch  # its engine now asks the drive at every checkpoint
     running.started("s", second)
     assert "s" not in running.aborts
     running.ended("s", first)
