@@ -7,6 +7,7 @@ An adapter is a callable, asked once per waiting request (`adapter(request)` -> 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -58,8 +59,10 @@ class _Decoding(ResumeRequest):
     decodes nothing. It compares, hashes and prints as a ResumeRequest with the same fields."""
 
     __slots__ = ("_blob", "_decode")
+    _blob: bytes
+    _decode: Callable[[bytes, ResumeRequest], Any]
 
-    @property  # type: ignore[override]
+    @property
     def payload(self) -> Any:
         try:
             return _PAYLOAD.__get__(self)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ class PauseInfo:
     reason: str
     path: tuple[Any, ...]
     payload: Any = None
-    partial: dict[str, Any] = attrs.field(factory=dict)
+    partial: Mapping[str, Any] = attrs.field(factory=dict)
     wake_at: datetime | None = None
     expires_at: datetime | None = None
     #: The single-use token that resumes this wait (`Runtime.resume(pause.token, value)`).
@@ -34,7 +34,12 @@ class PauseInfo:
 class Outcome:
     """`ok` (with `output`), `paused` (with `token` and `pause`) or `error` (with `error`, and a
     `token` when resuming may help). A cancelled session's outcome is an error of type
-    `"cancelled"`."""
+    `"cancelled"`.
+
+    An Outcome may be awaited, which gives the Outcome itself at once: `await rt.run(flow)` is
+    right whether or not the run met an async step (then `run` returns an awaitable of the
+    Outcome instead). It is still the result, never something left to drive: `run_sync` and the
+    sync path return it as it is."""
 
     status: str
     session_id: str
@@ -59,6 +64,13 @@ class Outcome:
     @property
     def failed(self) -> bool:
         return self.status == ERROR
+
+    def __await__(self) -> Generator[Any, None, Outcome]:
+        # A generator that returns at once: awaiting never suspends, and needs no event loop
+        # beyond the one the caller awaits in. This is what lets `run()` be typed `-> Outcome`
+        # for sync code (`out.paused`) while async code awaits what it returns.
+        return self
+        yield  # unreachable: makes this a generator function
 
 
 def all_pauses(state: SessionState) -> list[PauseState]:

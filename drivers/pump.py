@@ -13,14 +13,14 @@ each one (`Execution.stop`) and yields a `Checkpoint` only to stop.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from tarry.engine.context import Interrupted
 from tarry.engine.failure import NodeFailure
 from tarry.engine.signals import Await, Backoff, Checkpoint, Pause, PauseMany, Select
 
 T = TypeVar("T")
-AwaitableOrValue = Awaitable[T] | T
+AwaitableOrValue: TypeAlias = Awaitable[T] | T  # TypeAlias: else mypy reads a variable
 
 DONE, PAUSED, STOPPED, FAILED = "done", "paused", "stopped", "failed"
 Result = tuple[str, Any]

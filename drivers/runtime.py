@@ -22,7 +22,7 @@ from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .resuming import key_of, prepare
 from .settings import Settings
-from .settle import is_awaitable, refuse_in_loop, settle
+from .settle import refuse_in_loop, settle
 from .starting import begin
 from .stats import Stats
 from .views import SessionSummary, SessionView
@@ -33,7 +33,8 @@ class Runtime(Settings):
 
     `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
     step is met; `run_sync`/`resume_sync` always return an Outcome; `arun`/`aresume` always
-    return an awaitable.
+    return an awaitable. They are typed `-> Outcome`: sync code reads `out.paused`, and async
+    code may `await rt.run(...)` either way, since an Outcome awaited gives itself.
 
     Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
     resume, timers and recovery; several versions of one flow may be given side by side, and
@@ -91,15 +92,17 @@ class Runtime(Settings):
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
-    ) -> AwaitableOrValue[Outcome]:
-        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met.
+    ) -> Outcome:
+        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met
+        (`await rt.run(...)` is right either way: an Outcome awaited gives itself).
 
         `meta`: a small dict kept with the session record (not in its state or events), e.g.
         where the flow is defined (`{"flow_ref": "module:name"}`, as the CLI records it).
         `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
         every resume, recovery and worker that continues it.
         """
-        return begin(
+        # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
+        return begin(  # type: ignore[return-value]
             self._core, flow, input, session_id, meta, durability=durability, asynchronous=False
         )
 
@@ -128,25 +131,25 @@ class Runtime(Settings):
         durability: str | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
-        result = begin(
+        # Awaiting an Outcome gives itself: one await whichever `begin` returned.
+        return await begin(
             self._core, flow, input, session_id, meta, durability=durability, asynchronous=True
         )
-        if is_awaitable(result):
-            result = await result
-        return result  # type: ignore[return-value]
 
     # -- resuming ------------------------------------------------------------------------------
     def resume(
         self,
-        token: str,
+        token: str | None,
         value: Any = None,
         *,
         flow: Flow | None = None,
         allow_changed: bool = False,
         meta: dict[str, Any] | None = None,
-    ) -> AwaitableOrValue[Outcome]:
+    ) -> Outcome:
         """Continue a paused (or failed) session where it stopped. Every check happens before
-        the token is consumed: a rejected resume leaves the session exactly as it was.
+        the token is consumed: a rejected resume leaves the session exactly as it was. Sync and
+        typed like `run`. `token` is an Outcome's (`out.token`); None, like any string that is
+        no token, raises UnknownToken.
 
         It continues with the flow whose fingerprint started it (`flow`, or the registered
         version): else `FlowMismatch`, or `UnknownFlow` if no flow has its name.
@@ -156,11 +159,13 @@ class Runtime(Settings):
         `{"flow_ref": "module:name"}` of a repaired flow. A snapshot that cannot be continued
         raises `SnapshotError` with the token unused."""
         key = key_of(self._core, token)
-        return prepare(self._core, key, flow, allow_changed, value=value, meta=meta)
+        return prepare(  # type: ignore[return-value]  # typed as the Outcome: see run
+            self._core, key, flow, allow_changed, value=value, meta=meta
+        )
 
     def resume_sync(
         self,
-        token: str,
+        token: str | None,
         value: Any = None,
         *,
         flow: Flow | None = None,
@@ -175,7 +180,7 @@ class Runtime(Settings):
 
     async def aresume(
         self,
-        token: str,
+        token: str | None,
         value: Any = None,
         *,
         flow: Flow | None = None,
@@ -184,12 +189,9 @@ class Runtime(Settings):
     ) -> Outcome:
         """Like `resume`, always as an awaitable."""
         key = key_of(self._core, token)
-        result = prepare(
+        return await prepare(
             self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta
         )
-        if is_awaitable(result):
-            result = await result
-        return result  # type: ignore[return-value]
 
     def resume_many(self, values: dict[str, Any]) -> AwaitableOrValue[list[Outcome]]:
         """Resume many waits at once: `{token: value}` for waiting branches of one or several
@@ -203,23 +205,23 @@ class Runtime(Settings):
     async def aresume_many(self, values: dict[str, Any]) -> list[Outcome]:
         """Like `resume_many`, always as an awaitable."""
         result = resume_many(self._core, values, asynchronous=True)
-        if is_awaitable(result):
-            result = await result
-        return result  # type: ignore[return-value]
+        return result if isinstance(result, list) else await result
 
     def skip(
         self,
-        token: str,
+        token: str | None,
         output: Any = None,
         *,
         flow: Flow | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> AwaitableOrValue[Outcome]:
+    ) -> Outcome:
         """On a failed session: record the failed element as completed with `output`, go on.
         A `flow` given may be a changed one (as with `allow_changed=True`); `meta` as for
-        `resume`."""
+        `resume`. Sync and typed like `run`."""
         key = key_of(self._core, token)
-        return prepare(self._core, key, flow, flow is not None, skip=True, value=output, meta=meta)
+        return prepare(  # type: ignore[return-value]  # typed as the Outcome: see run
+            self._core, key, flow, flow is not None, skip=True, value=output, meta=meta
+        )
 
     # -- keyed delivery ------------------------------------------------------------------------
     def deliver(self, key: str, value: Any = None) -> list[Outcome]:

@@ -1,8 +1,35 @@
-"""Opening a store from a URL: `memory://`, `sqlite:///path.db`, `postgresql://...`."""
+"""Opening a store from a URL: `memory://`, `sqlite:///path.db`, `postgresql://...`.
+
+SQLite URLs follow SQLAlchemy's convention: `sqlite:///runs.db` is relative to the current
+directory, `sqlite:////var/lib/runs.db` (four slashes) absolute.
+"""
 
 from __future__ import annotations
 
+import os
+
+from tarry.engine.errors import InvalidArgument
 from tarry.snapshots.store import SessionStore
+
+SQLITE = "sqlite:///"
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file a `sqlite:///...` URL names (relative unless it has four slashes); None for
+    another URL."""
+    return url[len(SQLITE) :] if url.startswith(SQLITE) else None
+
+
+def slashes_hint(path: str) -> str:
+    """What to add to a message about a relative SQLite path that may have been meant as an
+    absolute one (`sqlite:///tmp/x.db`): the hint when the absolute reading's folder exists."""
+    folder = os.path.dirname("/" + path)
+    if os.path.isabs(path) or folder == "/" or not os.path.isdir(folder):
+        return ""
+    return (
+        f"; a path after sqlite:/// is relative to the current directory ({os.getcwd()}): "
+        f"an absolute one takes four slashes, sqlite:////{path}"
+    )
 
 
 def open_store(store: None | str | SessionStore) -> SessionStore:
@@ -13,10 +40,18 @@ def open_store(store: None | str | SessionStore) -> SessionStore:
         from tarry.snapshots.memory import MemoryStore
 
         return MemoryStore()
-    if store.startswith("sqlite:///"):
+    path = sqlite_path(store)
+    if path is not None:
+        import sqlite3
+
         from tarry.snapshots.sqlite import SQLiteStore
 
-        return SQLiteStore(store[len("sqlite:///") :])
+        try:
+            return SQLiteStore(path)
+        except sqlite3.Error as exc:  # no such folder, no permission, not a database
+            where = path if path == ":memory:" else os.path.abspath(path)
+            msg = f"cannot open the SQLite store {store!r} (the file {where}): {exc}"
+            raise InvalidArgument(msg + slashes_hint(path)) from exc
     if store.startswith(("postgresql://", "postgres://")):
         # Imported here: psycopg is an optional dependency (the 'postgres' extra).
         from tarry.snapshots.postgres import PostgresStore

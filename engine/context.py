@@ -68,7 +68,7 @@ class Outputs(Mapping[str, Any]):
             return scopes
         scopes = []
         for scope in chain_of(state, self._path):
-            if type(scope) is SessionState:
+            if isinstance(scope, SessionState):  # else a lane (mypy narrows isinstance only)
                 stack, own = scope.container_stack, scope.outputs
             else:
                 stack, own = scope.stack, scope.child_outputs
@@ -301,7 +301,7 @@ class CopyingContext(Context):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def prev(self) -> Any:
         value = _PREV.__get__(self)
         if type(value) is OutOfLine:  # a large top-level output, handed on unread (flow.py)

@@ -14,10 +14,15 @@ if TYPE_CHECKING:
 BACKOFFS = ("exponential", "linear", "fixed")
 
 
-def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         msg = f"Retry {attribute.name} must be a number >= 0 (got {value!r})"
         raise InvalidFlow(msg)
+
+
+def _exceptions(value: Any) -> tuple[type[BaseException], ...]:
+    """`on=`: one exception class, or a list or tuple of them."""
+    return tuple(value) if isinstance(value, list | tuple) else (value,)
 
 
 @attrs.frozen
@@ -36,19 +41,17 @@ class Retry:
     multiplier: float = attrs.field(default=2.0, validator=_positive)
     max_delay: float = attrs.field(default=60.0, validator=_positive)
     jitter: bool = True
-    on: tuple[type[BaseException], ...] = attrs.field(
-        default=(Exception,), converter=lambda v: tuple(v) if isinstance(v, list | tuple) else (v,)
-    )
+    on: tuple[type[BaseException], ...] = attrs.field(default=(Exception,), converter=_exceptions)
     durable_after: float = attrs.field(default=5.0, validator=_positive)
 
     @attempts.validator
-    def _check_attempts(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _check_attempts(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             msg = f"Retry attempts must be an int >= 1 (got {value!r})"
             raise InvalidFlow(msg)
 
     @backoff.validator
-    def _check_backoff(self, attribute: attrs.Attribute, value: Any) -> None:
+    def _check_backoff(self, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value not in BACKOFFS:
             msg = f"Retry backoff must be one of {BACKOFFS} (got {value!r})"
             raise InvalidFlow(msg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
 from . import events as ev
 from .bounds import ENTRY_BYTES, INLINE
@@ -165,7 +165,14 @@ class Step(Element):
                     else:
                         result = self.fn(ctx)
                 if type(result) not in _PLAIN and is_awaitable(result):
-                    result = yield Await(result, self.timeout)
+                    try:
+                        result = yield Await(result, self.timeout)
+                    except TimeoutError as exc:
+                        if self.timeout is None or exc.args:
+                            raise  # the step's own, with its own message
+                        # The driver's wait ran out; asyncio's TimeoutError says nothing.
+                        msg = f"step {self.name!r} timed out after {self.timeout:g} seconds"
+                        raise TimeoutError(msg) from exc
             except Interrupted as signal:
                 ex.at = None  # user code ran: the next event reads the clock
                 yield Pause(signal.kind, signal.reason, path, signal.payload)
@@ -281,15 +288,38 @@ def _close(awaitable: Any) -> None:
         close()  # a coroutine never awaited: no "never awaited" warning
 
 
+@overload
+def step(
+    fn: Callable[[Context], Any],
+    /,
+    name: str | None = None,
+    *,
+    retry: Retry | None = None,
+    timeout: float | None = None,
+) -> Step: ...
+
+
+@overload
+def step(
+    fn: None = None,
+    /,
+    name: str | None = None,
+    *,
+    retry: Retry | None = None,
+    timeout: float | None = None,
+) -> Callable[[Callable[[Context], Any]], Step]: ...
+
+
 def step(
     fn: Callable[[Context], Any] | None = None,
     /,
     name: str | None = None,
     *,
-    retry: Any = None,
+    retry: Retry | None = None,
     timeout: float | None = None,
-) -> Any:
-    """Make `fn` a step with options: `@step`, `@step()` or `@step(name=..., retry=..., timeout=...)`."""
+) -> Step | Callable[[Callable[[Context], Any]], Step]:
+    """Make `fn` a step with options: `@step`, `@step()` or `@step(name=..., retry=..., timeout=...)`.
+    Sync or `async def`; the Step is called as `fn` is (`step(fn)(ctx) == fn(ctx)`)."""
     if fn is not None:
         return Step(fn, name, retry=retry, timeout=timeout)
 

@@ -67,7 +67,8 @@ def _key(value: Any) -> str | None:
 def _kind(value: Any) -> str:
     if value not in PAUSE_KINDS:
         raise ValueError(f"one of {PAUSE_KINDS}")
-    return value
+    kind: str = value  # one of PAUSE_KINDS
+    return kind
 
 
 def _seconds(value: Any) -> float:

@@ -23,7 +23,6 @@ from tarry.drivers import (
     SessionView,
     Stats,
 )
-from tarry.drivers.pump import AwaitableOrValue
 from tarry.engine import (
     AsyncInSyncContext,
     Branch,
@@ -80,16 +79,18 @@ def default_runtime() -> Runtime:
         return _default
 
 
-def run(flow: Flow, input: Any = None, **runtime_kwargs: Any) -> AwaitableOrValue[Outcome]:
-    """Run `flow` on the default in-memory Runtime (or on `Runtime(**runtime_kwargs)`)."""
+def run(flow: Flow, input: Any = None, **runtime_kwargs: Any) -> Outcome:
+    """Run `flow` on the default in-memory Runtime (or on `Runtime(**runtime_kwargs)`). Sync and
+    typed like `Runtime.run`: an Outcome, or an awaitable of one once an async step is met."""
     rt = Runtime(**runtime_kwargs) if runtime_kwargs else default_runtime()
     return rt.run(flow, input)
 
 
 def resume(
-    token: str, value: Any = None, *, flow: Flow, **runtime_kwargs: Any
-) -> AwaitableOrValue[Outcome]:
-    """Resume a token of the default in-memory Runtime (or of `Runtime(**runtime_kwargs)`)."""
+    token: str | None, value: Any = None, *, flow: Flow, **runtime_kwargs: Any
+) -> Outcome:
+    """Resume a token of the default in-memory Runtime (or of `Runtime(**runtime_kwargs)`). Sync
+    and typed like `Runtime.resume`."""
     rt = Runtime(**runtime_kwargs) if runtime_kwargs else default_runtime()
     return rt.resume(token, value, flow=flow)
 

@@ -7,11 +7,16 @@ them either.
 """
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._codec import check, dumps, loads, register
 from .records import SessionRecord, TokenInfo, WaitRecord
 from .store import SessionStore
+
+if TYPE_CHECKING:  # what __getattr__ loads, as type checkers should see it
+    from .memory import MemoryStore
+    from .postgres import PostgresStore as PostgresStore  # not in __all__ (see above)
+    from .sqlite import SQLiteStore
 
 _LAZY = {"MemoryStore": ".memory", "SQLiteStore": ".sqlite", "PostgresStore": ".postgres"}
 

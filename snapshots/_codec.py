@@ -110,7 +110,8 @@ _packers = _Packers()
 def _pack(value: Any, depth: int = 0) -> bytes:
     """`value` as msgpack; `depth` is how many ext values enclose it."""
     try:
-        return _packers.get(depth).pack(value)
+        packed: bytes = _packers.get(depth).pack(value)
+        return packed
     except BaseException:
         _packers.by_depth[depth] = None  # never reuse a packer whose buffer may be half-written
         raise
@@ -145,6 +146,10 @@ def _plain_depth_exceeds(value: Any, limit: int) -> bool:
     return any(_plain_depth_exceeds(item, limit - 1) for item in items)
 
 
+#: The plain types a subclass of is stored as (a str enum is not: enums have an ext code).
+_SCALARS: tuple[type[Any], ...] = (bool, int, float, str, bytes)
+
+
 def _default(depth: int, obj: Any) -> Any:
     t = type(obj)
     if t is tuple:
@@ -171,7 +176,7 @@ def _default(depth: int, obj: Any) -> Any:
     if isinstance(obj, dict):  # dict subclasses (OrderedDict, defaultdict...) are stored as dicts
         return dict(obj)
     if isinstance(obj, bool | int | float | str | bytes) and not isinstance(obj, enum.Enum):
-        for base in (bool, int, float, str, bytes):
+        for base in _SCALARS:
             if isinstance(obj, base):
                 return base(obj)
     raise TypeError(obj)

@@ -99,7 +99,7 @@ def wait_records(
     A poll reads one per waiting branch, so each is made without attrs' `__init__` (its fields
     set straight into the slots: about half the cost); a path that is not a msgpack array
     raises SnapshotError, as `decode_path` says."""
-    made = []
+    made: list[WaitRecord] = []
     append = made.append
     try:
         for token, sid, path, kind, key, wake_at, reason, payload in rows:

@@ -317,8 +317,9 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             ).fetchone()
             if row is None:
                 return None
-            self.bytes_read += len(row[0])
-            return row[0]
+            blob: bytes = row[0]
+            self.bytes_read += len(blob)
+            return blob
 
     def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         with self._lock:

@@ -105,3 +105,48 @@ def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
     code = "import tarry; print(tarry.export_events.__module__, tarry.snapshots.SQLiteStore)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "tarry.drivers.jsonable" in done.stdout and "SQLiteStore" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and the wheel, built from a copy of what the sdist is made of (the build's
+    own files stay out of the work tree)."""
+    import shutil
+
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for folder in LAYERS:
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("dist")
+    for build in ("build_sdist", "build_wheel"):  # one process each, as a build frontend does
+        code = f"import sys, setuptools.build_meta as b; b.{build}(sys.argv[1])"
+        subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, check=True,
+                       capture_output=True)
+    return out
+
+
+def test_the_wheel_ships_the_py_typed_marker(built: Path) -> None:
+    import zipfile
+
+    (wheel,) = built.glob("tarry-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+    assert "tarry/py.typed" in names  # PEP 561: covers tarry.engine, .drivers, .snapshots
+    assert "tarry/engine/__init__.py" in names and "tarry/drivers/runtime.py" in names
+    assert any(n.startswith("tarry-") and n.endswith("/LICENSE") for n in names)
+
+
+def test_the_sdist_ships_the_license_and_the_marker(built: Path) -> None:
+    import tarfile
+
+    (sdist,) = built.glob("tarry-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"LICENSE", "facade/py.typed", "pyproject.toml"} <= names
+
+
+def test_the_license_is_the_one_pyproject_declares() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    assert declared == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")

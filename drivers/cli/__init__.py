@@ -10,7 +10,7 @@ import sys
 
 from tarry.engine.errors import ConcurrentUpdate, SnapshotError, TarryError
 
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, UsageError, err
+from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, StoreError, UsageError, cli_spelling, err
 from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
@@ -20,11 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # bad usage: argparse exits 2
     try:
         return args.handler(args)
-    except (SnapshotError, ConcurrentUpdate) as exc:
-        err(f"tarry: {exc}")
+    except (SnapshotError, ConcurrentUpdate, StoreError) as exc:
+        err(f"tarry: {cli_spelling(str(exc))}")
         return EXIT_ERROR
     except (UsageError, TarryError, ValueError) as exc:
-        err(f"tarry: {exc}")
+        err(f"tarry: {cli_spelling(str(exc))}")
         return EXIT_USAGE
     except BrokenPipeError:  # `tarry events X | head`: the reader has seen enough
         sys.stderr.close()

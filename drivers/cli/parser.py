@@ -6,7 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from . import delivering, driving, inspecting, pruning, services
+from . import completion, delivering, driving, inspecting, pruning, services
 from .common import ENDED, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=store_default(),
         help="store URL (default: $TARRY_STORE or sqlite:///tarry.db)",
     )
+    parser.add_argument("--version", action=_Version, help="print tarry's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(
@@ -220,4 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("db", services.db, "manage the store's schema")
     db_sub = p.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     db_sub.add_parser("upgrade", parents=[store], help="create or migrate the store's schema")
+
+    p = command("completion", completion.completion, "print a shell completion script")
+    p.add_argument("shell", choices=completion.SHELLS)
     return parser
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, read only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from importlib.metadata import version
+
+        print(f"tarry {version('tarry')}")
+        parser.exit()

@@ -7,10 +7,12 @@ import logging
 import signal
 from typing import Any
 
+from tarry.engine.errors import TarryError
+
 from ..outcome import Outcome
 from ..stores import open_store
 from ..worker import Worker, load_adapters, load_flow
-from .common import EXIT_OK, SERVER_EXTRA, UsageError, err, runtime_of
+from .common import EXIT_OK, SERVER_EXTRA, StoreError, UsageError, err, runtime_of
 from .text import summary
 
 # --- long-running: worker, serve; the schema -------------------------------------------------
@@ -73,14 +75,20 @@ def serve(args: argparse.Namespace) -> int:
 
 def db(args: argparse.Namespace) -> int:
     url = args.store
-    if url.startswith(("postgresql://", "postgres://")):
-        # Opened without upgrading, so that the upgrade is this command's, and it can say
-        # what it applied.
-        from tarry.snapshots.postgres import PostgresStore
+    try:
+        if url.startswith(("postgresql://", "postgres://")):
+            # Opened without upgrading, so that the upgrade is this command's, and it can say
+            # what it applied.
+            from tarry.snapshots.postgres import PostgresStore
 
-        store: Any = PostgresStore(url, auto_upgrade=False)
-    else:
-        store = open_store(url)
+            store: Any = PostgresStore(url, auto_upgrade=False)
+        else:
+            store = open_store(url)
+    except (TarryError, ValueError):
+        raise  # a bad URL: its own message
+    except Exception as exc:  # e.g. PostgreSQL not reachable
+        msg = f"cannot open the store {url!r}: {type(exc).__name__}: {exc}"
+        raise StoreError(msg) from exc
     try:
         upgrade = getattr(store, "upgrade", None)
         if upgrade is None:

@@ -68,7 +68,7 @@ class ForEach(Element):
         else:
             value = source
         try:
-            items = list(value)
+            items: list[Any] = list(value)
         except TypeError as exc:
             raise fail(ex, path, exc) from exc
         try:

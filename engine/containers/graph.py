@@ -87,6 +87,7 @@ class Graph(Element):
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
+        current: str | None  # the node in progress or next; None: the graph is done
         frame = ex.take_frame(path)
         if frame is None:
             ex.room -= frame_bytes(path)  # checked with what the container adds next

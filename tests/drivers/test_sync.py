@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 
 import pytest
 from support import settle
@@ -130,6 +132,47 @@ def test_async_step_timeout_fails_the_step(rt: Runtime) -> None:
 
     out = rt.run_sync(Flow("slow", [slow]))
     assert out.failed and out.error.type == "TimeoutError"
+    # The message says which step and after how long (asyncio's TimeoutError has none).
+    assert out.error.message == "step 'slow' timed out after 0.01 seconds"
+
+
+def test_a_timeout_the_step_raises_itself_keeps_its_message(rt: Runtime) -> None:
+    @step(timeout=5)
+    async def calls_out(ctx):
+        raise TimeoutError("the API did not answer")
+
+    out = rt.run_sync(Flow("own", [calls_out]))
+    assert out.failed and out.error.message == "the API did not answer"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_await_run_and_resume_whether_or_not_an_async_step_was_met(
+    rt: Runtime, kind: str
+) -> None:
+    """An Outcome awaited gives itself: async code may always `await rt.run(...)`."""
+    flow = SYNC if kind == "sync" else MIXED
+
+    async def go() -> Outcome:
+        out = await rt.run(flow)
+        assert isinstance(out, Outcome) and out.paused
+        return await rt.resume(out.token, True)
+
+    done = asyncio.run(go())
+    assert isinstance(done, Outcome) and done.ok
+
+
+def test_a_sync_outcome_is_returned_as_it_is_never_driven_on_a_loop() -> None:
+    code = (
+        "import sys, tarry\n"
+        "rt = tarry.Runtime()\n"
+        "flow = tarry.Flow('f', [lambda ctx: 1, tarry.Gate('g')])\n"
+        "out = rt.run_sync(flow)\n"
+        "done = rt.resume_sync(out.token, True)\n"
+        "assert type(done) is tarry.Outcome and done.ok\n"
+        "print('asyncio' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 async def _wait(aw):
