@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from tarry.engine.lanes import concurrent, pauses
@@ -36,10 +36,8 @@ class Outcome:
     `token` when resuming may help). A cancelled session's outcome is an error of type
     `"cancelled"`.
 
-    An Outcome may be awaited, which gives the Outcome itself at once: `await rt.run(flow)` is
-    right whether or not the run met an async step (then `run` returns an awaitable of the
-    Outcome instead). It is still the result, never something left to drive: `run_sync` and the
-    sync path return it as it is."""
+    `run()` returns an Outcome when every step it met was sync, and an awaitable of one as soon
+    as it met an async step; `arun()` always returns an awaitable."""
 
     status: str
     session_id: str
@@ -65,12 +63,13 @@ class Outcome:
     def failed(self) -> bool:
         return self.status == ERROR
 
-    def __await__(self) -> Generator[Any, None, Outcome]:
-        # A generator that returns at once: awaiting never suspends, and needs no event loop
-        # beyond the one the caller awaits in. This is what lets `run()` be typed `-> Outcome`
-        # for sync code (`out.paused`) while async code awaits what it returns.
-        return self
-        yield  # unreachable: makes this a generator function
+    if TYPE_CHECKING:
+        # For type checkers only: `run()` is typed `-> Outcome`, so that sync code reads
+        # `out.paused`, and async code may `await rt.run(flow)`, which is right at run time
+        # only when the run met an async step (then `run` returns an awaitable of the
+        # Outcome). At run time an Outcome is a plain value, never awaitable: code that means
+        # to await whatever a run gives uses `arun`/`aresume`.
+        def __await__(self) -> Generator[Any, None, Outcome]: ...
 
 
 def all_pauses(state: SessionState) -> list[PauseState]:

@@ -12,10 +12,8 @@ from .pump import AwaitableOrValue
 
 
 def is_awaitable(value: Any) -> bool:
-    """Whether `value` is still to be awaited: an Outcome is the result itself (though it may be
-    awaited too: it gives itself, see Outcome.__await__)."""
     # `__await__` rather than inspect.isawaitable: one attribute look-up, as graphql-core does.
-    return type(value) is not Outcome and hasattr(value, "__await__")
+    return hasattr(value, "__await__")
 
 
 def settle(result: AwaitableOrValue[Outcome]) -> Outcome:

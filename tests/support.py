@@ -17,9 +17,8 @@ import tarry
 
 
 def settle(result: Any) -> tarry.Outcome:
-    """An Outcome from `run`/`resume`, awaiting it on a fresh loop if it is awaitable (an
-    Outcome itself may be awaited too, giving itself: it is returned as it is)."""
-    if type(result) is not tarry.Outcome and inspect.isawaitable(result):
+    """An Outcome from `run`/`resume`, awaiting it on a fresh loop if it is awaitable."""
+    if inspect.isawaitable(result):
         return asyncio.run(_await(result))
     return result
 
