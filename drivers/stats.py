@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import attrs
 from tarry.snapshots.store import SessionStore
 
@@ -27,7 +29,13 @@ class Stats:
     metrics: dict[str, float] = attrs.field(factory=dict)
 
 
-def compute_stats(store: SessionStore, *, flow: str | None = None) -> Stats:
+def compute_stats(
+    store: SessionStore,
+    *,
+    flow: str | None = None,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+) -> Stats:
     """The store's totals (`SessionStore.stats`) as a `Stats`.
 
     An execution is one attempt of a node: it starts at `node.started` (or when the back-off
@@ -38,7 +46,7 @@ def compute_stats(store: SessionStore, *, flow: str | None = None) -> Stats:
     never reads a whole event log; a session whose stored data cannot be read is logged and
     left out of the node figures (it is still counted by status).
     """
-    totals = store.stats(flow=flow)
+    totals = store.stats(flow=flow, since=since, until=until)
     nodes: dict[str, NodeStats] = {}
     metrics: dict[str, float] = {}
     for name, node in totals.nodes.items():
