@@ -30,6 +30,16 @@ def err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def os_user() -> str | None:
+    """The OS user name (what `--actor` defaults to), or None when there is none."""
+    import getpass
+
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):
+        return None
+
+
 def runtime_of(args: argparse.Namespace) -> Runtime:
     # The signing secret comes from the environment only: a flag would show it in `ps`.
     return Runtime(
