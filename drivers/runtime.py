@@ -231,10 +231,8 @@ class Runtime(Settings):
         A `flow` given may be a changed one (as with `allow_changed=True`); `meta` as for
         `resume`."""
         key = key_of(self._core, token)
-        return prepare(
-            self._core, key, flow, flow is not None, skip=True, value=output, meta=meta,
-            actor=actor,
-        )
+        return prepare(self._core, key, flow, flow is not None, skip=True, value=output,
+                       meta=meta, actor=actor)
 
     # -- keyed delivery ------------------------------------------------------------------------
     def deliver(self, key: str, value: Any = None, *, actor: str | None = None) -> list[Outcome]:
@@ -243,9 +241,7 @@ class Runtime(Settings):
         return []. A bad key or value, or one a wait refuses: typed error, nothing changed."""
         return delivering.deliver(self._core, key, value, actor)
 
-    def deliver_many(
-        self, deliveries: Mapping[str, Any], *, actor: str | None = None
-    ) -> list[Outcome]:
+    def deliver_many(self, deliveries: Mapping[str, Any], *, actor: str | None = None) -> list[Outcome]:
         """`deliver` for each `{key: value}`, all checked before any is used; one resume per
         session touched. The outcomes of the sessions resumed, in the order of their keys."""
         return delivering.deliver_many(self._core, deliveries, actor).outcomes
@@ -303,9 +299,7 @@ class Runtime(Settings):
         return recovery.recover(self._core)
 
     # -- control -------------------------------------------------------------------------------
-    def abort(
-        self, session_id: str, *, resumable: bool = True, actor: str | None = None
-    ) -> None:
+    def abort(self, session_id: str, *, resumable: bool = True, actor: str | None = None) -> None:
         """Stop a running session at its next checkpoint (before the next iteration or child),
         whichever process runs it: this one sees the request at once, another reads it from
         the store within a second (or after the step in flight, whichever is later).
@@ -313,9 +307,8 @@ class Runtime(Settings):
         Thread-safe. It then pauses with kind "system", reason "aborted" — or is cancelled
         when `resumable=False`. A paused or failed session is cancelled by
         `abort(..., resumable=False)`; with `resumable=True` it is already stopped: no-op.
-        UnknownSession for an id no session has. `actor` is recorded in the `run.paused` (or
-        `run.cancelled`) event when this process runs the session (a request stored for
-        another process carries no actor).
+        UnknownSession for an id no session has. `actor` goes into the stop's event when this
+        process runs the session (a request stored for another process carries none).
         """
         control.abort(self._core, session_id, resumable, actor)
 
@@ -376,14 +369,11 @@ class Runtime(Settings):
         limit: int = 50,
         cursor: str | None = None,
     ) -> SessionPage:
-        """A page of sessions newest first, and the `next_cursor` to pass for the next page
-        (None on the last). Keyset paging: stable while sessions are created, and each page
-        costs an index range read however deep. Filters: `status`, `flow`, `q` (a session id
-        prefix or a flow name substring), creation time in [`since`, `until`)."""
-        return paging.sessions_page(
-            self._core, status=status, flow=flow, q=q, since=since, until=until, limit=limit,
-            cursor=cursor,
-        )
+        """A page of sessions newest first and the `next_cursor` of the next page (None on the
+        last): keyset paging, stable while sessions are created, an index range read however
+        deep. `q`: a session id prefix or flow name substring; created in [`since`, `until`)."""
+        return paging.sessions_page(self._core, status=status, flow=flow, q=q, since=since,
+                                    until=until, limit=limit, cursor=cursor)
 
     def stats(
         self,
