@@ -8,10 +8,7 @@ read, however deep the page.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import json
 from typing import Any
 
 import attrs
@@ -36,6 +33,9 @@ class SessionPage:
 
 
 def encode_cursor(created_at: dt.datetime, session_id: str) -> str:
+    import base64
+    import json  # loaded on first use: `import tarry` stays quick and loads no json
+
     micros = (created_at - _EPOCH) // dt.timedelta(microseconds=1)
     raw = json.dumps([micros, session_id], separators=(",", ":")).encode("utf-8")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
@@ -43,6 +43,10 @@ def encode_cursor(created_at: dt.datetime, session_id: str) -> str:
 
 def decode_cursor(cursor: Any) -> tuple[dt.datetime, str]:
     """The (created_at, session id) a cursor names; InvalidArgument for anything else."""
+    import base64
+    import binascii
+    import json
+
     try:
         if not isinstance(cursor, str) or not cursor:
             raise ValueError
