@@ -79,11 +79,12 @@ def resume_keys(
     *,
     asynchronous: bool = False,
     trigger: str = "resume",
+    actor: str | None = None,
 ) -> AwaitableOrValue[list[Outcome]]:
     """`resume_many` by store keys: `{key: (the caller's token, value)}` (the token names it in
     errors). Timers resume the due waits of a session this way too (`trigger="timer"`). A
     session another call is resuming meanwhile is waited for (see resuming.busy_retry)."""
-    return busy_retry(lambda: _resume_keys(core, keyed, asynchronous, trigger))
+    return busy_retry(lambda: _resume_keys(core, keyed, asynchronous, trigger, actor))
 
 
 def _resume_keys(
@@ -91,6 +92,7 @@ def _resume_keys(
     keyed: Mapping[str, tuple[str, Any]],
     asynchronous: bool,
     trigger: str,
+    actor: str | None = None,
 ) -> AwaitableOrValue[list[Outcome]]:
     sessions: dict[str, _Session] = {}
     keys = {key: token for key, (token, _) in keyed.items()}
@@ -114,7 +116,7 @@ def _resume_keys(
         pause = wait_of(core, key, state, session.waits)
         if pause is None:
             raise not_resumable(core, key, info.session_id, state.status, "resume")
-        data: dict[str, Any] = {}
+        data: dict[str, Any] = {} if actor is None else {"actor": actor}
         if pause.awaits_value:
             data["value"] = accepted(core, session.flow, pause, value)
         session.specs.append((ev.RUN_RESUMED, pause.path, data))

@@ -16,16 +16,18 @@ from tarry.engine.reducer import apply
 from tarry.snapshots.records import encode_state
 
 from .core import Core
-from .limits import valid_session_id
+from .limits import check_actor, valid_session_id
 from .outcome import Outcome, outcome_of
 from .resuming import key_of, stored_state
 from .tokens import looks_like_token
 
 
-def abort(core: Core, session_id: str, resumable: bool) -> None:
-    """Stop a running session at its next checkpoint: at once when this process drives it,
-    else through a request stored for the process that does (read within a TICK)."""
-    if core.running.request_abort(session_id, resumable):
+def abort(core: Core, session_id: str, resumable: bool, actor: str | None = None) -> None:
+    """Stop a running session at its next checkpoint: at once when this process drives it
+    (its stop event then names `actor`), else through a request stored for the process that
+    does (read within a TICK)."""
+    check_actor(actor)
+    if core.running.request_abort(session_id, resumable, actor):
         return
     if not valid_session_id(session_id):
         raise UnknownSession(session_id)  # no such id can have been stored
@@ -33,11 +35,12 @@ def abort(core: Core, session_id: str, resumable: bool) -> None:
     if status is None:
         raise UnknownSession(session_id)
     if not resumable and status in ("paused", "failed"):
-        cancel(core, session_id)
+        cancel(core, session_id, actor)
     # Running: the request is stored. Paused or failed with resumable=True: stopped already.
 
 
-def cancel(core: Core, token_or_session_id: str) -> Outcome:
+def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Outcome:
+    check_actor(actor)
     given = token_or_session_id
     key = None  # the store key of the token given, if one was
     if looks_like_token(given):
@@ -62,7 +65,7 @@ def cancel(core: Core, token_or_session_id: str) -> Outcome:
         # Used by a resume since it was looked up: that resume won, the token is spent.
         raise TokenAlreadyUsed(sid)
     if record.status == "running" and key is None:
-        requested = _request_cancel(core, sid)
+        requested = _request_cancel(core, sid, actor)
         if requested is not None:
             return requested
         record = core.store.load(sid)  # it stopped meanwhile: cancel what it left
@@ -76,7 +79,8 @@ def cancel(core: Core, token_or_session_id: str) -> Outcome:
         raise SessionNotResumable(sid, "running", "cancel")
     state = stored_state(core, record)
     core.states.drop(record.state)
-    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, core.clock.now(), (), {})
+    data = {} if actor is None else {"actor": actor}
+    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, core.clock.now(), (), data)
     state = apply(state, event)
     core.hub.notify(event)
     record.state = encode_state(
@@ -90,10 +94,10 @@ def cancel(core: Core, token_or_session_id: str) -> Outcome:
     return outcome_of(state, None)
 
 
-def _request_cancel(core: Core, sid: str) -> Outcome | None:
+def _request_cancel(core: Core, sid: str, actor: str | None) -> Outcome | None:
     """Ask a running session to stop as cancelled at its next checkpoint: an outcome with
     status "running" that says so, or None if it is no longer running."""
-    stored = core.running.request_abort(sid, False) or (
+    stored = core.running.request_abort(sid, False, actor) or (
         core.store.request_stop(sid, "cancel") == "running"
     )
     if not stored:

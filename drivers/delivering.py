@@ -37,7 +37,7 @@ from tarry.snapshots.records import WaitRecord
 from .batch import resume_keys
 from .boundary import contain, infrastructure
 from .core import Core
-from .limits import log
+from .limits import check_actor, log
 from .outcome import Outcome
 from .resuming import prepare
 from .settle import settle, settle_many
@@ -82,8 +82,8 @@ def waiting(core: Core, *, kind: str | None = None, key: str | None = None) -> l
         after = page[-1].token
 
 
-def deliver(core: Core, key: str, value: Any) -> list[Outcome]:
-    return deliver_many(core, {key: value}).outcomes
+def deliver(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
+    return deliver_many(core, {key: value}, actor).outcomes
 
 
 def discard(core: Core, key: str) -> bool:
@@ -91,9 +91,13 @@ def discard(core: Core, key: str) -> bool:
     return core.store.discard(checked_key(key))
 
 
-def deliver_many(core: Core, deliveries: Mapping[str, Any]) -> Delivered:
+def deliver_many(
+    core: Core, deliveries: Mapping[str, Any], actor: str | None = None
+) -> Delivered:
     """Resume every wait on each key with its value; keep the values of keys nothing waits on
-    as mail. One resume per session touched (see `resume_group`)."""
+    as mail. One resume per session touched (see `resume_group`); `actor` in each
+    `run.resumed` event."""
+    check_actor(actor)
     if not isinstance(deliveries, Mapping):
         msg = f"deliver_many takes a mapping {{key: value}} (got {describe(deliveries)})"
         raise InvalidArgument(msg)
@@ -121,7 +125,7 @@ def deliver_many(core: Core, deliveries: Mapping[str, Any]) -> Delivered:
     if later:
         check_group(core, later)  # a wait that came meanwhile: checked like the others
         group.update(later)
-    outcomes = _resume_posting(core, group, blobs, kept)
+    outcomes = _resume_posting(core, group, blobs, kept, actor)
     return Delivered(outcomes, kept)
 
 
@@ -130,12 +134,13 @@ def _resume_posting(
     group: dict[str, tuple[WaitRecord, Any]],
     blobs: dict[str, bytes],
     kept: list[str],
+    actor: str | None = None,
 ) -> list[Outcome]:
     """Resume the waits of `group`; the values of the keys whose every wait was taken by a
     token resume first are posted again (to the waits on the key by then, or kept as mail)."""
     outcomes: list[Outcome] = []
     for _ in range(MAX_POSTS):
-        got, lost = resume_group(core, group, trigger="deliver")
+        got, lost = resume_group(core, group, trigger="deliver", actor=actor)
         outcomes.extend(got)
         applied = {row.key for token, (row, _) in group.items() if token not in lost}
         keys = {row.key for token, (row, _) in group.items() if token in lost} - applied
@@ -184,7 +189,11 @@ def check_group(core: Core, group: Mapping[str, tuple[WaitRecord, Any]]) -> None
 
 
 def resume_group(
-    core: Core, group: Mapping[str, tuple[WaitRecord, Any]], *, trigger: str
+    core: Core,
+    group: Mapping[str, tuple[WaitRecord, Any]],
+    *,
+    trigger: str,
+    actor: str | None = None,
 ) -> tuple[list[Outcome], set[str]]:
     """Resume the waits of `group` ({token key: (wait, value)}), each with its value: one
     outcome per session, in the order of its first wait; and the token keys that were not
@@ -203,11 +212,11 @@ def resume_group(
     for tokens in by_session.values():
         outcome = None
         if len(tokens) > 1:
-            outcome = _resume_together(core, tokens, trigger, lost)
+            outcome = _resume_together(core, tokens, trigger, lost, actor)
             tokens = {}  # all resumed together, or by one at a time below if that failed
         for token, value in tokens.items():
             try:
-                outcome = _resume_one(core, token, value, trigger) or outcome
+                outcome = _resume_one(core, token, value, trigger, actor) or outcome
             except _RACED:
                 lost.add(token)
         if outcome is not None:
@@ -216,7 +225,7 @@ def resume_group(
 
 
 def _resume_together(
-    core: Core, tokens: dict[str, Any], trigger: str, lost: set[str]
+    core: Core, tokens: dict[str, Any], trigger: str, lost: set[str], actor: str | None
 ) -> Outcome | None:
     """The waits `tokens` ({token key: value}) of one session resumed in one drive and one
     write (`resume_many`'s path); a token used meanwhile is set aside in `lost` and the rest
@@ -225,7 +234,9 @@ def _resume_together(
     while left:
         try:
             outcomes = settle_many(
-                resume_keys(core, {k: (k, v) for k, v in left.items()}, trigger=trigger)
+                resume_keys(
+                    core, {k: (k, v) for k, v in left.items()}, trigger=trigger, actor=actor
+                )
             )
         except (TokenAlreadyUsed, UnknownToken) as exc:
             raced = getattr(exc, "token", None)
@@ -238,9 +249,13 @@ def _resume_together(
     return None
 
 
-def _resume_one(core: Core, token: str, value: Any, trigger: str) -> Outcome | None:
+def _resume_one(
+    core: Core, token: str, value: Any, trigger: str, actor: str | None
+) -> Outcome | None:
     try:
-        return settle(prepare(core, token, None, False, value=value, trigger=trigger))
+        return settle(
+            prepare(core, token, None, False, value=value, trigger=trigger, actor=actor)
+        )
     except _RACED:
         raise
     except Exception as exc:

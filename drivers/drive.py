@@ -292,12 +292,14 @@ class Drive:
             elif kind == STOPPED:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
+                actor = self.core.running.actors.get(sid)
+                by = {} if actor is None else {"actor": actor}
                 if resumable:
-                    data = {"kind": "system", "reason": "aborted", "awaits_value": False}
+                    data = {"kind": "system", "reason": "aborted", "awaits_value": False, **by}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
                     token = self.core.tokens.new_key()
                 else:
-                    ex.emit(ev.RUN_CANCELLED, value.path, {})
+                    ex.emit(ev.RUN_CANCELLED, value.path, by)
             elif kind == FAILED:
                 self._fail(value)
                 # A failed session can be retried, skipped or cancelled: it keeps a token.

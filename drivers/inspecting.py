@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import Any
 
 from tarry.engine.describe import describe
@@ -13,7 +14,7 @@ from tarry.engine.reducer import apply
 from tarry.snapshots.records import SessionRecord
 
 from .core import Core
-from .limits import check_filters, check_limit, valid_session_id
+from .limits import check_filters, check_limit, check_period, valid_session_id
 from .stats import Stats, compute_stats
 from .views import SessionSummary, SessionView, state_of
 
@@ -65,7 +66,10 @@ def sessions(
     return [SessionSummary.of(r) for r in rows]
 
 
-def stats(core: Core, flow: str | Flow | None) -> Stats:
+def stats(
+    core: Core, flow: str | Flow | None, since: datetime | None, until: datetime | None
+) -> Stats:
     name = flow.name if isinstance(flow, Flow) else flow
     check_filters(None, name)
-    return compute_stats(core.store, flow=name)
+    check_period(since, until)
+    return compute_stats(core.store, flow=name, since=since, until=until)

@@ -61,3 +61,31 @@ def check_filters(status: Any, flow: Any) -> None:
     if flow is not None and not isinstance(flow, str):
         msg = f"flow must be a flow name or a tarry.Flow (got {describe(flow)})"
         raise InvalidArgument(msg)
+
+
+#: Longest actor name recorded in an event.
+MAX_ACTOR = 256
+
+
+def check_actor(actor: Any) -> None:
+    """`actor=`: who asks (a login name, an OS user), recorded in the event the call causes."""
+    if actor is None:
+        return
+    if type(actor) is not str or not actor.strip() or len(actor) > MAX_ACTOR:
+        msg = f"actor must be None or a non-empty str of at most {MAX_ACTOR} characters " \
+              f"(got {describe(actor)})"
+        raise InvalidArgument(msg)
+
+
+def check_period(since: Any, until: Any) -> None:
+    """`since`/`until`: timezone-aware datetimes (or None), since before until."""
+    import datetime as dt
+
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (not isinstance(value, dt.datetime) or value.utcoffset() is None):
+            msg = f"{name} must be None or a timezone-aware datetime (got {describe(value)})"
+            raise InvalidArgument(msg)
+    if since is not None and until is not None and until < since:
+        msg = f"until must not be before since (got since={since.isoformat()}, " \
+              f"until={until.isoformat()})"
+        raise InvalidArgument(msg)

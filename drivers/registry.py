@@ -46,6 +46,11 @@ class FlowRegistry:
         """The flow of this name with this fingerprint, if registered."""
         return self._flows.get((name, fingerprint))
 
+    def all(self) -> list[Flow]:
+        """Every flow registered, each version of a name, by name then oldest first."""
+        flows = list(self._flows.values())
+        return sorted(flows, key=lambda f: f.name)  # stable: registration order within a name
+
     def fingerprints(self, name: str) -> tuple[str, ...]:
         """The fingerprints registered under `name`, oldest first."""
         return tuple(fp for (n, fp) in list(self._flows) if n == name)

@@ -28,6 +28,7 @@ from tarry.snapshots.records import SessionRecord
 from .checking import fold
 from .core import Core
 from .drive import Drive
+from .limits import check_actor
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .starting import start
@@ -156,6 +157,7 @@ def _prepare(
     failure: ErrorInfo | None = None,
     meta: dict[str, Any] | None = None,
     mail_done: Sequence[str] = (),
+    actor: str | None = None,
 ) -> AwaitableOrValue[Outcome]:
     """Check everything, then use the token (`key`: its store key) and record the resume
     in one transaction.
@@ -164,12 +166,13 @@ def _prepare(
     outcome's meta. `mail_done`: keys of mail the value came from (see starting.late_mail),
     deleted with the session's next write. With `failure`, a timeout that fails the run: the
     session is failed with it at the paused element instead of being run. `meta`: keys to set
-    in the session's meta.
+    in the session's meta. `actor`: who resumes, recorded in the `run.resumed` event.
 
     The session continues with the flow whose fingerprint started it (`flow`, or the one
     registered), or with a changed flow of its name when `allow_changed`: the session then
     records that flow's fingerprint and version, in the `run.resumed` event at once (so a
     recovery after a crash goes on with it) and in its row when the run next writes."""
+    check_actor(actor)
     info = core.store.find_token(key)
     if info is None:
         raise UnknownToken()
@@ -188,7 +191,7 @@ def _prepare(
         # Its token is live, so another of its waits is being resumed: take turns.
         raise _Busy(f"session {record.session_id!r} is running")
     pause = wait_of(core, key, state)
-    resumed: dict[str, Any] = {}
+    resumed: dict[str, Any] = {} if actor is None else {"actor": actor}
     if flow.fingerprint != record.fingerprint:
         resumed["flow"] = {"fingerprint": flow.fingerprint, "version": flow.version}
     session_meta = record.meta if meta is None else updated_meta(core, record.meta, meta)

@@ -14,12 +14,14 @@ class Running:
     dict look-up is atomic under the GIL, and writes take the lock.
     """
 
-    __slots__ = ("sessions", "aborts", "_lock")
+    __slots__ = ("sessions", "aborts", "actors", "_lock")
 
     def __init__(self) -> None:
         #: session id -> the Execution of its drive in this process.
         self.sessions: dict[str, Any] = {}
         self.aborts: dict[str, bool] = {}
+        #: session id -> who asked for its abort (recorded in the event the stop causes).
+        self.actors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def started(self, session_id: str, execution: Any) -> None:
@@ -28,8 +30,9 @@ class Running:
         with self._lock:
             self.sessions[session_id] = execution
             self.aborts.pop(session_id, None)
+            self.actors.pop(session_id, None)
 
-    def request_abort(self, session_id: str, resumable: bool) -> bool:
+    def request_abort(self, session_id: str, resumable: bool, actor: str | None = None) -> bool:
         """Ask the drive of `session_id` in this process to stop; False when there is none."""
         with self._lock:
             execution = self.sessions.get(session_id)
@@ -37,6 +40,8 @@ class Running:
                 self.aborts[session_id] = resumable
                 # Its engine asks the drive at every checkpoint from now on.
                 execution.watch = True
+                if actor is not None:
+                    self.actors[session_id] = actor
                 return True
         return False
 
@@ -50,3 +55,4 @@ class Running:
             if self.sessions.get(session_id) is execution:
                 self.sessions.pop(session_id, None)
                 self.aborts.pop(session_id, None)
+                self.actors.pop(session_id, None)

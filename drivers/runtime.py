@@ -5,7 +5,7 @@ one `Core` (core.py) instead of importing this module back."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.engine.events import Event
@@ -13,16 +13,17 @@ from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 
-from . import control, delivering, inspecting, polling, pruning, recovery, timers
+from . import control, delivering, inspecting, paging, polling, pruning, recovery, timers
 from .batch import resume_many
 from .clock import Clock
 from .core import Core
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from .outcome import Outcome
+from .paging import SessionPage
 from .pump import AwaitableOrValue
 from .resuming import key_of, prepare
 from .settings import Settings
-from .settle import refuse_in_loop, settle
+from .settle import is_awaitable, refuse_in_loop, settle
 from .starting import begin
 from .stats import Stats
 from .views import SessionSummary, SessionView
@@ -92,18 +93,21 @@ class Runtime(Settings):
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
+        actor: str | None = None,
     ) -> Outcome:
-        """Start a session of `flow`. Sync for sync flows; awaitable once an async step is met
-        (`await rt.run(...)` is right either way: an Outcome awaited gives itself).
+        """Start a session of `flow`. Sync for sync flows; an awaitable of the Outcome once an
+        async step is met (typed as the Outcome, see Outcome; `arun` always awaits).
 
         `meta`: a small dict kept with the session record (not in its state or events), e.g.
         where the flow is defined (`{"flow_ref": "module:name"}`, as the CLI records it).
         `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
-        every resume, recovery and worker that continues it.
+        every resume, recovery and worker that continues it. `actor`: who starts it (a login
+        name, an OS user), recorded in its `run.started` event; so on every control method.
         """
         # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
         return begin(  # type: ignore[return-value]
-            self._core, flow, input, session_id, meta, durability=durability, asynchronous=False
+            self._core, flow, input, session_id, meta, durability=durability, asynchronous=False,
+            actor=actor,
         )
 
     def run_sync(
@@ -114,12 +118,13 @@ class Runtime(Settings):
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
-        return settle(
-            self.run(flow, input, session_id=session_id, meta=meta, durability=durability)
-        )
+        return settle(self.run(
+            flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
+        ))
 
     async def arun(
         self,
@@ -129,12 +134,16 @@ class Runtime(Settings):
         session_id: str | None = None,
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
-        # Awaiting an Outcome gives itself: one await whichever `begin` returned.
-        return await begin(
-            self._core, flow, input, session_id, meta, durability=durability, asynchronous=True
+        result = begin(
+            self._core, flow, input, session_id, meta, durability=durability, asynchronous=True,
+            actor=actor,
         )
+        if is_awaitable(result):
+            result = await result
+        return result  # type: ignore[return-value]
 
     # -- resuming ------------------------------------------------------------------------------
     def resume(
@@ -145,6 +154,7 @@ class Runtime(Settings):
         flow: Flow | None = None,
         allow_changed: bool = False,
         meta: dict[str, Any] | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """Continue a paused (or failed) session where it stopped. Every check happens before
         the token is consumed: a rejected resume leaves the session exactly as it was. Sync and
@@ -160,7 +170,7 @@ class Runtime(Settings):
         raises `SnapshotError` with the token unused."""
         key = key_of(self._core, token)
         return prepare(  # type: ignore[return-value]  # typed as the Outcome: see run
-            self._core, key, flow, allow_changed, value=value, meta=meta
+            self._core, key, flow, allow_changed, value=value, meta=meta, actor=actor
         )
 
     def resume_sync(
@@ -171,12 +181,13 @@ class Runtime(Settings):
         flow: Flow | None = None,
         allow_changed: bool = False,
         meta: dict[str, Any] | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """Like `resume`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("resume_sync", "aresume")
-        return settle(
-            self.resume(token, value, flow=flow, allow_changed=allow_changed, meta=meta)
-        )
+        return settle(self.resume(
+            token, value, flow=flow, allow_changed=allow_changed, meta=meta, actor=actor
+        ))
 
     async def aresume(
         self,
@@ -186,12 +197,17 @@ class Runtime(Settings):
         flow: Flow | None = None,
         allow_changed: bool = False,
         meta: dict[str, Any] | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """Like `resume`, always as an awaitable."""
         key = key_of(self._core, token)
-        return await prepare(
-            self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta
+        result = prepare(
+            self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta,
+            actor=actor,
         )
+        if is_awaitable(result):
+            result = await result
+        return result  # type: ignore[return-value]
 
     def resume_many(self, values: dict[str, Any]) -> AwaitableOrValue[list[Outcome]]:
         """Resume many waits at once: `{token: value}` for waiting branches of one or several
@@ -214,26 +230,28 @@ class Runtime(Settings):
         *,
         flow: Flow | None = None,
         meta: dict[str, Any] | None = None,
+        actor: str | None = None,
     ) -> Outcome:
         """On a failed session: record the failed element as completed with `output`, go on.
         A `flow` given may be a changed one (as with `allow_changed=True`); `meta` as for
         `resume`. Sync and typed like `run`."""
         key = key_of(self._core, token)
         return prepare(  # type: ignore[return-value]  # typed as the Outcome: see run
-            self._core, key, flow, flow is not None, skip=True, value=output, meta=meta
+            self._core, key, flow, flow is not None, skip=True, value=output, meta=meta,
+            actor=actor,
         )
 
     # -- keyed delivery ------------------------------------------------------------------------
-    def deliver(self, key: str, value: Any = None) -> list[Outcome]:
+    def deliver(self, key: str, value: Any = None, *, actor: str | None = None) -> list[Outcome]:
         """Resume every wait on `key` (`Wait(key=...)`) in any session with `value`, one outcome
         per session; if none waits, keep it as mail for the first Wait that reaches `key` and
         return []. A bad key or value, or one a wait refuses: typed error, nothing changed."""
-        return delivering.deliver(self._core, key, value)
+        return delivering.deliver(self._core, key, value, actor)
 
-    def deliver_many(self, deliveries: Mapping[str, Any]) -> list[Outcome]:
+    def deliver_many(self, deliveries: Mapping[str, Any], *, actor: str | None = None) -> list[Outcome]:
         """`deliver` for each `{key: value}`, all checked before any is used; one resume per
         session touched. The outcomes of the sessions resumed, in the order of their keys."""
-        return delivering.deliver_many(self._core, deliveries).outcomes
+        return delivering.deliver_many(self._core, deliveries, actor).outcomes
 
     def discard(self, key: str) -> bool:
         """Drop the mail kept for `key`; whether there was any."""
@@ -288,7 +306,7 @@ class Runtime(Settings):
         return recovery.recover(self._core)
 
     # -- control -------------------------------------------------------------------------------
-    def abort(self, session_id: str, *, resumable: bool = True) -> None:
+    def abort(self, session_id: str, *, resumable: bool = True, actor: str | None = None) -> None:
         """Stop a running session at its next checkpoint (before the next iteration or child),
         whichever process runs it: this one sees the request at once, another reads it from
         the store within a second (or after the step in flight, whichever is later).
@@ -296,16 +314,17 @@ class Runtime(Settings):
         Thread-safe. It then pauses with kind "system", reason "aborted" — or is cancelled
         when `resumable=False`. A paused or failed session is cancelled by
         `abort(..., resumable=False)`; with `resumable=True` it is already stopped: no-op.
-        UnknownSession for an id no session has.
+        UnknownSession for an id no session has. `actor` goes into the stop's event when this
+        process runs the session (a request stored for another process carries none).
         """
-        control.abort(self._core, session_id, resumable)
+        control.abort(self._core, session_id, resumable, actor)
 
-    def cancel(self, token_or_session_id: str) -> Outcome:
+    def cancel(self, token_or_session_id: str, *, actor: str | None = None) -> Outcome:
         """End a paused or failed session as cancelled (its outcome: an error of type
         "cancelled"). A running session (by id) is asked to stop as cancelled at its next
         checkpoint, in whichever process runs it; the outcome returned then has status
         "running" and `meta["stop_requested"] == "cancel"`."""
-        return control.cancel(self._core, token_or_session_id)
+        return control.cancel(self._core, token_or_session_id, actor)
 
     # -- retention -----------------------------------------------------------------------------
     def prune(
@@ -346,15 +365,39 @@ class Runtime(Settings):
         """Sessions newest first, optionally filtered by status and flow (name or Flow)."""
         return inspecting.sessions(self._core, status, flow, limit, offset)
 
-    def stats(self, *, flow: str | Flow | None = None) -> Stats:
+    def sessions_page(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | Flow | None = None,
+        q: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of sessions newest first and the `next_cursor` of the next page (None on the
+        last): keyset paging, stable while sessions are created, an index range read however
+        deep. `q`: a session id prefix or flow name substring; created in [`since`, `until`)."""
+        return paging.sessions_page(self._core, status=status, flow=flow, q=q, since=since,
+                                    until=until, limit=limit, cursor=cursor)
+
+    def stats(
+        self,
+        *,
+        flow: str | Flow | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Stats:
         """Counts of sessions by status; per node (by name) executions, failures and mean
-        duration; and the sums of every `ctx.metric` — over all sessions, or one flow's.
+        duration; and the sums of every `ctx.metric` — over all sessions, or one flow's, or
+        those created in [`since`, `until`) (timezone-aware datetimes).
 
         The store keeps a tally per session and folds in only the events written since the last
         report: its cost grows with the sessions, not with their logs. A session whose stored
         data cannot be read is logged and left out of the node figures.
         """
-        return inspecting.stats(self._core, flow)
+        return inspecting.stats(self._core, flow, since, until)
 
     def subscribe(
         self, callback: Callable[[Event], Any], *, session_id: str | None = None

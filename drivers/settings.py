@@ -10,6 +10,7 @@ from tarry.snapshots.store import SessionStore
 
 from .clock import Clock
 from .core import Core, checked_adapters
+from .registry import FlowRegistry
 from .tokens import Tokens
 
 
@@ -24,6 +25,11 @@ class Settings:
     @property
     def store(self) -> SessionStore:
         return self._core.store
+
+    @property
+    def flows(self) -> FlowRegistry:
+        """The flows this Runtime knows (`get(name)`, `version(name, fingerprint)`, `all()`)."""
+        return self._core.flows
 
     @property
     def clock(self) -> Clock:

@@ -20,7 +20,7 @@ from tarry.snapshots.records import SessionRecord
 from .checking import fold
 from .core import Core
 from .drive import Drive
-from .limits import DURABILITY, MAX_SESSION_ID, valid_session_id
+from .limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from .outcome import Outcome
 from .pump import AwaitableOrValue
 from .settle import is_awaitable
@@ -35,9 +35,11 @@ def begin(
     *,
     durability: str | None = None,
     asynchronous: bool,
+    actor: str | None = None,
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it.
     `durability` is the session's own (the Runtime's default when None)."""
+    check_actor(actor)
     core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     if durability is None:
         durability = core.durability
@@ -47,6 +49,8 @@ def begin(
     core.flows.register(flow)
     input, size = core.take(input, "input")  # the session's own copy: the caller may change theirs
     started = {"input": input, "flow": flow.name}
+    if actor is not None:
+        started["actor"] = actor
     if size > INLINE:  # kept out of the state: stored once, with this event (state.OutOfLine)
         started["out_of_line"] = True
     if meta is not None:

@@ -94,6 +94,11 @@ class SessionView:
         return self._record.durability
 
     @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the flow version the session runs with."""
+        return self._record.fingerprint
+
+    @property
     def meta(self) -> dict[str, Any]:
         """The dict given to `Runtime.run(meta=...)`."""
         return dict(self._record.meta)

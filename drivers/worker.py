@@ -150,7 +150,11 @@ def register_recorded_flows(
 
 
 def deliver_importing(
-    runtime: Runtime, deliveries: dict[str, Any], tried: set[str] | None = None
+    runtime: Runtime,
+    deliveries: dict[str, Any],
+    tried: set[str] | None = None,
+    *,
+    actor: str | None = None,
 ) -> Delivered:
     """`deliver_many`, importing the flow of a waiting session that the runtime does not know
     from the `MODULE:FLOW` its meta records (each reference once per `tried`): what `tarry
@@ -159,7 +163,7 @@ def deliver_importing(
     tried = set() if tried is None else tried
     while True:
         try:
-            return delivering.deliver_many(_core(runtime), deliveries)
+            return delivering.deliver_many(_core(runtime), deliveries, actor)
         except (UnknownFlow, FlowMismatch) as exc:
             record = runtime.store.load(exc.session_id) if exc.session_id else None
             if record is None or not register_recorded_flows(runtime, [record], tried):

@@ -126,6 +126,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        before: tuple[dt.datetime, str] | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        search: str | None = None,
     ) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = (
@@ -133,6 +137,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
                 for e in self._sessions.values()
                 if (status is None or e.record.status == status)
                 and (flow is None or e.record.flow == flow)
+                and (before is None or _newest(e.record) < before)
+                and (since is None or e.record.created_at >= since)
+                and (until is None or e.record.created_at < until)
+                and (search is None or _found(e.record, search))
             )
             # The newest offset + limit of them, without sorting the rest.
             newest = heapq.nlargest(offset + limit, rows, key=_newest)
@@ -183,8 +191,14 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         return found
 
     # -- reports ---------------------------------------------------------------------------
-    def stats(self, *, flow: str | None = None) -> Totals:
-        return upkeep.stats(self, flow)
+    def stats(
+        self,
+        *,
+        flow: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+    ) -> Totals:
+        return upkeep.stats(self, flow, since, until)
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
@@ -282,3 +296,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
 
 def _newest(record: SessionRecord) -> tuple[dt.datetime, str]:
     return (record.created_at, record.session_id)
+
+
+def _found(record: SessionRecord, search: str) -> bool:
+    return record.session_id.startswith(search) or search in record.flow

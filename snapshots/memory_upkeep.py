@@ -40,14 +40,18 @@ def prune(
         return min(limit, len(doomed))
 
 
-def stats(store: MemoryStore, flow: str | None) -> Totals:
+def stats(
+    store: MemoryStore, flow: str | None, since: dt.datetime | None, until: dt.datetime | None
+) -> Totals:
     """Each session's tally (kept on its entry) brought up to date from the events written
     since, outside the lock, then added up."""
     with store._lock:
         rows = [
             (sid, e, e.record.status, e.tally, e.last_seq)
             for sid, e in store._sessions.items()
-            if flow is None or e.record.flow == flow
+            if (flow is None or e.record.flow == flow)
+            and (since is None or e.record.created_at >= since)
+            and (until is None or e.record.created_at < until)
         ]
     sums = Sums()
     for sid, entry, status, tally, last_seq in rows:

@@ -340,6 +340,10 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        before: tuple[dt.datetime, str] | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        search: str | None = None,
     ) -> list[SessionRecord]:
         # Only the filters given go into the WHERE clause, so the planner can use an index.
         where, args = [], []
@@ -349,6 +353,18 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         if flow is not None:
             where.append("flow = %s")
             args.append(flow)
+        if before is not None:
+            where.append("(created_at, session_id) < (%s, %s)")
+            args += (before[0], before[1])
+        if since is not None:
+            where.append("created_at >= %s")
+            args.append(since)
+        if until is not None:
+            where.append("created_at < %s")
+            args.append(until)
+        if search is not None:
+            where.append("(starts_with(session_id, %s) OR strpos(flow, %s) > 0)")
+            args += (search,) * 2
         clause = f"WHERE {' AND '.join(where)} " if where else ""
         sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT %s OFFSET %s"
         return self._select(sql, (*args, limit, offset))
@@ -366,5 +382,11 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
             return upkeep.prune(conn, before, statuses, now, limit, dry_run)
 
     # -- reports ---------------------------------------------------------------------------
-    def stats(self, *, flow: str | None = None) -> Totals:
-        return upkeep.stats(self, flow)
+    def stats(
+        self,
+        *,
+        flow: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+    ) -> Totals:
+        return upkeep.stats(self, flow, since, until)

@@ -113,13 +113,19 @@ ON CONFLICT (session_id) DO NOTHING
 """
 
 
-def stats(store: PostgresStore, flow: str | None) -> Totals:
-    sql = _TALLIES.format(flow="" if flow is None else "AND s.flow = %(flow)s")
+def stats(
+    store: PostgresStore, flow: str | None, since: dt.datetime | None, until: dt.datetime | None
+) -> Totals:
+    where = [f"AND s.{clause}" for clause, value in (
+        ("flow = %(flow)s", flow), ("created_at >= %(since)s", since),
+        ("created_at < %(until)s", until)) if value is not None]
+    sql = _TALLIES.format(flow=" ".join(where))
+    params = {"limit": STATS_PAGE, "flow": flow, "since": since, "until": until}
     sums = Sums()
     after = ""
     while True:
         with store._pool.connection() as conn:
-            rows = conn.execute(sql, {"after": after, "limit": STATS_PAGE, "flow": flow}).fetchall()
+            rows = conn.execute(sql, {**params, "after": after}).fetchall()
         fresh = add_page(sums, rows, store.events)
         if fresh:
             _keep(store, fresh)

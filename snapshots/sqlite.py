@@ -20,7 +20,7 @@ from tarry.engine.events import Event
 
 from . import sqlite_upkeep as upkeep
 from . import sqlite_waits as waits_
-from .records import SessionRecord, WaitRecord, decode_event, encode_events
+from .records import SessionRecord, WaitRecord, _micros, decode_event, encode_events
 from .sqlite_rows import _record, _row
 from .sqlite_sql import (
     _ASSIGN_ALL,
@@ -231,6 +231,10 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        before: tuple[dt.datetime, str] | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        search: str | None = None,
     ) -> list[SessionRecord]:
         # Only the filters given go into the WHERE clause, so SQLite can use the index.
         where, args = [], []
@@ -240,6 +244,18 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         if flow is not None:
             where.append("flow = ?")
             args.append(flow)
+        if before is not None:
+            where.append("(created_at, session_id) < (?, ?)")
+            args += (_micros(before[0]), before[1])
+        if since is not None:
+            where.append("created_at >= ?")
+            args.append(_micros(since))
+        if until is not None:
+            where.append("created_at < ?")
+            args.append(_micros(until))
+        if search is not None:
+            where.append("(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)")
+            args += (search,) * 3
         clause = f"WHERE {' AND '.join(where)} " if where else ""
         sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT ? OFFSET ?"
         return self._select(sql, (*args, limit, offset))
@@ -294,8 +310,14 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         return [decode_event(blob, session_id) for (blob,) in rows]
 
     # -- reports ---------------------------------------------------------------------------
-    def stats(self, *, flow: str | None = None) -> Totals:
-        return upkeep.stats(self, flow)
+    def stats(
+        self,
+        *,
+        flow: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+    ) -> Totals:
+        return upkeep.stats(self, flow, since, until)
 
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:

@@ -147,12 +147,21 @@ ORDER BY s.session_id LIMIT ?2
 """
 
 
-def stats(store: SQLiteStore, flow: str | None) -> Totals:
-    sql = _TALLIES.format(flow="" if flow is None else "AND s.flow = ?3")
+def stats(
+    store: SQLiteStore, flow: str | None, since: dt.datetime | None, until: dt.datetime | None
+) -> Totals:
+    # Only the filters given go into the WHERE clause (numbered: ?1 and ?2 are the page).
+    where, named = [], {}
+    for column, test, value in (("flow", "=", flow), ("created_at", ">=", since),
+                                ("created_at", "<", until)):
+        if value is not None:
+            where.append(f"AND s.{column} {test} ?{3 + len(named)}")
+            named[len(named)] = value if isinstance(value, str) else _micros(value)
+    sql = _TALLIES.format(flow=" ".join(where))
     sums = Sums()
     after = ""
     while True:
-        args: tuple[Any, ...] = (after, STATS_PAGE) if flow is None else (after, STATS_PAGE, flow)
+        args: tuple[Any, ...] = (after, STATS_PAGE, *named.values())
         with store._lock:
             rows = store._cur.execute(sql, args).fetchall()
         fresh = add_page(sums, rows, store.events)

@@ -85,10 +85,19 @@ class SessionStore(Protocol):
         flow: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        before: tuple[dt.datetime, str] | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        search: str | None = None,
     ) -> builtins.list[SessionRecord]:
         """Sessions newest first (by `created_at`, then id), filtered and paginated, without
         their state (`state` is b""): listing reads no snapshot and no event. `load` a session
-        to read its state."""
+        to read its state.
+
+        `before`: a keyset cursor, the (`created_at`, session id) of the last row of the
+        previous page: only rows after it in this order (stable whatever is created
+        meanwhile). `since` <= `created_at` < `until`. `search`: sessions whose id starts
+        with it or whose flow name contains it (case-sensitive; no wildcards)."""
 
     def prune(
         self,
@@ -118,8 +127,15 @@ class SessionStore(Protocol):
         when None). Reads only the page asked for (an index range scan), never the whole log."""
 
     # -- reports ---------------------------------------------------------------------------
-    def stats(self, *, flow: str | None = None) -> Totals:
-        """Sessions (of one flow, or all) counted by status, and their node tallies added up
+    def stats(
+        self,
+        *,
+        flow: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+    ) -> Totals:
+        """Sessions (of one flow, or all; created at `since` or later and before `until` when
+        given) counted by status, and their node tallies added up
         (see tally.py): each session's tally is brought up to date from the events written since
         it was last, and kept. A session whose stored data cannot be read is logged and left
         out of the node totals (still counted by status)."""

@@ -55,6 +55,16 @@ def err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def os_user() -> str | None:
+    """The OS user name (what `--actor` defaults to), or None when there is none."""
+    import getpass
+
+    try:
+        return getpass.getuser() or None
+    except (OSError, KeyError, ImportError):
+        return None
+
+
 def runtime_of(args: argparse.Namespace) -> Runtime:
     """The Runtime over the store the arguments name. A command that does not create stores
     (`CREATING`) refuses a SQLite file that is not there rather than create an empty one: it

@@ -55,7 +55,7 @@ def deliver(args: argparse.Namespace) -> int:
     tally = Tally()
     if args.key is not None:
         value = json_arg(args.value, "--value")
-        tally.add(deliver_importing(rt, {args.key: value}), keep_outcomes=True)
+        tally.add(deliver_importing(rt, {args.key: value}, actor=args.actor), keep_outcomes=True)
     else:
         _deliver_file(rt, args, tally)
     return _report(args, tally)
@@ -75,13 +75,13 @@ def _deliver_file(rt: Runtime, args: argparse.Namespace, tally: Tally) -> None:
                 continue
             key, value = parsed
             if key in batch or len(batch) >= args.batch:
-                done += _flush(rt, batch, lines, tally, tried)
+                done += _flush(rt, batch, lines, tally, tried, args.actor)
                 batch, lines = {}, {}
                 if shown is not None:
                     shown.update(done)
             batch[key] = value
             lines[key] = number
-        done += _flush(rt, batch, lines, tally, tried)
+        done += _flush(rt, batch, lines, tally, tried, args.actor)
         if shown is not None:
             shown.update(done)
     finally:
@@ -130,20 +130,26 @@ def _lines(stream: IO[str], tally: Tally) -> Iterator[tuple[int, tuple[str, Any]
 
 
 def _flush(
-    rt: Runtime, batch: dict[str, Any], lines: dict[str, int], tally: Tally, tried: set[str]
+    rt: Runtime,
+    batch: dict[str, Any],
+    lines: dict[str, int],
+    tally: Tally,
+    tried: set[str],
+    actor: str | None = None,
 ) -> int:
     """Deliver a batch; if it is refused (nothing changed then), each line on its own, so that
     only the refused ones are reported. How many lines it handled."""
     if not batch:
         return 0
     try:
-        tally.add(deliver_importing(rt, batch, tried), keep_outcomes=False)
+        tally.add(deliver_importing(rt, batch, tried, actor=actor), keep_outcomes=False)
         return len(batch)
     except TarryError:
         pass
     for key, value in batch.items():
         try:
-            tally.add(deliver_importing(rt, {key: value}, tried), keep_outcomes=False)
+            tally.add(deliver_importing(rt, {key: value}, tried, actor=actor),
+                      keep_outcomes=False)
         except TarryError as exc:
             tally.refused(lines[key], f"key {key!r}: {exc}")
     return len(batch)

@@ -30,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
     rt = runtime_of(args)
     sid = args.session_id or uuid.uuid4().hex
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, (), args):
-        out = rt.run_sync(flow, value, session_id=sid, meta={FLOW_REF: args.flow_ref})
+        out = rt.run_sync(
+            flow, value, session_id=sid, meta={FLOW_REF: args.flow_ref}, actor=args.actor
+        )
     return print_outcome(out, args)
 
 
@@ -41,7 +43,8 @@ def resume(args: argparse.Namespace) -> int:
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
         out = rt.resume_sync(
-            args.token, value, flow=flow, allow_changed=args.allow_changed, meta=_ref(args)
+            args.token, value, flow=flow, allow_changed=args.allow_changed, meta=_ref(args),
+            actor=args.actor,
         )
     return print_outcome(out, args)
 
@@ -54,7 +57,8 @@ def skip(args: argparse.Namespace) -> int:
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
         out = settle(
-            rt.skip(args.token, output, flow=flow if args.flow_ref else None, meta=_ref(args))
+            rt.skip(args.token, output, flow=flow if args.flow_ref else None, meta=_ref(args),
+                    actor=args.actor)
         )
     return print_outcome(out, args)
 

@@ -16,7 +16,7 @@ from .text import paused_line, summary
 
 
 def cancel(args: argparse.Namespace) -> int:
-    out = runtime_of(args).cancel(args.target)
+    out = runtime_of(args).cancel(args.target, actor=args.actor)
     if args.json:
         print(dumps(out))
     elif out.status == "running":
@@ -30,7 +30,7 @@ def abort(args: argparse.Namespace) -> int:
     """Works on a session running in any process that shares the store: the request is
     stored, and that process stops the run within a second (or after its step in flight)."""
     rt = runtime_of(args)
-    rt.abort(args.session, resumable=not args.cancel)
+    rt.abort(args.session, resumable=not args.cancel, actor=args.actor)
     status = rt.session(args.session).status
     if status == "running":
         action = "cancel" if args.cancel else "abort"

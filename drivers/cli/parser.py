@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 
 from . import completion, delivering, driving, inspecting, pruning, services
-from .common import ENDED, store_default
+from .common import ENDED, os_user, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
 
@@ -40,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument(
         "--no-progress", action="store_true", help="no progress bars or lines on stderr"
     )
+    actor = argparse.ArgumentParser(add_help=False)
+    actor.add_argument(
+        "--actor",
+        default=os_user(),
+        metavar="NAME",
+        help="who does it, recorded in the event it causes (default: your OS user name)",
+    )
     flow_opt = argparse.ArgumentParser(add_help=False)
     flow_opt.add_argument(
         "--flow",
@@ -71,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = command("run", driving.run, "start a session of MODULE:FLOW", as_json, drive_opts, progress)
+    p = command(
+        "run", driving.run, "start a session of MODULE:FLOW", as_json, drive_opts, progress, actor
+    )
     p.add_argument("flow_ref", metavar="MODULE:FLOW")
     p.add_argument("--input", metavar="JSON|@FILE", help="the flow input (@- reads stdin)")
     p.add_argument("--session-id", help="choose the session id (starting is then idempotent)")
@@ -84,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         drive_opts,
         progress,
         flow_opt,
+        actor,
     )
     p.add_argument("token")
     p.add_argument("--value", metavar="JSON|@FILE", help="the resume value (@- reads stdin)")
@@ -101,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         drive_opts,
         progress,
         flow_opt,
+        actor,
     )
     p.add_argument("token")
     p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
@@ -111,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resume the waits on a key (Wait(key=...)) with a value, or keep it as mail",
         as_json,
         progress,
+        actor,
     )
     p.add_argument("key", nargs="?", metavar="KEY", help="the key the waits name")
     p.add_argument("--value", metavar="JSON|@FILE", help="the value (@- reads stdin)")
@@ -124,11 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command(
-        "cancel", inspecting.cancel, "end a paused or failed session; stop a running one", as_json
+        "cancel",
+        inspecting.cancel,
+        "end a paused or failed session; stop a running one",
+        as_json,
+        actor,
     )
     p.add_argument("target", metavar="TOKEN|SESSION")
 
-    p = command("abort", inspecting.abort, "stop a running session at its next checkpoint")
+    p = command("abort", inspecting.abort, "stop a running session at its next checkpoint", actor)
     p.add_argument("session")
     p.add_argument(
         "--cancel", action="store_true", help="end it as cancelled instead of pausing it"
@@ -215,7 +231,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token",
         default=os.environ.get("TARRY_TOKEN"),
-        help="bearer token the API requires (default: $TARRY_TOKEN)",
+        help="bearer token the API requires, of the user 'admin' (default: $TARRY_TOKEN)",
+    )
+    p.add_argument(
+        "--users",
+        metavar="FILE",
+        help="named users: one name:token a line, # comments (default: the same lines, or "
+        "name:token,name:token, in $TARRY_USERS); each login name is recorded as the actor",
+    )
+    p.add_argument(
+        "--session-hours",
+        type=float,
+        default=12.0,
+        help="how long a login to the page lasts (default: 12)",
+    )
+    p.add_argument(
+        "--flow",
+        "--flows",
+        dest="flows",
+        action="append",
+        default=[],
+        metavar="MODULE:FLOW",
+        help="a flow that POST /api/sessions may start (repeatable)",
     )
 
     p = command("db", services.db, "manage the store's schema")

@@ -63,8 +63,14 @@ def worker(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     try:
         from ..http import serve
+        from ..http.users import read_users
 
-        serve(runtime_of(args), host=args.host, port=args.port, token=args.token)
+        rt = runtime_of(args)
+        for ref in args.flows:
+            rt.register(load_flow(ref))
+        users = read_users(args.users) if args.users else None
+        serve(rt, host=args.host, port=args.port, token=args.token, users=users,
+              session_hours=args.session_hours)
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
             raise

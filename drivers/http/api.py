@@ -10,10 +10,18 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from tarry.engine.errors import FlowMismatch, SessionNotResumable, UnknownFlow
+from tarry.engine.errors import (
+    FlowMismatch,
+    InvalidResumeValue,
+    SessionExists,
+    SessionNotResumable,
+    UnknownFlow,
+)
+from tarry.engine.waits import Gate
 
 from ..jsonable import event_to_dict
 from ..outcome import Outcome
+from ..paging import encode_cursor
 from ..runtime import Runtime
 from ..settle import settle
 from ..views import SessionView
@@ -28,9 +36,12 @@ from .bodies import (
     read_json,
     session_json,
 )
-from .guard import COOKIE, PAGE_HEADERS, cookie_value, same
+from .guard import COOKIE, PAGE_HEADERS
 from .journal import Journal, journal_feed
+from .periods import period
+from .reading import ReadingRoutes, find_flow
 from .sse import EventStreamResponse, Streams, Wakeup, session_feed
+from .users import LoginLimit, Users
 
 #: The most events one `GET .../events` returns.
 MAX_EVENTS = 10_000
@@ -39,12 +50,14 @@ MAX_EVENTS = 10_000
 # --- the routes --------------------------------------------------------------------------------
 
 
-class Api:
+class Api(ReadingRoutes):
     """The route handlers over one runtime."""
 
-    def __init__(self, runtime: Runtime, *, token: str | None, poll: float, heartbeat: float):
+    def __init__(self, runtime: Runtime, *, users: Users, poll: float, heartbeat: float,
+                 login_limit: LoginLimit | None = None):
         self.rt = runtime
-        self.token = token
+        self.users = users
+        self.login_limit = login_limit or LoginLimit()
         self.poll = poll
         self.heartbeat = heartbeat
         self.journal = Journal(runtime, poll=poll)
@@ -57,29 +70,65 @@ class Api:
         return HTMLResponse(self.page_html, headers=PAGE_HEADERS)
 
     async def login(self, request: Request) -> Response:
-        if self.token is None:  # nothing to log in to
+        """`{"token": ...}`: set the login cookie of the user whose token it is. At most
+        LoginLimit.failures wrong tokens a minute per client address, then 429."""
+        if not self.users:  # nothing to log in to
             return RedirectResponse("/", 303) if request.method == "GET" else Response(None, 204)
         if request.method == "GET":
             return HTMLResponse(self.login_html, headers=PAGE_HEADERS)
+        client = request.client.host if request.client else "?"
+        wait = self.login_limit.retry_after(client)
+        if wait:
+            return error_response(429, "TooManyRequests", f"too many failed logins from "
+                                  f"{client}: try again in {wait} s", {"retry-after": str(wait)})
         body = await read_body(request, {"token"})
         given = body.get("token")
-        if not isinstance(given, str) or not same(given, self.token):
+        user = self.users.by_token(given) if isinstance(given, str) and given else None
+        if user is None:
+            self.login_limit.failed(client)
             return error_response(401, "Unauthorized", "wrong token", {"www-authenticate": "Bearer"})
-        response = Response(None, 204)
-        response.set_cookie(COOKIE, cookie_value(self.token), httponly=True, samesite="strict",
-                            path="/")
+        response = Response(None, 204)  # who logged in: GET /api/me
+        response.set_cookie(COOKIE, self.users.cookie(user), httponly=True, samesite="strict",
+                            path="/", max_age=int(self.users.session_seconds))
         return response
+
+    async def logout(self, request: Request) -> Response:
+        """Clear the login cookie (a bearer token is not affected: it is sent each time)."""
+        response = Response(None, 204)
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    async def me(self, request: Request) -> Response:
+        return json_response({"user": request.state.user})
 
     # -- reading -----------------------------------------------------------------------------
     async def list_sessions(self, request: Request) -> Response:
+        """Newest first. Paged by `cursor` (keyset: the `next_cursor` of the page before), or
+        by `offset` (kept for old callers; a deep offset costs what it skips)."""
         q = request.query_params
         limit = int_param(request, "limit", 50, 1, 1000)
         offset = int_param(request, "offset", 0, 0, None)
         status, flow = q.get("status") or None, q.get("flow") or None
-        rows = await run_in_threadpool(
-            partial(self.rt.sessions, status=status, flow=flow, limit=limit, offset=offset)
-        )
-        return json_response({"sessions": rows, "limit": limit, "offset": offset})
+        if offset:
+            if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
+                raise BadRequest("BadRequest", "?offset= pages only by status and flow: use "
+                                               "?cursor= with ?q=, ?since= or ?until=")
+            rows = await run_in_threadpool(partial(
+                self.rt.sessions, status=status, flow=flow, limit=limit + 1, offset=offset
+            ))
+            more = len(rows) > limit
+            del rows[limit:]
+            last = rows[-1] if rows and more else None
+            cursor = encode_cursor(last.created_at, last.session_id) if last else None
+            return json_response({"sessions": rows, "next_cursor": cursor, "limit": limit,
+                                  "offset": offset})
+        since, until = period(request)
+        page = await run_in_threadpool(partial(
+            self.rt.sessions_page, status=status, flow=flow, q=q.get("q") or None, since=since,
+            until=until, limit=limit, cursor=q.get("cursor") or None,
+        ))
+        return json_response({"sessions": page.sessions, "next_cursor": page.next_cursor,
+                              "limit": limit, "offset": 0})
 
     async def get_session(self, request: Request) -> Response:
         view = await self._view(request)
@@ -102,18 +151,60 @@ class Api:
 
     async def stats(self, request: Request) -> Response:
         flow = request.query_params.get("flow") or None
-        return json_response(await run_in_threadpool(partial(self.rt.stats, flow=flow)))
+        since, until = period(request)
+        return json_response(await run_in_threadpool(
+            partial(self.rt.stats, flow=flow, since=since, until=until)
+        ))
+
+    # -- starting ----------------------------------------------------------------------------
+    async def start_session(self, request: Request) -> Response:
+        """Run a registered flow until it pauses or ends: 201 with the outcome. With a
+        `session_id`, idempotent: the same request again answers 200 with that session."""
+        body = await read_body(request, {"flow", "input", "session_id", "version"})
+        name, sid = body.get("flow"), body.get("session_id")
+        if not isinstance(name, str) or not name:
+            raise BadRequest("BadRequest", 'the body must name a registered flow: {"flow": '
+                                           f'"name", "input": ...}} (got {name!r})')
+        if sid is not None and (not isinstance(sid, str) or not sid):
+            raise BadRequest("BadRequest", f'"session_id" must be a non-empty string (got {sid!r})')
+        flow = find_flow(self.rt, name, body.get("version"))
+        given = body.get("input")
+        user = request.state.user
+
+        def start() -> tuple[int, Any]:
+            try:
+                return 201, settle(self.rt.run(flow, given, session_id=sid, actor=user))
+            except SessionExists:
+                return 200, self._existing(sid, name, given)  # type: ignore[arg-type]
+
+        status, result = await run_in_threadpool(start)
+        return json_response(result, status)
+
+    def _existing(self, sid: str, name: str, given: Any) -> dict[str, Any]:
+        """The session `sid` if it was started with this flow and input; else SessionExists."""
+        view = self.rt.session(sid)
+        first = view.events(0, 1)
+        started = first[0].data if first and first[0].type == "run.started" else {}
+        if view.flow != name or "input" not in started or started["input"] != given:
+            msg = (f"session {sid!r} exists with another flow or input (flow {view.flow!r}); "
+                   f"a repeated start must send the same flow and input")
+            raise SessionExists(msg)
+        return session_json(view)
 
     # -- controls ----------------------------------------------------------------------------
     async def resume_session(self, request: Request) -> Response:
         body = await read_body(request, {"value"})
-        sid = request.path_params["sid"]
-        return json_response(await run_in_threadpool(self._by_session, sid, "resume", body.get("value")))
+        sid, user = request.path_params["sid"], request.state.user
+        return json_response(await run_in_threadpool(
+            self._by_session, sid, "resume", body.get("value"), user
+        ))
 
     async def skip_session(self, request: Request) -> Response:
         body = await read_body(request, {"output"})
-        sid = request.path_params["sid"]
-        return json_response(await run_in_threadpool(self._by_session, sid, "skip", body.get("output")))
+        sid, user = request.path_params["sid"], request.state.user
+        return json_response(await run_in_threadpool(
+            self._by_session, sid, "skip", body.get("output"), user
+        ))
 
     async def abort_session(self, request: Request) -> Response:
         """Stop a running session at its next checkpoint, whichever process runs it (a stored
@@ -123,7 +214,9 @@ class Api:
         if not isinstance(resumable, bool):
             raise BadRequest("BadRequest", f'"resumable" must be true or false (got {resumable!r})')
         sid = request.path_params["sid"]
-        await run_in_threadpool(partial(self.rt.abort, sid, resumable=resumable))
+        await run_in_threadpool(
+            partial(self.rt.abort, sid, resumable=resumable, actor=request.state.user)
+        )
         view = await self._view(request)
         requested = "abort" if resumable else "cancel"
         return json_response(
@@ -132,7 +225,9 @@ class Api:
 
     async def cancel_session(self, request: Request) -> Response:
         await read_body(request, set())
-        return json_response(await run_in_threadpool(self.rt.cancel, request.path_params["sid"]))
+        return json_response(await run_in_threadpool(
+            partial(self.rt.cancel, request.path_params["sid"], actor=request.state.user)
+        ))
 
     async def resume_token(self, request: Request) -> Response:
         body = await read_body(request, {"token", "value"})
@@ -140,7 +235,10 @@ class Api:
         if not isinstance(token, str) or not token:
             raise BadRequest("BadRequest", 'the body must name the token: {"token": "tk_...", '
                              '"value": ...}')
-        return json_response(await run_in_threadpool(self._drive, self.rt.resume, token, body.get("value")))
+        user = request.state.user
+        return json_response(await run_in_threadpool(
+            self._drive, self.rt.resume, token, body.get("value"), user
+        ))
 
     async def deliver(self, request: Request) -> Response:
         """`{"key": ..., "value": ...}`, or a list of them: resume the waits on each key with its
@@ -160,10 +258,12 @@ class Api:
             if key in deliveries:
                 raise BadRequest("BadRequest", f"key {key!r} is delivered twice in one request")
             deliveries[key] = item.get("value")
-        done = await run_in_threadpool(deliver_importing, self.rt, deliveries)
+        done = await run_in_threadpool(
+            partial(deliver_importing, self.rt, deliveries, actor=request.state.user)
+        )
         return json_response({"outcomes": done.outcomes, "kept": done.kept})
 
-    def _by_session(self, sid: str, action: str, value: Any) -> Outcome:
+    def _by_session(self, sid: str, action: str, value: Any, user: str | None) -> Outcome:
         """Resume or skip a session by id, with the live token looked up here: the page never
         needs to hold a token."""
         view = self.rt.session(sid)
@@ -174,20 +274,43 @@ class Api:
                 status = "being resumed"
             raise SessionNotResumable(sid, status, action)
         drive = self.rt.resume if action == "resume" else self.rt.skip
-        return self._drive(drive, token, value)
+        return self._drive(drive, token, value, user)
 
-    def _drive(self, method: Callable[..., Any], token: str, value: Any) -> Outcome:
-        """Call resume or skip in this worker thread and wait for the outcome."""
+    def _drive(self, method: Callable[..., Any], token: str, value: Any, user: str | None
+               ) -> Outcome:
+        """Call resume or skip in this worker thread and wait for the outcome. A Gate decision
+        gets the user's name as its `by` (see `decided_by`)."""
+        if user is not None and method == self.rt.resume and self._at_gate(token):
+            value = decided_by(value, user)
         try:
-            result = method(token, value)
+            result = method(token, value, actor=user)
         except (UnknownFlow, FlowMismatch):
             # A session started by `tarry run` records where its flow lives: import it and try
             # again (nothing was changed: the token is consumed only after every check). Also
             # when another version of its flow is registered: the one it records may be its own.
             if not self._import_flow_of(token):
                 raise
-            result = method(token, value)
+            if user is not None and method == self.rt.resume and self._at_gate(token):
+                value = decided_by(value, user)
+            result = method(token, value, actor=user)
         return settle(result)
+
+    def _at_gate(self, token: str) -> bool:
+        """Whether the wait of `token` is a Gate (of a flow registered here)."""
+        key = self.rt.tokens.key(token)
+        info = self.rt.store.find_token(key) if key is not None else None
+        record = self.rt.store.load(info.session_id) if info is not None else None
+        if record is None:
+            return False
+        flow = self.rt.flows.version(record.flow, record.fingerprint)
+        if flow is None:
+            return False
+        waits = {w.token: w.path for w in self.rt.store.waits(record.session_id)}
+        path = waits.get(key)
+        if path is None:
+            pause = self.rt.session(record.session_id).state.pause
+            path = pause.path if pause is not None else None
+        return path is not None and isinstance(flow.find(path), Gate)
 
     def _import_flow_of(self, token: str) -> bool:
         key = self.rt.tokens.key(token)
@@ -230,6 +353,22 @@ class Api:
 
     async def _view(self, request: Request) -> SessionView:
         return await run_in_threadpool(self.rt.session, request.path_params["sid"])
+
+
+def decided_by(value: Any, user: str) -> Any:
+    """A Gate decision made by `user`: `by` is the login name. A bool becomes
+    `{"approved": bool, "by": user}`; a decision that names another `by` is refused
+    (InvalidResumeValue, 422: nothing changes): nobody decides in another's name."""
+    if isinstance(value, bool):
+        return {"approved": value, "by": user}
+    if isinstance(value, dict):
+        claimed = value.get("by")
+        if claimed is not None and claimed != user:
+            msg = (f"a Gate decision made through the API is by the logged-in user {user!r} "
+                   f"(the body claims by={claimed!r}): leave out 'by'")
+            raise InvalidResumeValue(msg)
+        return {**value, "by": user}
+    return value  # refused by the Gate itself, with its own message
 
 
 def static_text(name: str) -> str:

@@ -25,6 +25,8 @@ from ..runtime import Runtime
 from .api import Api
 from .bodies import BadRequest, on_bad_request, on_error, on_http_error
 from .guard import Guard, is_loopback_host
+from .reading import NoSuchFlow, on_unknown_flow
+from .users import ADMIN, Users, parse_users
 
 # --- building and running ----------------------------------------------------------------------
 
@@ -33,12 +35,17 @@ def create_app(
     runtime: Runtime,
     *,
     token: str | None = None,
+    users: dict[str, str] | None = None,
+    session_hours: float = 12.0,
     poll_interval: float = 1.0,
     heartbeat: float = 15.0,
 ) -> Starlette:
     """The HTTP API and monitor page over `runtime`, as a Starlette (ASGI) app.
 
-    `token`: when given, every request must carry it (see docs/monitor.md, "Access").
+    `users`: `{name: token}`; every request must carry one user's token (or the login cookie),
+    and that user's name is recorded as the actor of what it does. `token`: one more user,
+    named "admin" (see docs/monitor.md, "Access"). `session_hours`: how long a login cookie
+    lasts.
     `poll_interval`: how often the event streams look at the store for events written by other
     processes (this runtime's own runs wake them at once). `heartbeat`: seconds of silence
     after which a stream sends a comment to keep the connection open.
@@ -46,11 +53,19 @@ def create_app(
     if token is not None and (not isinstance(token, str) or not token.strip()):
         msg = f"token must be a non-empty string (got {token!r})"
         raise ValueError(msg)
-    for name, value in (("poll_interval", poll_interval), ("heartbeat", heartbeat)):
+    named = dict(users or {})
+    if token is not None:
+        if ADMIN in named and named[ADMIN] != token:
+            msg = f"the --token user is named {ADMIN!r}, and the users already name one"
+            raise ValueError(msg)
+        named[ADMIN] = token
+    for name, value in (("poll_interval", poll_interval), ("heartbeat", heartbeat),
+                        ("session_hours", session_hours)):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             msg = f"{name} must be a positive number of seconds (got {value!r})"
             raise ValueError(msg)
-    api = Api(runtime, token=token, poll=float(poll_interval), heartbeat=float(heartbeat))
+    known = Users(named, session_seconds=float(session_hours) * 3600)
+    api = Api(runtime, users=known, poll=float(poll_interval), heartbeat=float(heartbeat))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -60,9 +75,16 @@ def create_app(
     routes = [
         Route("/", api.page, methods=["GET"]),
         Route("/login", api.login, methods=["GET", "POST"]),
+        Route("/logout", api.logout, methods=["POST"]),
+        Route("/api/me", api.me, methods=["GET"]),
+        Route("/api/openapi.json", api.openapi, methods=["GET"]),
+        Route("/api/flows", api.list_flows, methods=["GET"]),
+        Route("/api/flows/{name}", api.get_flow, methods=["GET"]),
         Route("/api/sessions", api.list_sessions, methods=["GET"]),
+        Route("/api/sessions", api.start_session, methods=["POST"]),
         Route("/api/sessions/{sid}", api.get_session, methods=["GET"]),
         Route("/api/sessions/{sid}/events", api.list_events, methods=["GET"]),
+        Route("/api/sessions/{sid}/replay", api.replay_session, methods=["GET"]),
         Route("/api/sessions/{sid}/events/stream", api.stream_session, methods=["GET"]),
         Route("/api/sessions/{sid}/resume", api.resume_session, methods=["POST"]),
         Route("/api/sessions/{sid}/abort", api.abort_session, methods=["POST"]),
@@ -71,15 +93,17 @@ def create_app(
         Route("/api/resume", api.resume_token, methods=["POST"]),
         Route("/api/deliver", api.deliver, methods=["POST"]),
         Route("/api/stats", api.stats, methods=["GET"]),
+        Route("/api/stats/timeline", api.stats_timeline, methods=["GET"]),
         Route("/api/events/stream", api.stream_all, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token, login_page=lambda: api.login_html)],
+        middleware=[Middleware(Guard, users=known, login_page=lambda: api.login_html)],
         exception_handlers={
             TarryError: on_error,
             ValueError: on_error,
             BadRequest: on_bad_request,
+            NoSuchFlow: on_unknown_flow,
             HTTPException: on_http_error,
         },
         lifespan=lifespan,
@@ -91,23 +115,32 @@ def create_app(
 
 
 def serve(
-    runtime: Runtime, *, host: str = "127.0.0.1", port: int = 8765, token: str | None = None
+    runtime: Runtime,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | None = None,
+    users: dict[str, str] | None = None,
+    session_hours: float = 12.0,
 ) -> None:
     """Serve the HTTP API and the monitor page with uvicorn until interrupted. Blocks.
 
-    `token` defaults to `$TARRY_TOKEN`. Without a token only a loopback `host` is allowed
-    (ValueError otherwise, before anything starts): a server reachable from other machines
-    must ask for a token.
+    `token` defaults to `$TARRY_TOKEN`, `users` to the `name:token` lines of `$TARRY_USERS`
+    (see users.py). Without a token or users only a loopback `host` is allowed (ValueError
+    otherwise, before anything starts): a server reachable from other machines must ask for
+    a token.
     """
     if token is None:
         token = os.environ.get("TARRY_TOKEN") or None
+    if users is None and os.environ.get("TARRY_USERS"):
+        users = parse_users(os.environ["TARRY_USERS"], "$TARRY_USERS")
     if token is not None and (not isinstance(token, str) or not token.strip()):
         msg = f"token must be a non-empty string (got {token!r})"
         raise ValueError(msg)
     if not isinstance(host, str) or not host:
         msg = f"host must be a host name or address (got {host!r})"
         raise ValueError(msg)
-    if token is None and not is_loopback_host(host):
+    if token is None and not users and not is_loopback_host(host):
         msg = (
             f"refusing to serve on {host!r} without a token: anyone who can reach it could "
             f"resume and cancel sessions; pass --token (or set TARRY_TOKEN), or bind 127.0.0.1"
@@ -118,7 +151,7 @@ def serve(
         raise ValueError(msg)
     import uvicorn
 
-    app = create_app(runtime, token=token)
+    app = create_app(runtime, token=token, users=users, session_hours=session_hours)
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:

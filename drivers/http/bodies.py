@@ -7,6 +7,7 @@ import json
 import math
 import sys
 from typing import Any
+from urllib.parse import quote
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -63,6 +64,10 @@ def session_json(view: SessionView) -> dict[str, Any]:
         "abort": status == "running",
         "skip": token is not None and status == "failed",
     }
+    # The diagram of the very version it runs (GET it: 404 when this server lacks it).
+    data["flow_structure_url"] = (
+        f"/api/flows/{quote(view.flow, safe='')}?fingerprint={quote(view.fingerprint, safe='')}"
+    )
     return data
 
 

@@ -1,9 +1,11 @@
 """Who may talk to the HTTP API: checked once, in front of every route.
 
-With a token configured, every request must carry it: `Authorization: Bearer <token>`, or the
-cookie that `POST /login` sets for the page (a browser's EventSource cannot send headers). The
-cookie holds an HMAC of the token, not the token, and is `HttpOnly` and `SameSite=Strict`.
-Tokens are never accepted in the query string, which ends up in logs and browser history.
+With users configured (named tokens, see users.py, or one `--token`), every request must carry
+a user's token: `Authorization: Bearer <token>`, or the cookie that `POST /login` sets for the
+page (a browser's EventSource cannot send headers). The cookie names the user and its expiry
+under an HMAC keyed by the user's token, and is `HttpOnly` and `SameSite=Strict`. Tokens are
+never accepted in the query string, which ends up in logs and browser history. The user found
+is put in the request's scope (`request.state.user`; None without users).
 
 Without a token the server is for this machine only: the peer must be a loopback address and
 the `Host` a loopback name (a page on another site that rebinds its DNS name to 127.0.0.1 is
@@ -12,7 +14,6 @@ refused). Either way, a request that changes something must not come from anothe
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 from collections.abc import Callable
@@ -22,10 +23,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .users import Users
+
 COOKIE = "tarry_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-#: Reachable without the token: the login page and the login itself.
-OPEN_PATHS = frozenset({"/login"})
+#: Reachable without the token: the login page, the login itself, and the logout.
+OPEN_PATHS = frozenset({"/login", "/logout"})
 
 #: Headers of every HTML page: it may not be framed (its buttons resume and cancel sessions)
 #: and loads nothing from elsewhere.
@@ -40,11 +43,6 @@ PAGE_HEADERS = {
     "referrer-policy": "no-referrer",
     "x-content-type-options": "nosniff",
 }
-
-
-def cookie_value(token: str) -> str:
-    """What the login cookie holds: derived from the token, useless as a bearer token."""
-    return hmac.new(token.encode(), b"tarry monitor cookie", hashlib.sha256).hexdigest()
 
 
 def same(given: str, expected: str) -> bool:
@@ -72,10 +70,9 @@ def _host_name(host_header: str) -> str:
 class Guard:
     """ASGI middleware: answers 401/403 itself, or passes the request on untouched."""
 
-    def __init__(self, app: ASGIApp, *, token: str | None, login_page: Callable[[], str]) -> None:
+    def __init__(self, app: ASGIApp, *, users: Users | None, login_page: Callable[[], str]) -> None:
         self.app = app
-        self.token = token
-        self.cookie = cookie_value(token) if token else None
+        self.users = users if users else None
         self.login_page = login_page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,28 +80,30 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        response = self.refusal(request)
+        user = self.user(request)
+        scope.setdefault("state", {})["user"] = user
+        response = self.refusal(request, user)
         if response is None:
             await self.app(scope, receive, send)
         else:
             await response(scope, receive, send)
 
-    def authorized(self, request: Request) -> bool:
-        """The request carries the token (header) or the login cookie."""
-        if self.token is None or self.cookie is None:
-            return True
+    def user(self, request: Request) -> str | None:
+        """The user whose token (header) or login cookie the request carries, or None."""
+        if self.users is None:
+            return None
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and given and same(given.strip(), self.token):
-            return True
+        if scheme.lower() == "bearer" and given.strip():
+            return self.users.by_token(given.strip())
         cookie = request.cookies.get(COOKIE)
-        return cookie is not None and same(cookie, self.cookie)
+        return self.users.by_cookie(cookie) if cookie else None
 
-    def refusal(self, request: Request) -> Response | None:
+    def refusal(self, request: Request, user: str | None) -> Response | None:
         if request.method not in SAFE_METHODS and not _same_origin(request):
             return _error(403, "Forbidden", "cross-origin requests may not change anything "
                           f"(Origin {request.headers.get('origin')!r})")
-        if self.token is not None:
-            if request.url.path in OPEN_PATHS or self.authorized(request):
+        if self.users is not None:
+            if request.url.path in OPEN_PATHS or user is not None:
                 return None
             message = ("this server requires its token: send `Authorization: Bearer <token>`, "
                        "or log in at /login")

@@ -740,3 +740,44 @@ def test_worker_loads_adapters_by_import_path(jobs: Path) -> None:
                        ("nojobs:adapters", "no module"), ("jobs", "expected MODULE:OBJ")]:
         bad = tarry("worker", "--once", "--adapters", ref, "--store", db(jobs), cwd=jobs)
         assert bad.returncode == 2 and words in bad.stderr, (ref, bad.stderr)
+
+
+def test_commands_record_the_actor_given_or_the_os_user(jobs_here: Path, monkeypatch) -> None:
+    import getpass
+
+    from tarry.drivers.cli import main
+
+    store = f"sqlite:///{jobs_here / 'actors.db'}"
+    monkeypatch.setattr(getpass, "getuser", lambda: "osuser")
+    assert main(["run", "jobs:approval", "--store", store, "--input", '{"xs": [1]}',
+                 "--session-id", "a1", "--no-progress"]) == 3
+    rt = Runtime(store=store)
+    token = rt.session("a1").outcome.token
+    assert main(["resume", token, "--store", store, "--value", "true", "--actor", "ann",
+                 "--no-progress"]) == 0
+    assert main(["run", "jobs:approval", "--store", store, "--input", '{"xs": [1]}',
+                 "--session-id", "a2", "--no-progress"]) == 3
+    assert main(["cancel", "a2", "--store", store, "--actor", "bob"]) == 0
+    actors = [(e.session_id, e.type, e.data.get("actor"))
+              for sid in ("a1", "a2") for e in rt.session(sid).events()
+              if e.type in ("run.started", "run.resumed", "run.cancelled")]
+    assert actors == [("a1", "run.started", "osuser"), ("a1", "run.resumed", "ann"),
+                      ("a2", "run.started", "osuser"), ("a2", "run.cancelled", "bob")]
+
+
+def test_serve_reads_its_users_file_and_flows(jobs_here: Path, monkeypatch) -> None:
+    from tarry.drivers import http
+    from tarry.drivers.cli import main
+
+    served: list[dict] = []
+    monkeypatch.setattr(http, "serve", lambda rt, **kw: served.append(
+        {**kw, "flows": [f.name for f in rt.flows.all()]}))
+    (jobs_here / "users").write_text("# who\nann:ann-token-1234\nbob:bob-token-5678\n")
+    store = f"sqlite:///{jobs_here / 'serve.db'}"
+    assert main(["serve", "--store", store, "--users", "users", "--flow", "jobs:approval",
+                 "--session-hours", "2"]) == 0
+    assert served[0]["users"] == {"ann": "ann-token-1234", "bob": "bob-token-5678"}
+    assert served[0]["session_hours"] == 2.0 and served[0]["flows"] == ["approval"]
+    (jobs_here / "bad").write_text("ann\n")
+    assert main(["serve", "--store", store, "--users", "bad"]) == 2
+    assert len(served) == 1

@@ -891,3 +891,52 @@ def test_sqlite_a_file_made_before_the_control_columns_gets_them(tmp_path: Path)
         loaded = store.load("s1")
         assert (loaded.durability, loaded.stop, loaded.token) == ("pause", None, "tk_1")
         assert store.consume_token("tk_1") and store.request_stop("s1", "abort") == "running"
+
+
+def test_list_pages_by_cursor_filters_by_period_and_search(store: Any) -> None:
+    specs = [  # id, created (s), flow
+        ("job-1", 10, "billing"), ("job-2", 20, "billing"), ("job-3", 20, "mail"),
+        ("other", 30, "daily-billing"), ("x%_", 40, "mail"),
+    ]
+    for sid, created, flow in specs:
+        store.create(rec(sid, created_at=at(created), flow=flow))
+
+    def ids(**kw: Any) -> list[str]:
+        return [r.session_id for r in store.list(**kw)]
+
+    assert ids() == ["x%_", "other", "job-3", "job-2", "job-1"]
+    # Keyset paging: strictly before the (created_at, id) of the last row seen.
+    assert ids(limit=2) == ["x%_", "other"]
+    assert ids(limit=2, before=(at(30), "other")) == ["job-3", "job-2"]
+    assert ids(limit=2, before=(at(20), "job-2")) == ["job-1"]
+    # A session created meanwhile changes nothing on the later pages.
+    store.create(rec("newest", created_at=at(50)))
+    assert ids(limit=2, before=(at(30), "other")) == ["job-3", "job-2"]
+    # Period of creation: since inclusive, until exclusive.
+    assert ids(since=at(20), until=at(40)) == ["other", "job-3", "job-2"]
+    assert ids(since=at(20), until=at(40), before=(at(20), "job-3")) == ["job-2"]
+    # Search: an id prefix or a flow name substring, case-sensitive, wildcards are literal.
+    assert ids(search="job-") == ["job-3", "job-2", "job-1"]
+    assert ids(search="billing") == ["other", "job-2", "job-1"]
+    assert ids(search="x%") == ["x%_"]
+    assert ids(search="x_") == []  # as a LIKE pattern it would match "x%_"
+    assert ids(search="%") == []
+    assert ids(search="Job") == []
+    assert ids(search="billing", flow="billing") == ["job-2", "job-1"]
+
+
+def test_stats_of_a_period_count_sessions_by_creation_time(store: Any) -> None:
+    for sid, created, status in (("s1", 10, "completed"), ("s2", 20, "paused"),
+                                 ("s3", 30, "completed")):
+        store.create(rec(sid, created_at=at(created), status=status), events=[
+            Event(1, RUN_STARTED, sid, at(created), (), {}),
+            node(2, "node.started", "a", created, sid),
+            node(3, "node.completed", "a", created + 1, sid),
+        ])
+    assert store.stats().nodes["a"].executions == 3
+    period = store.stats(since=at(20), until=at(30))
+    assert period.by_status == {"paused": 1}
+    assert period.nodes["a"].executions == 1
+    assert store.stats(since=at(15)).by_status == {"paused": 1, "completed": 1}
+    assert store.stats(until=at(15)).by_status == {"completed": 1}
+    assert store.stats(since=at(31)).by_status == {}
