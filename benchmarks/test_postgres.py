@@ -84,10 +84,16 @@ def _full(request: pytest.FixtureRequest) -> bool:
 
 
 def test_postgres_pause_resume_round_trip(benchmark, dsn: str, request) -> None:
-    """One resume from a Gate's token up to the next Gate: resumes per second, one at a time."""
+    """One resume from a Gate's token up to the next Gate: resumes per second, one at a time.
+
+    Beside it, in the same run and interleaved round by round, the floor: one `SELECT 1`
+    round trip and one committed one-row UPDATE on the same pool. `extra_info` holds the
+    medians in µs and the median of the per-round ratios resume ÷ SELECT 1 (a resume is two
+    statements: `consume_token`, then the drive's `save`; see tests/drivers/
+    test_postgres_round_trips.py for the count)."""
     rounds = 200 if _full(request) else 2
     rt = Runtime(store=dsn)
-    out = rt.run(gated_loop(rounds + 10))
+    out = rt.run(gated_loop(2 * rounds + 10))
     for _ in range(3):  # the first resumes warm the pool and the prepared statements
         out = rt.resume(out.token, True)
     last = {"out": out}
@@ -97,8 +103,45 @@ def test_postgres_pause_resume_round_trip(benchmark, dsn: str, request) -> None:
 
     benchmark.pedantic(trip, rounds=rounds, iterations=1)
     assert last["out"].paused
+    floors = _floors(rt, trip, rounds)
+    benchmark.extra_info.update(floors)
     benchmark.extra_info["store"] = "postgres"
+    print(
+        f"\npostgres resume {floors['resume_us']:,.0f} µs; floor: SELECT 1 "
+        f"{floors['select_1_us']:,.0f} µs, one-row UPDATE commit {floors['update_commit_us']:,.0f} "
+        f"µs; resume ÷ SELECT 1 = {floors['resume_per_select_1']:.2f}"
+    )
     rt.store.close()
+
+
+def _floors(rt: Runtime, trip: Any, rounds: int) -> dict[str, float]:
+    """Medians (µs) of a resume, a `SELECT 1` and a committed one-row UPDATE, measured in
+    turns, and the median of the per-round ratios resume ÷ SELECT 1."""
+    from statistics import median
+
+    pool = rt.store._pool
+    with pool.connection() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_floor (id int PRIMARY KEY, n bigint)")
+        conn.execute("INSERT INTO bench_floor VALUES (1, 0) ON CONFLICT DO NOTHING")
+    select, update, resume = [], [], []
+    for _ in range(rounds):
+        with pool.connection() as conn:
+            start = time.perf_counter()
+            conn.execute("SELECT 1").fetchone()
+            select.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            conn.execute("UPDATE bench_floor SET n = n + 1 WHERE id = 1")
+            update.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        trip()
+        resume.append(time.perf_counter() - start)
+    return {
+        "resume_us": round(median(resume) * 1e6, 1),
+        "select_1_us": round(median(select) * 1e6, 1),
+        "update_commit_us": round(median(update) * 1e6, 1),
+        "resume_per_select_1": round(median(r / s for r, s in zip(resume, select, strict=True)), 2),
+        "resume_per_update_commit": round(median(r / u for r, u in zip(resume, update, strict=True)), 2),
+    }
 
 
 def test_postgres_resumes_from_threads(benchmark, dsn: str, request) -> None:

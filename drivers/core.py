@@ -34,7 +34,7 @@ from .limits import (
 from .registry import FlowRegistry
 from .reported import Reported
 from .running import Running
-from .statecache import StateCache
+from .statecache import MAX_ENTRIES, RecordCache, StateCache
 from .stores import open_store
 from .subscribers import Subscribers
 from .tokens import Tokens
@@ -47,7 +47,7 @@ class Core:
     __slots__ = (
         "store", "clock", "ns", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "take", "tokens", "flows", "running",
-        "states", "hub", "retention", "retain_at", "reported",
+        "states", "records", "hub", "retention", "retain_at", "reported",
     )
 
     def __init__(
@@ -115,6 +115,9 @@ class Core:
         self.running = Running()
         #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
         self.states = StateCache()
+        #: The records of the sessions this runtime last paused, for resuming them unread
+        #: (not with a store of an older protocol, whose consume_token takes no version).
+        self.records = RecordCache(MAX_ENTRIES if _takes_version(self.store) else 0)
         self.hub = Subscribers()
         #: How long ended sessions are kept: workers prune older ones as they go (pruning.py).
         self.retention = None if retention is None else checked_age(retention, "retention")
@@ -122,6 +125,16 @@ class Core:
         self.retain_at: datetime | None = None
         #: The sessions whose trouble a round has logged (each once, not every round).
         self.reported = Reported()
+
+
+def _takes_version(store: SessionStore) -> bool:
+    """Whether the store's consume_token takes `version` (every store of this tarry does)."""
+    import inspect
+
+    try:
+        return "version" in inspect.signature(store.consume_token).parameters
+    except (TypeError, ValueError):  # no signature to read: assume the older protocol
+        return False
 
 
 def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:

@@ -367,8 +367,9 @@ class Drive:
             record, rec.version, events=events, values=values, waits=waits, mail_done=done
         )
         self.record = record
-        if token is not None:  # to be resumed: keep the state to skip decoding it then
+        if token is not None:  # to be resumed: keep the state to skip decoding it then,
             self.core.states.keep(blob, state)
+            self.core.records.keep(token, record)  # and the record to skip reading it
         # The keyed waits it registered: a delivery posted just before may be in the mailbox.
         self.keyed = {w.key: w.token for w in waits if w.key is not None}
         return token

@@ -1,13 +1,15 @@
 """Resuming a session: `Runtime.resume`, `skip`, and the resumes of timers and adapters.
 
 Every check happens before the token is used, so a rejected resume leaves the session exactly
-as it was; the token's use, the lease and the `run.resumed` event are one transaction.
+as it was; the token's use, the lease and the `run.resumed` event are one transaction. A
+session this runtime paused is checked against the record it wrote (see statecache.py), so
+that the resume's first call to the store is the token's use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.engine import events as ev
@@ -17,6 +19,7 @@ from tarry.engine.errors import (
     InvalidArgument,
     SessionNotResumable,
     SnapshotError,
+    TarryError,
     TokenAlreadyUsed,
     UnknownToken,
 )
@@ -120,6 +123,11 @@ class _Busy(Exception):
     using the token: nothing was written, the token is unused; try again."""
 
 
+class _Stale(Exception):
+    """A resume checked against the record this runtime kept (see `_prepare`) did not go
+    through: nothing was written; read the session from the store and check it again."""
+
+
 def prepare(*args: Any, **kwargs: Any) -> AwaitableOrValue[Outcome]:
     """`_prepare` (see there), again while the session is busy: two calls that resume two
     waiting branches of one session at once take turns, each with the session as the other
@@ -149,7 +157,42 @@ def _prepare(
     key: str,
     flow: Flow | None,
     allow_changed: bool,
+    **options: Any,
+) -> AwaitableOrValue[Outcome]:
+    """Check everything, then use the token (`key`: its store key) and record the resume
+    in one transaction (see `_resume` for the `options`).
+
+    A session this runtime paused is checked against the record it wrote (core.records), and
+    its token used only while the session is still at that version. When it is not (another
+    process moved it on, another token of it was used), or when a check refuses the resume
+    (the refusal must be the one the stored session gives: a used token's TokenAlreadyUsed
+    before a bad value's InvalidResumeValue), it is read from the store and checked again."""
+    record = core.records.take(key)
+    if record is not None:
+        try:
+            return _resume(core, key, record, flow, allow_changed, version=record.version,
+                           **options)
+        except _Stale:
+            pass  # nothing was written: read the session, as any other resume does
+    info = core.store.find_token(key)
+    if info is None:
+        raise UnknownToken()
+    if info.used:
+        raise TokenAlreadyUsed(info.session_id)
+    record = core.store.load(info.session_id)
+    if record is None:
+        raise UnknownToken()
+    return _resume(core, key, record, flow, allow_changed, **options)
+
+
+def _resume(
+    core: Core,
+    key: str,
+    record: SessionRecord,
+    flow: Flow | None,
+    allow_changed: bool,
     *,
+    version: int | None = None,
     value: Any = None,
     skip: bool = False,
     asynchronous: bool = False,
@@ -159,8 +202,9 @@ def _prepare(
     mail_done: Sequence[str] = (),
     actor: str | None = None,
 ) -> AwaitableOrValue[Outcome]:
-    """Check everything, then use the token (`key`: its store key) and record the resume
-    in one transaction.
+    """Resume the session `record` holds by the token `key`; with `version`, `record` is the
+    one this runtime wrote, and the token is used only while the store holds that version
+    (else, or when a check refuses, _Stale: nothing was written).
 
     `trigger` says who resumes (resume, skip, timer, timeout, adapter, deliver, mail) in the
     outcome's meta. `mail_done`: keys of mail the value came from (see starting.late_mail),
@@ -173,14 +217,55 @@ def _prepare(
     records that flow's fingerprint and version, in the `run.resumed` event at once (so a
     recovery after a crash goes on with it) and in its row when the run next writes."""
     check_actor(actor)
-    info = core.store.find_token(key)
-    if info is None:
-        raise UnknownToken()
-    if info.used:
-        raise TokenAlreadyUsed(info.session_id)
-    record = core.store.load(info.session_id)
-    if record is None:
-        raise UnknownToken()
+    try:
+        checked = _check(core, key, record, flow, allow_changed, value, skip, trigger,
+                         failure, meta, actor)
+    except (TarryError, _Busy):
+        if version is not None:
+            raise _Stale() from None  # refused as this runtime saw it: ask the store
+        raise
+    flow, state, events, session_meta, outcome_meta, now = checked
+    until = now + timedelta(seconds=core.lease)
+    # One transaction: the token is used, the lease taken and the resume (with its value)
+    # recorded, so a crash from here on leaves a session that recover() can continue.
+    try:
+        used = core.store.consume_token(
+            key, owner=core.owner, until=until, events=events, version=version
+        )
+    except ConcurrentUpdate as exc:  # it moved on since we read it: nothing was written
+        if version is not None:
+            raise _Stale() from None
+        raise _Busy(str(exc)) from None
+    if not used:
+        if version is not None:
+            raise _Stale()  # used or gone: the store says which
+        raise TokenAlreadyUsed(record.session_id)
+    core.states.drop(record.state)
+    record.meta = session_meta  # written with the session's next write
+    core.flows.register(flow)  # its timers and recovery find it by fingerprint from now on
+    if failure is not None:
+        core.hub.announce(events)
+        return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
+    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta,
+                 mail_done=mail_done)
+
+
+def _check(
+    core: Core,
+    key: str,
+    record: SessionRecord,
+    flow: Flow | None,
+    allow_changed: bool,
+    value: Any,
+    skip: bool,
+    trigger: str,
+    failure: ErrorInfo | None,
+    meta: dict[str, Any] | None,
+    actor: str | None,
+) -> tuple[Flow, SessionState, list[Any], dict[str, Any], dict[str, Any], datetime]:
+    """Everything a resume checks before it uses the token: (the flow it continues with, the
+    state after the resume's events, those events, the session's meta, the outcome's meta,
+    the time of the events)."""
     kept = core.states.get(record.state)
     state = kept if kept is not None else stored_state(core, record)
     flow = core.flows.flow_for(record, flow, allow_changed)
@@ -225,20 +310,4 @@ def _prepare(
         specs = [(ev.RUN_RESUMED, path, resumed)]
     now = core.clock.now()
     state, events = fold(state, now, specs)
-    until = now + timedelta(seconds=core.lease)
-    # One transaction: the token is used, the lease taken and the resume (with its value)
-    # recorded, so a crash from here on leaves a session that recover() can continue.
-    try:
-        used = core.store.consume_token(key, owner=core.owner, until=until, events=events)
-    except ConcurrentUpdate as exc:  # it moved on since we read it: nothing was written
-        raise _Busy(str(exc)) from None
-    if not used:
-        raise TokenAlreadyUsed(record.session_id)
-    core.states.drop(record.state)
-    record.meta = session_meta  # written with the session's next write
-    core.flows.register(flow)  # its timers and recovery find it by fingerprint from now on
-    if failure is not None:
-        core.hub.announce(events)
-        return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
-    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta,
-                 mail_done=mail_done)
+    return flow, state, events, session_meta, outcome_meta, now

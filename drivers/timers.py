@@ -94,6 +94,9 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
     pause = state.pause
     if state.status != "paused" or pause is None:
         return None
+    # Claimed just now, so the resume need not read it again: it uses the token only while
+    # the session is still at this version (see resuming._prepare).
+    core.records.keep(token, record)
     try:
         if pause.wake_at is not None and pause.wake_at <= now:
             return settle(prepare(core, token, None, False, trigger="timer"))

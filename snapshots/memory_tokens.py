@@ -12,6 +12,7 @@ from tarry.engine.events import Event
 
 from .memory_entry import _copy, _encode_batch, _Entry
 from .records import SessionRecord, TokenInfo
+from .store import stale
 
 
 class TokensAndLeases:
@@ -48,6 +49,7 @@ class TokensAndLeases:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
+        version: int | None = None,
     ) -> bool:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -55,6 +57,10 @@ class TokensAndLeases:
             if sid is None or token in self._used:
                 return False
             entry = self._sessions.get(sid)
+            if version is not None:
+                found = (entry.record.version, entry.record.status) if entry else None
+                if (moved := stale(sid, found, version)) is not None:
+                    raise moved
             if entry is not None:
                 self._check_seq(entry, events)
                 entry.record.status = "running"

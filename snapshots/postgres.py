@@ -2,8 +2,8 @@
 
 The class holds the sessions; events and values come from postgres_values.py, tokens, timers
 and leases from postgres_tokens.py, waits and the mailbox from postgres_waits.py, the
-migrations from postgres_schema.py, and the statements and row conversion from
-postgres_sql.py.
+migrations from postgres_schema.py, the one-statement writes of a run and a resume from
+postgres_writes.py, and the other statements and row conversion from postgres_sql.py.
 """
 
 from __future__ import annotations
@@ -31,19 +31,15 @@ from tarry.engine.events import Event
 
 from . import postgres_schema as schema_
 from . import postgres_upkeep as upkeep
-from . import postgres_waits as waits_
+from . import postgres_writes as writes
 from .postgres_schema import Migration
 from .postgres_sql import (
-    _INSERT,
+    _NAMES,
     _SELECT,
     _SUMMARY,
-    _UPDATE,
-    _add_token,
-    _append,
-    _check_appended,
+    _check_batch,
     _conflict,
     _nothing,
-    _put,
     _record,
     _row,
     _size,
@@ -94,9 +90,9 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
     `timeout`: seconds a call waits for a free connection; `connect_timeout`: seconds to
     reach the server. `auto_upgrade`: migrate the schema when opening (see `upgrade`).
 
-    Every method is one transaction: a single statement on a connection in autocommit mode,
-    or a transaction whose statements are pipelined (two round trips to the server, however
-    many statements). `bytes_written` / `bytes_read` count the same blobs as the other
+    Every method is one transaction: a single statement on a connection in autocommit mode
+    (one round trip: `create`, `save` and `consume_token` are each one statement, see
+    postgres_writes.py), or a transaction whose statements are pipelined. `bytes_written` / `bytes_read` count the same blobs as the other
     stores. Thread-safe; not fork-safe: open the store in the process that uses it.
     """
 
@@ -214,20 +210,24 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
         sid = record.session_id
+        _check_batch(events)
+        if events and events[0].seq != 1:  # a new session's log starts at 1
+            raise _conflict(None, sid, events)
         encoded = encode_events(events)
+        args: dict[str, Any] = dict(zip(_NAMES, _row(record, version=0), strict=True))
+        if events:
+            args.update(seqs=[e.seq for e in events], types=[e.type for e in events], blobs=encoded)
         try:
-            with self._batch() as (conn, flush):
+            with self._pool.connection() as conn:
                 # The primary key decides, so two processes creating one id cannot both win.
-                conn.execute(_INSERT, _row(record, version=0))
-                if record.token:
-                    _add_token(conn, record.token, sid)
-                appended = _append(conn, sid, events, encoded)
-                flush()
-                _check_appended(appended, sid, events)
+                row = conn.execute(writes.create_sql(bool(events), bool(record.token)), args)
+                _created, appended = row.fetchone() or (0, 0)
         except pg_errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "tarry_sessions_pkey":
                 raise SessionExists(sid) from exc
             raise _conflict(exc, sid) from exc
+        if appended != len(events):  # cannot be: the log of a new session is empty
+            raise _conflict(None, sid, events)
         self._count(written=len(record.state) + sum(map(len, encoded)))
 
     def load(self, session_id: str) -> SessionRecord | None:
@@ -248,7 +248,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
     ) -> int:
-        row = _row(record, version=expected_version + 1)[1:]
+        row = dict(zip(_NAMES, _row(record, version=expected_version + 1), strict=True))
         more = (waits, mail_done)
         encoded = encode_events(events)
         try:
@@ -273,7 +273,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
     def _save(
         self,
         record: SessionRecord,
-        row: tuple[Any, ...],
+        row: dict[str, Any],
         expected_version: int,
         events: Sequence[Event],
         encoded: builtins.list[bytes],
@@ -281,39 +281,39 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         waits: Sequence[WaitRecord],
         mail_done: Sequence[str],
     ) -> None:
+        """One statement (see postgres_writes.py): the row's compare-and-set, the events, the
+        values, the tokens, the waits and the claimed mail, all or nothing."""
         sid = record.session_id
+        # A session that ends ends its waits: their tokens are used, the waits deleted.
+        ended = record.status != "paused" and record.status != "running"
+        _check_batch(events)
+        sql, args = writes.save_args(
+            row, expected_version, events, encoded, values, waits, mail_done, ended
+        )
         try:
-            with self._batch() as (conn, flush):
-                # The UPDATE locks the row: of two racing savers the second waits, then finds
-                # the version moved on and updates nothing; everything else is then undone.
-                # A session that ends ends its waits: their tokens first (see the lock order
-                # in postgres_waits.py), the waits after its row.
-                ended = record.status != "paused" and record.status != "running"
-                if ended:
-                    waits_.end_tokens(conn, sid)
-                # Tokens before the session's row, as consume_token takes them: a token kept
-                # from an earlier pause (a session paused again on old waits) may be locked by
-                # a racing consume_token, which then waits for the row.
-                if record.token:
-                    _add_token(conn, record.token, sid)
-                updated = conn.execute(_UPDATE, (*row, record.status, sid, expected_version))
-                appended = _append(conn, sid, events, encoded)
-                _put(conn, sid, values)
-                if ended:
-                    waits_.end_waits(conn, sid, mail_done)
-                else:
-                    waits_.save_waits(conn, sid, waits, mail_done)
-                flush()
-                if updated.rowcount != 1:
-                    current = conn.execute(
-                        "SELECT version FROM tarry_sessions WHERE session_id = %s", (sid,)
-                    ).fetchone()
-                    found = None if current is None else current[0]
-                    msg = f"session {sid!r} is at version {found}, not {expected_version}"
-                    raise ConcurrentUpdate(msg)
-                _check_appended(appended, sid, events)
+            with self._pool.connection() as conn:
+                try:
+                    _one, appended = conn.execute(sql, args).fetchone() or (0, 0)
+                except pg_errors.DivisionByZero:  # the guard: the row was not written
+                    raise self._moved(conn, sid, expected_version, events) from None
         except pg_errors.IntegrityError as exc:
             raise _conflict(exc, sid) from exc
+        if appended != len(events):  # cannot be: the row is written only if they continue
+            raise _conflict(None, sid, events)
+
+    @staticmethod
+    def _moved(
+        conn: psycopg.Connection[Any], sid: str, expected_version: int, events: Sequence[Event]
+    ) -> ConcurrentUpdate:
+        """Why a save wrote nothing: the session is at another version (or gone), or its
+        log moved on."""
+        current = conn.execute(
+            "SELECT version FROM tarry_sessions WHERE session_id = %s", (sid,)
+        ).fetchone()
+        found = None if current is None else current[0]
+        if found == expected_version and events:
+            return _conflict(None, sid, events)
+        return ConcurrentUpdate(f"session {sid!r} is at version {found}, not {expected_version}")
 
     def _saved(self, record: SessionRecord, expected_version: int) -> bool:
         """Whether the store holds `record` as a save from `expected_version` wrote it."""

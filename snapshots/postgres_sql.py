@@ -33,14 +33,6 @@ _SUMMARY = (
     + ", ".join("''::bytea" if n == "state" else n for n in _NAMES)
     + ", stop FROM tarry_sessions"
 )
-_INSERT = f"INSERT INTO tarry_sessions ({_COLUMNS}) VALUES ({', '.join(['%s'] * len(_NAMES))})"
-# Every column but the id; the stop request lasts while the new status (the next parameter)
-# is "running"; then the compare-and-set condition.
-_UPDATE = (
-    f"UPDATE tarry_sessions SET {', '.join(f'{n} = %s' for n in _NAMES[1:])}, "
-    "stop = CASE WHEN %s = 'running' THEN stop END "
-    "WHERE session_id = %s AND version = %s"
-)
 # Events go in only if they continue the log: the last stored seq must be the one before
 # the first. Two writers that both read the same last seq insert the same next one, and the
 # primary key makes the second wait for the first and then fail: the log stays gap-free.
@@ -58,34 +50,6 @@ _PUT = (
     "WHERE EXISTS (SELECT 1 FROM tarry_sessions WHERE session_id = %(sid)s) "
     "ON CONFLICT (session_id, key, idx) DO UPDATE SET blob = EXCLUDED.blob"
 )
-# Using a token is one statement: the UPDATE of its row is what makes it single-use (of any
-# number of racing consumers the first flips `used`; the others wait for its commit, re-check
-# `NOT used` and update nothing, so a loser is told False only once the token really is
-# used). The lease and the events are written only through the row it returns.
-_CONSUME = """
-WITH used AS (
-    UPDATE tarry_tokens SET used = true WHERE token = %(token)s AND NOT used
-    RETURNING session_id
-), resuming AS (
-    UPDATE tarry_sessions SET status = 'running', stop = NULL,
-        lease_owner = COALESCE(%(owner)s::text, lease_owner),
-        lease_until = CASE WHEN %(owner)s::text IS NULL THEN lease_until
-                           ELSE %(until)s::timestamptz END
-    WHERE session_id IN (SELECT session_id FROM used)
-    RETURNING session_id
-), appended AS (
-    -- From the row the UPDATE above returns, not from the token: the session's row is locked
-    -- before any event is inserted, the order a save takes them in (else a save holding the
-    -- row, inserting the same seq, and this waiting for the row deadlock).
-    INSERT INTO tarry_events (session_id, seq, type, blob)
-    SELECT resuming.session_id, e.s, e.t, e.b
-    FROM resuming, unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
-    WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events AS old
-           WHERE old.session_id = resuming.session_id) = %(after)s
-    RETURNING 1
-)
-SELECT (SELECT session_id FROM used), (SELECT count(*) FROM appended)
-"""
 _FREE = (
     "(lease_owner IS NULL OR lease_until IS NULL OR lease_until <= %(now)s "
     "OR lease_owner = %(owner)s)"
@@ -133,15 +97,6 @@ def _exists(conn: psycopg.Connection[Any], session_id: str) -> bool:
         "SELECT 1 FROM tarry_sessions WHERE session_id = %s", (session_id,)
     ).fetchone()
     return found is not None
-
-
-def _add_token(conn: psycopg.Connection[Any], token: str, session_id: str) -> None:
-    # DO NOTHING: a token already known keeps its owner and its used flag; re-registering
-    # must never make a consumed token live again.
-    conn.execute(
-        "INSERT INTO tarry_tokens (token, session_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-        (token, session_id),
-    )
 
 
 def _check_batch(events: Sequence[Event]) -> None:

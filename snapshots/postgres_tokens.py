@@ -11,13 +11,14 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
+from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.events import Event
 
+from . import postgres_writes as writes
 from .postgres_sql import (
     _CLAIM,
     _CLAIM_DUE,
     _CLAIM_DUE_AFTER,
-    _CONSUME,
     _RENEW,
     _SELECT,
     _check_batch,
@@ -25,6 +26,7 @@ from .postgres_sql import (
     _record,
 )
 from .records import SessionRecord, TokenInfo, encode_events
+from .store import stale
 
 
 class TokensAndLeases:
@@ -59,33 +61,33 @@ class TokensAndLeases:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
+        version: int | None = None,
     ) -> bool:
         _check_batch(events)
         encoded = encode_events(events)
-        args = {
-            "token": token,
-            "owner": owner,
-            "until": until,
-            "after": events[0].seq - 1 if events else 0,
-            "seqs": [e.seq for e in events],
-            "types": [e.type for e in events],
-            "blobs": encoded,
-        }
+        args = writes.consume_args(token, owner, until, events, encoded, version)
+        sql = writes.consume_sql(bool(events), version is not None)
+        named = events[0].session_id if events else "?"
         try:
-            with self._batch() as (conn, flush):
-                cur = conn.execute(_CONSUME, args)
-                # Its wait goes too (after the session's row: see postgres_waits.py); nothing
-                # for a token that was not ours to use.
-                conn.execute("DELETE FROM tarry_waits WHERE token = %(token)s", args)
-                flush()
-                row = cur.fetchone()
-                sid, appended = row if row else (None, 0)
-                if sid is None:
-                    return False  # used or unknown: nothing was written
-                if appended != len(events):
-                    raise _conflict(None, sid, events)
+            with self._pool.connection() as conn:
+                row = conn.execute(sql, args).fetchone()
+        except pg_errors.DivisionByZero:  # the guard: the session moved on, nothing written
+            if version is None:
+                raise _conflict(None, named, events) from None
+            msg = f"session {named!r} changed since version {version} (the token is unused)"
+            raise ConcurrentUpdate(msg) from None
         except pg_errors.IntegrityError as exc:
-            raise _conflict(exc, events[0].session_id if events else "?") from exc
+            raise _conflict(exc, named) from exc
+        sid, appended, _guard, used, owner_id, found_version, status = row
+        if sid is None:
+            if version is not None and used is False:  # live, and not used by this call: why?
+                found = None if found_version is None else (found_version, status)
+                moved = stale(owner_id, found, version)
+                if moved is not None:
+                    raise moved
+            return False  # used or unknown: nothing was written
+        if appended != len(events):  # cannot be: the session is set running only if they continue
+            raise _conflict(None, sid, events)
         self._count(written=sum(map(len, encoded)))
         return True
 

@@ -1,5 +1,5 @@
 """PostgresStore's waits, the mailbox and batches of tokens (a mixin of PostgresStore), with
-the migration that adds them and the statements a save sends for them.
+the migration that adds them. (A save's part for them is in postgres_writes.py.)
 
 Lock order, so that no two writers wait for each other in a circle: token rows (in token
 order), then session rows (in id order), then wait rows. A `post` and a `save` that registers
@@ -56,41 +56,6 @@ STATEMENTS = (
 _WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
 _EMPTY_PATH = encode_path(())
 
-# Keys locked in one order (by their hash) so that two saves never wait for each other.
-_LOCK_KEYS = (
-    "SELECT pg_advisory_xact_lock(h) FROM "
-    "(SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(%s::text[]) AS k ORDER BY h) AS s"
-)
-_ADD_TOKENS = (
-    "INSERT INTO tarry_tokens (token, session_id) SELECT t, %(sid)s FROM unnest(%(tokens)s::text[]) "
-    "AS t ON CONFLICT DO NOTHING"
-)
-# A wait is kept only for a live token of its own session: a used one is never made live again.
-_ADD_WAITS = f"""
-INSERT INTO tarry_waits ({_WAIT})
-SELECT w.token, %(sid)s, w.path, w.kind, w.key, w.wake_at, w.reason, w.payload
-FROM unnest(%(tokens)s::text[], %(paths)s::bytea[], %(kinds)s::text[], %(keys)s::text[],
-            %(wakes)s::timestamptz[], %(reasons)s::text[], %(payloads)s::bytea[])
-     AS w(token, path, kind, key, wake_at, reason, payload)
-WHERE EXISTS (SELECT 1 FROM tarry_tokens AS t
-              WHERE t.token = w.token AND t.session_id = %(sid)s AND NOT t.used)
-ON CONFLICT (token) DO UPDATE SET path = EXCLUDED.path, kind = EXCLUDED.kind,
-    key = EXCLUDED.key, wake_at = EXCLUDED.wake_at, reason = EXCLUDED.reason,
-    payload = EXCLUDED.payload
-"""
-# A session that ends: its waits' tokens are used (locked in token order first), then the
-# waits go (after the session's row: see the lock order above).
-_END_TOKENS = """
-WITH locked AS (
-    SELECT t.token FROM tarry_tokens AS t
-    WHERE t.token IN (SELECT token FROM tarry_waits WHERE session_id = %(sid)s) AND NOT t.used
-    ORDER BY t.token FOR NO KEY UPDATE
-)
-UPDATE tarry_tokens SET used = true WHERE token IN (SELECT token FROM locked)
-"""
-_END_WAITS = "DELETE FROM tarry_waits WHERE session_id = %(sid)s"
-_MAIL_DONE = "DELETE FROM tarry_mail WHERE claimed_by = %(sid)s AND key = ANY(%(done)s::text[])"
-
 _LOCK_TOKENS = (
     "SELECT token, session_id, used FROM tarry_tokens WHERE token = ANY(%s::text[]) "
     "ORDER BY token FOR NO KEY UPDATE"
@@ -112,49 +77,6 @@ SELECT %(sid)s, e.s, e.t, e.b
 FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
 WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = %(sid)s) = %(after)s
 """
-
-
-def save_waits(
-    conn: psycopg.Connection[Any],
-    sid: str,
-    waits: Sequence[WaitRecord],
-    mail_done: Sequence[str],
-) -> None:
-    """Send what a save of a paused or running session does to its waits and claimed mail
-    (after the session's row, inside the save's transaction)."""
-    if waits:
-        keys = sorted({w.key for w in waits if w.key is not None})
-        if keys:
-            conn.execute(_LOCK_KEYS, (keys,))
-        tokens = [w.token for w in waits]
-        conn.execute(_ADD_TOKENS, {"sid": sid, "tokens": tokens})
-        conn.execute(
-            _ADD_WAITS,
-            {
-                "sid": sid,
-                "tokens": tokens,
-                "paths": [encode_path(w.path) for w in waits],
-                "kinds": [w.kind for w in waits],
-                "keys": [w.key for w in waits],
-                "wakes": [w.wake_at for w in waits],
-                "reasons": [w.reason for w in waits],
-                "payloads": [bytes(w.payload) for w in waits],
-            },
-        )
-    if mail_done:
-        conn.execute(_MAIL_DONE, {"sid": sid, "done": list(mail_done)})
-
-
-def end_tokens(conn: psycopg.Connection[Any], sid: str) -> None:
-    """Send the use of an ending session's wait tokens (before the session's row)."""
-    conn.execute(_END_TOKENS, {"sid": sid})
-
-
-def end_waits(conn: psycopg.Connection[Any], sid: str, mail_done: Sequence[str]) -> None:
-    """Send the deletion of an ending session's waits (after the session's row)."""
-    conn.execute(_END_WAITS, {"sid": sid})
-    if mail_done:
-        conn.execute(_MAIL_DONE, {"sid": sid, "done": list(mail_done)})
 
 
 def backfill(conn: psycopg.Connection[Any]) -> None:

@@ -183,6 +183,11 @@ _RESUMING = (
     "WHERE session_id = ?1 AND " + _CONTINUES.format(p=4)
 )
 _USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
+# A live token's session, at which version and status (NULLs: the session is gone).
+_TOKEN_VERSION = (
+    "SELECT session_id, version, status FROM tokens LEFT JOIN sessions USING (session_id) "
+    "WHERE tokens.token = ? AND tokens.used = 0"
+)
 _TOKEN_SESSION = (
     f"SELECT session_id, {_SEEN} FROM tokens LEFT JOIN sessions USING (session_id) "
     "WHERE tokens.token = ?"

@@ -20,12 +20,14 @@ from .sqlite_sql import (
     _RESUMING,
     _SELECT,
     _TOKEN_SESSION,
+    _TOKEN_VERSION,
     _USE_TOKEN,
     _insert,
     _not_continued,
     _prev,
     _Transaction,
 )
+from .store import stale
 
 
 class TokensAndLeases:
@@ -63,10 +65,18 @@ class TokensAndLeases:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
+        version: int | None = None,
     ) -> bool:
         encoded = encode_events(events)
         prev = _prev(None, events)
         with self._write as db:
+            if version is not None:
+                row = db.execute(_TOKEN_VERSION, (token,)).fetchone()
+                if row is None:
+                    return False  # unknown or used
+                found = None if row[1] is None else (row[1], row[2])
+                if (moved := stale(row[0], found, version)) is not None:
+                    raise moved
             # Of any number of racing processes, exactly one sees used = 0 (the write lock
             # of BEGIN IMMEDIATE serialises them); the lease and events go in the same commit.
             if db.execute(_USE_TOKEN, (token,)).rowcount != 1:

@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.events import Event
 
 from .records import SessionRecord, TokenInfo, WaitRecord
@@ -32,6 +33,21 @@ def refusals(tokens: Sequence[str], used: Mapping[str, bool]) -> dict[str, str]:
             refused[token] = "used"
         seen.add(token)
     return refused
+
+
+def stale(
+    session_id: str, found: tuple[int, str] | None, version: int
+) -> ConcurrentUpdate | None:
+    """Why `consume_token(..., version=version)` must not use a token whose session is at
+    `found` (its version and status; None: gone), or None when it may."""
+    if found is not None and found[0] == version and found[1] != "running":
+        return None
+    what = "gone" if found is None else f"at version {found[0]} ({found[1]})"
+    msg = (
+        f"session {session_id!r} is {what}, not at version {version} and waiting: "
+        "it changed since that version was written"
+    )
+    return ConcurrentUpdate(msg)
 
 
 @runtime_checkable
@@ -162,11 +178,17 @@ class SessionStore(Protocol):
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
+        version: int | None = None,
     ) -> bool:
         """Mark the token used. True for exactly one caller, ever; False if already used
         or unknown (and then nothing is written). In the same transaction, the winner sets
         the session's status to "running" (clearing any stop request), takes its lease (when
-        `owner` is given), appends `events` and drops the token's wait."""
+        `owner` is given), appends `events` and drops the token's wait.
+
+        `version`: use the token only while its session is still at that version and not
+        running (no other token of it was used since): else ConcurrentUpdate, nothing written.
+        A caller that checked a resume against the session as it saved it (see
+        drivers/statecache.py) uses the token in one call, without reading the session."""
 
     def consume_tokens(
         self,

@@ -667,6 +667,40 @@ def test_consume_token_takes_the_lease_and_appends_events_atomically(store: Any)
     assert [e.seq for e in store.events("s1")] == [1, 2]
 
 
+
+def test_consume_token_at_a_version_uses_it_only_while_the_session_is_there(store: Any) -> None:
+    """`version`: a resumer that checked the session as it saved it uses the token without
+    reading it first; a session that moved on since (saved again, or another of its tokens
+    used) refuses with ConcurrentUpdate and keeps everything as it was."""
+    store.create(rec("s1", status="paused", token="tk_1"), events=[ev(1)])
+    store.save(rec("s1", status="paused", token="tk_2"), 0, events=[ev(2)])  # now version 1
+    before = snapshot(store, "s1", ("tk_1", "tk_2"))
+    with pytest.raises(ConcurrentUpdate):
+        store.consume_token("tk_2", owner="w1", until=at(500), events=[ev(3)], version=0)
+    assert snapshot(store, "s1", ("tk_1", "tk_2")) == before
+    assert store.consume_token("tk_2", owner="w1", until=at(500), events=[ev(3)], version=1)
+    loaded = store.load("s1")
+    assert (loaded.status, loaded.lease_owner, loaded.version) == ("running", "w1", 1)
+    assert [e.seq for e in store.events("s1")] == [1, 2, 3]
+    # Used (or unknown): False, as without a version.
+    assert store.consume_token("tk_2", events=[ev(4)], version=1) is False
+    assert store.consume_token("tk_nobody", version=1) is False
+    # Another token of it was used: the session runs, so this one must wait its turn.
+    before = snapshot(store, "s1", ("tk_1",))
+    with pytest.raises(ConcurrentUpdate):
+        store.consume_token("tk_1", owner="w2", until=at(600), events=[ev(4)], version=1)
+    assert snapshot(store, "s1", ("tk_1",)) == before
+    assert store.find_token("tk_1") == TokenInfo("s1", False)
+
+
+def test_consume_token_at_a_version_has_one_winner(store: Any) -> None:
+    store.create(rec("s1", status="paused", token="tk_1"), events=[ev(1)])
+    results = race(THREADS, lambda _: store.consume_token("tk_1", events=[ev(2)], version=0))
+    assert sum(r is True for r in results) == 1
+    assert all(r is True or r is False or isinstance(r, ConcurrentUpdate) for r in results)
+    assert [e.seq for e in store.events("s1")] == [1, 2]
+
+
 # -- control: a session's durability and stop requests -----------------------------------------
 
 
