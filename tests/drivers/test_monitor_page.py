@@ -238,20 +238,27 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 thread.join(30)
 
 
+@pytest.fixture(scope="module")
+def tab(site: dict[str, Any]) -> Iterator[Any]:
+    """One browser tab for the module (a new one per test costs more than the test)."""
+    tab = site["browser"].new_page()
+    tab.errors, tab.posts = [], []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
+    tab.on("request", lambda r: tab.posts.append(r.url) if r.method == "POST" else None)
+    tab.set_default_timeout(TIMEOUT)
+    yield tab
+    tab.close()
+
+
 @pytest.fixture
-def page(site: dict[str, Any]) -> Iterator[Any]:
-    page = site["browser"].new_page(viewport={"width": 1440, "height": 900})
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.set_default_timeout(TIMEOUT)
-    page.errors = errors
-    posts: list[str] = []
-    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
-    page.posts = posts
-    yield page
-    page.close()
-    assert errors == []
+def page(tab: Any) -> Iterator[Any]:
+    tab.set_viewport_size({"width": 1440, "height": 900})
+    tab.errors.clear()
+    tab.posts.clear()
+    yield tab
+    tab.goto("about:blank")  # the next test loads the page afresh
+    assert tab.errors == []
 
 
 def open_session(page: Any, site: dict[str, Any], sid: str, base: str | None = None) -> None:
