@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import tarry
 from support import live
-from tarry import Flow, ForEach, Gate, Wait
+from tarry import Flow, ForEach, Gate, Parallel, Wait
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -86,6 +86,13 @@ BATCH = Flow("batch", [ForEach("items", list(range(10)), work)])
 FANOUT = Flow("fanout", [ForEach("items", list(range(12)), work, concurrency=2)])
 QUICK = Flow("quick", [lambda ctx: "done"])
 
+
+def hold(ctx):
+    RELEASE[ctx.session_id].wait(30)
+
+
+SPREAD = Flow("spread", [Parallel("sources", {"crm": lambda ctx: 1, "erp": lambda ctx: 2, "ledger": hold})])
+
 STRUCTURES = {  # what GET /api/flows/{name} answers until the route exists
     "tickets": {"name": "tickets", "kind": "flow", "path": [], "children": [
         {"name": "load", "kind": "step", "path": ["load"], "children": []},
@@ -109,7 +116,7 @@ class Canned:
     """An ASGI app that answers the routes not yet on this branch (recording each request) and
     hands every other request to the real app. Drop a route here once the real one is merged."""
 
-    def __init__(self, rt: tarry.Runtime, real: Any) -> None:
+    def __init__(self, rt: tarry.Runtime, real: Any, *, cursors: bool = False) -> None:
         from starlette.applications import Starlette
         from starlette.responses import JSONResponse, Response, StreamingResponse
         from starlette.routing import Route
@@ -130,7 +137,7 @@ class Canned:
 
         async def timeline(request):
             buckets = [{"start": f"2026-01-01T{h:02}:00:00Z", "end": f"2026-01-01T{h:02}:59:59Z",
-                        "by_status": {"completed": h % 5, "failed": h % 3 == 0, "paused": 1}}
+                        "by_status": {"completed": h % 5, "failed": int(h % 3 == 0), "paused": 1}}
                        for h in range(24)]
             q = request.query_params
             return JSONResponse({"since": q.get("since"), "until": q.get("until"), "buckets": buckets})
@@ -162,7 +169,18 @@ class Canned:
 
             return StreamingResponse(feed(), media_type="text/event-stream")
 
-        self.app = Starlette(routes=[
+        async def sessions(request):  # the cursor-paged shape, its cursor an offset here
+            q = request.query_params
+            limit, offset = int(q["limit"]), int(q.get("cursor") or 0)
+            rows = self.rt.sessions(limit=limit + 1, offset=offset)
+            more = len(rows) > limit
+            return JSONResponse({"sessions": [{"session_id": r.session_id, "flow": r.flow,
+                                               "status": r.status, "updated_at": None}
+                                              for r in rows[:limit]],
+                                 "next_cursor": str(offset + limit) if more else None})
+
+        extra = [Route("/api/sessions", sessions)] if cursors else []
+        self.app = Starlette(routes=[*extra,
             Route("/api/me", me), Route("/logout", logout, methods=["POST"]),
             Route("/api/flows/{name}", flow), Route("/api/stats/timeline", timeline),
             Route("/api/sessions/{sid}/logs", logs), Route("/api/sessions/{sid}/replay", replay),
@@ -181,17 +199,17 @@ class Canned:
 # --- one server and one browser for the module ------------------------------------------------
 
 
-def _run_in_background(rt: tarry.Runtime, flow: Flow, sid: str, threads: list) -> None:
+def _run_in_background(rt: tarry.Runtime, flow: Flow, sid: str, threads: list, done: int) -> None:
     thread = threading.Thread(target=rt.run, args=(flow,), kwargs={"session_id": sid}, daemon=True)
     thread.start()
     threads.append(thread)
     deadline = time.monotonic() + 10
-    while True:  # until three items are done and the fourth waits on RELEASE
+    while True:  # until `done` items are done and the next one waits on RELEASE
         try:
             stack = rt.session(sid).state.container_stack
         except tarry.TarryError:
             stack = []
-        if stack and stack[0].completed_iterations >= 3:
+        if stack and stack[0].completed_iterations >= done:
             return
         assert time.monotonic() < deadline, f"{sid} did not get going"
         time.sleep(0.02)
@@ -205,7 +223,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
     db = tmp_path_factory.mktemp("monitor") / "tarry.db"
     rt = tarry.Runtime(store=f"sqlite:///{db}",
-                       flows=[TICKETS, APPROVAL, PAYMENTS, FRAGILE, BATCH, FANOUT, QUICK])
+                       flows=[TICKETS, APPROVAL, PAYMENTS, FRAGILE, BATCH, FANOUT, QUICK, SPREAD])
     s: dict[str, Any] = {"rt": rt}
     for _ in range(8):
         assert rt.run(QUICK).ok
@@ -215,14 +233,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     s["reject"] = rt.run(APPROVAL).session_id
     s["tickets"] = rt.run(TICKETS).session_id
     threads: list[threading.Thread] = []
-    for name, flow in (("batch", BATCH), ("abort", BATCH), ("cancel", FANOUT)):
+    for name, flow, done in (("batch", BATCH, 3), ("abort", BATCH, 3), ("cancel", FANOUT, 3),
+                             ("spread", SPREAD, 2)):
         s[name] = f"{name}-0123456789"
         RELEASE[s[name]] = threading.Event()
-        _run_in_background(rt, flow, s[name], threads)
+        _run_in_background(rt, flow, s[name], threads, done)
     with ExitStack() as stack:
         canned = Canned(rt, create_app(rt, poll_interval=0.2))
         s["canned"] = canned
         s["base"] = stack.enter_context(live(canned))
+        s["cursors"] = Canned(rt, create_app(rt, poll_interval=0.2), cursors=True)
+        s["paged"] = stack.enter_context(live(s["cursors"]))
         s["plain"] = stack.enter_context(live(create_app(rt, poll_interval=0.2)))
         s["guarded"] = stack.enter_context(live(create_app(rt, token=SECRET, poll_interval=0.2)))
         pw = stack.enter_context(sync_api.sync_playwright())
@@ -362,6 +383,16 @@ def test_a_concurrent_foreach_shows_what_is_in_flight(site, page) -> None:
     expect(page.locator("#stack li[data-kind=lane]").first).to_be_visible()
 
 
+def test_a_parallel_shows_its_branches_done_of_all(site, page) -> None:
+    expect = site["expect"]
+    open_session(page, site, site["spread"])
+    frame = page.locator("#stack li[data-kind=parallel]")
+    expect(frame).to_contain_text("3 branches")
+    expect(frame.locator(".count")).to_have_text("2 / 3 done")
+    expect(frame).to_contain_text("1 in flight")
+    expect(page.locator("#stack li[data-kind=lane]")).to_contain_text("ledger")
+
+
 def test_abort_pauses_a_running_session_resumably(site, page) -> None:
     expect, sid, rt = site["expect"], site["abort"], site["rt"]
     open_session(page, site, sid)
@@ -411,6 +442,23 @@ def test_paging_goes_forward_and_back(site, page) -> None:
     expect(page.locator("#page-info")).to_have_text("page 1")
     expect(rows.first).to_have_attribute("data-session", first[0])
     expect(rows).to_have_count(10)
+
+
+def test_paging_follows_the_servers_cursor(site, page) -> None:
+    expect = site["expect"]
+    page.goto(site["paged"])
+    rows = page.locator("#sessions tbody tr")
+    expect(rows.first).to_be_visible()
+    page.select_option("#page-size", "10")
+    expect(rows).to_have_count(10)
+    first = rows.evaluate_all("rs => rs.map(r => r.dataset.session)")
+    with page.expect_request(lambda r: "cursor=10" in r.url and "offset" not in r.url):
+        page.click("#next")
+    expect(rows.first).not_to_have_attribute("data-session", first[0])
+    assert not set(first) & set(rows.evaluate_all("rs => rs.map(r => r.dataset.session)"))
+    expect(page.locator("#next")).to_be_disabled()  # next_cursor was null
+    page.click("#prev")
+    expect(rows.first).to_have_attribute("data-session", first[0])
 
 
 def test_search_by_id_prefix_or_flow_name(site, page) -> None:
@@ -475,6 +523,7 @@ def test_stats_draws_charts_of_a_period(site, page) -> None:
     expect(page.locator("#nodes-svg")).to_contain_text("triage")
     expect(page.locator("#tile-tokens b")).to_have_text("1,200")
     expect(page.locator("#tile-cost b")).to_have_text("$0.42")
+    page.screenshot(path=str(DOCS / "monitor-stats.png"))
     with page.expect_request(lambda r: "/api/stats/timeline?" in r.url) as asked:
         page.select_option("#stats-period", "3600")
     query = asked.value.url.split("?", 1)[1]
