@@ -130,7 +130,7 @@ def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: P
             assert timeline.count() > before + 3
             expect(page.locator("#notice")).to_contain_text("completed")
             expect(row).to_contain_text("completed")  # the table follows too
-            expect(page.locator("#resume")).to_be_hidden()
+            expect(page.locator("#resume")).to_be_disabled()
             assert page.evaluate("window.__sameDocument") is True  # no reload happened
             assert rt.session(sid).status == "completed"
 
@@ -146,7 +146,9 @@ def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: P
             expect(page.locator("#error")).to_contain_text("ConnectionError")
             expect(page.locator("#error")).to_contain_text("the billing API timed out")
             expect(page.locator("#skip")).to_be_visible()
-            assert errors == []
+            # Routes this app may lack (flows, logs, users: the page notes them) answer 404,
+            # which the browser reports; anything else is an error of the page.
+            assert [e for e in errors if "status of 404" not in e] == []
         finally:
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000
