@@ -145,7 +145,8 @@ class Step(Element):
                 if detour is not None:  # the attempt `_call` made in place
                     ctx, result, error = detour.ctx, detour.result, detour.exc
                     # The body's frame holds the detour: no cycle through the error either.
-                    detour.exc = detour.result = detour = None
+                    detour.exc = detour.result = None
+                    detour = None
                     if error is not None:
                         try:
                             raise error

@@ -346,7 +346,8 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         search: str | None = None,
     ) -> list[SessionRecord]:
         # Only the filters given go into the WHERE clause, so the planner can use an index.
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if status is not None:
             where.append("status = %s")
             args.append(status)

@@ -237,7 +237,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         search: str | None = None,
     ) -> list[SessionRecord]:
         # Only the filters given go into the WHERE clause, so SQLite can use the index.
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if status is not None:
             where.append("status = ?")
             args.append(status)
