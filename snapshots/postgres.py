@@ -29,9 +29,12 @@ except ModuleNotFoundError as exc:  # the optional extra is missing
 
 from tarry.engine.events import Event
 
+from . import postgres_logs as logs_
 from . import postgres_schema as schema_
 from . import postgres_upkeep as upkeep
 from . import postgres_waits as waits_
+from .log_records import LogBatch
+from .postgres_logs import Logs
 from .postgres_schema import Migration
 from .postgres_sql import (
     _INSERT,
@@ -84,7 +87,7 @@ def _check_not_newer(found: int) -> None:
     schema_.check_not_newer(found, MIGRATIONS)
 
 
-class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
+class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
     """Sessions in PostgreSQL, behind a pool of connections.
 
     `dsn`: a libpq connection string or URL (`postgresql://user:pw@host:5432/db`).
@@ -247,9 +250,10 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
     ) -> int:
         row = _row(record, version=expected_version + 1)[1:]
-        more = (waits, mail_done)
+        more = (waits, mail_done, logs if logs is not None and logs.records else None)
         encoded = encode_events(events)
         try:
             self._save(record, row, expected_version, events, encoded, values, *more)
@@ -280,6 +284,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]],
         waits: Sequence[WaitRecord],
         mail_done: Sequence[str],
+        logs: LogBatch | None,
     ) -> None:
         sid = record.session_id
         try:
@@ -303,6 +308,8 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
                     waits_.end_waits(conn, sid, mail_done)
                 else:
                     waits_.save_waits(conn, sid, waits, mail_done)
+                if logs is not None:
+                    logs_.put_logs(conn, sid, logs)
                 flush()
                 if updated.rowcount != 1:
                     current = conn.execute(
@@ -328,7 +335,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
 
     def delete(self, session_id: str) -> None:
         with self._batch() as (conn, _flush):
-            # Events, values, tokens and waits go with it (ON DELETE CASCADE); the mail it
+            # Events, values, tokens, waits and logs go with it (ON DELETE CASCADE); the mail it
             # claimed names it in no foreign key.
             conn.execute("DELETE FROM tarry_sessions WHERE session_id = %s", (session_id,))
             conn.execute("DELETE FROM tarry_mail WHERE claimed_by = %s", (session_id,))
