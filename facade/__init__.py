@@ -64,6 +64,7 @@ from tarry.engine.errors import (
     SnapshotTooLarge,
 )
 from tarry.engine.retry import Retry
+from tarry.snapshots.log_records import LogRecord
 
 __version__ = "0.1.0"
 
@@ -111,6 +112,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidFlow",
     "InvalidResumeValue",
+    "LogRecord",
     "Loop",
     "Parallel",
     "ManualClock",
