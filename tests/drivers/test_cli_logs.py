@@ -125,5 +125,5 @@ def test_logs_of_an_unknown_session_or_level_fail(tmp_path: Path) -> None:
     assert unknown.returncode == 2 and "nope" in unknown.stderr  # as `tarry show`
     sid = Runtime(store=url(tmp_path)).sessions()[0].session_id
     bad = tarry("logs", sid, "--level", "LOUD", "--store", url(tmp_path), cwd=tmp_path)
-    assert bad.returncode != 0 and "LOUD" in bad.stderr
+    assert bad.returncode == 2 and "LOUD" in bad.stderr
     assert "Traceback" not in unknown.stderr + bad.stderr
