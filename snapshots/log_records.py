@@ -77,9 +77,9 @@ def numbered(batch: LogBatch, last: int) -> list[LogRecord]:
     """The records of `batch` with their seq (for a store that keeps records as objects)."""
     seq = last + batch.skipped
     out = []
-    for record in batch.records:
+    for r in batch.records:  # the constructor: attrs.evolve costs twice as much
         seq += 1
-        out.append(attrs.evolve(record, seq=seq))
+        out.append(LogRecord(seq, r.at, r.level, r.levelno, r.logger, r.message, r.path))
     return out
 
 

@@ -219,3 +219,19 @@ def test_bad_arguments_are_refused() -> None:
         Runtime(log_level="LOUD")
     with pytest.raises(tarry.InvalidArgument, match="max_logs"):
         Runtime(max_logs=-1)
+
+
+def test_async_sessions_interleaved_on_one_loop_keep_their_own_records() -> None:
+    async def work(ctx: Any) -> None:
+        for i in range(10):
+            log.warning("%s %d", ctx.input, i)
+            await asyncio.sleep(0)  # the other session's step runs here
+
+    rt = Runtime()
+    flow = tarry.Flow("interleaved", [tarry.step(work, name="work")])
+
+    async def both_sessions() -> list[Any]:
+        return list(await asyncio.gather(rt.arun(flow, input="a"), rt.arun(flow, input="b")))
+
+    for out, name in zip(asyncio.run(both_sessions()), "ab", strict=True):
+        assert [r.message for r in rt.logs(out.session_id)] == [f"{name} {i}" for i in range(10)]
