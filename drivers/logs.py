@@ -52,6 +52,9 @@ INFO = 20
 
 _installed = False
 _install_lock = threading.Lock()
+#: Guards every capture's buffer (lanes log from the pool's threads): one lock for all, taken
+#: only for a captured record or a write that has some, rather than one made per drive.
+_lock = threading.Lock()
 
 
 def level_number(value: Any, name: str = "log_level") -> int:
@@ -98,17 +101,18 @@ class StepLogs:
     """The records one drive captures until its next write (thread-safe: lanes log from the
     pool's threads)."""
 
-    __slots__ = ("ex", "clock", "level", "records", "skipped", "open", "lock")
+    __slots__ = ("ex", "clock", "level", "keep", "records", "skipped", "open")
 
     def __init__(self, ex: Any, clock: Clock, level: int, keep: int) -> None:
         self.ex = ex
         self.clock = clock
         self.level = level
-        self.records: collections.deque[LogRecord] = collections.deque(maxlen=keep)
+        self.keep = keep
+        #: Made with the first record: most drives capture none, and pay for nothing.
+        self.records: collections.deque[LogRecord] | None = None
         #: Records dropped from `records` (over `keep`) since the last `take`.
         self.skipped = 0
         self.open = True
-        self.lock = threading.Lock()
 
     def around(self, drive: Callable[..., Any], *args: Any) -> Any:
         """`drive(*args)` with this capture watching; an awaitable result watched too, when
@@ -140,9 +144,11 @@ class StepLogs:
         entry = LogRecord(
             0, self.clock.now(), record.levelname, levelno, name, _message(record), path
         )
-        with self.lock:
+        with _lock:
             records = self.records
-            if len(records) == records.maxlen:
+            if records is None:
+                records = self.records = collections.deque(maxlen=self.keep)
+            elif len(records) == self.keep:
                 self.skipped += 1
             records.append(entry)
 
@@ -150,8 +156,8 @@ class StepLogs:
         """What was captured since the last take, for the drive's write; None if nothing."""
         if not self.records:
             return None
-        with self.lock:
-            batch = LogBatch(tuple(self.records), self.skipped, self.records.maxlen or 0)
+        with _lock:
+            batch = LogBatch(tuple(self.records), self.skipped, self.keep)
             self.records.clear()
             self.skipped = 0
         return batch
