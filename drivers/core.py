@@ -31,6 +31,7 @@ from .limits import (
     MAX_VALUE_BYTES,
     positive_int,
 )
+from .logs import INFO, MAX_LOGS, LogSettings
 from .registry import FlowRegistry
 from .reported import Reported
 from .running import Running
@@ -47,7 +48,7 @@ class Core:
     __slots__ = (
         "store", "clock", "ns", "durability", "lease", "owner", "retry", "adapters",
         "max_value_bytes", "max_snapshot_bytes", "check", "take", "tokens", "flows", "running",
-        "states", "records", "hub", "retention", "retain_at", "reported",
+        "states", "records", "hub", "retention", "retain_at", "reported", "logs",
     )
 
     def __init__(
@@ -64,6 +65,8 @@ class Core:
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
         retention: timedelta | None = None,
+        log_level: int | str = INFO,
+        max_logs: int = MAX_LOGS,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -125,6 +128,8 @@ class Core:
         self.retain_at: datetime | None = None
         #: The sessions whose trouble a round has logged (each once, not every round).
         self.reported = Reported()
+        #: What of the `logging` records its steps emit a session keeps (see logs.py).
+        self.logs = LogSettings(log_level, max_logs)
 
 
 def _takes_version(store: SessionStore) -> bool:

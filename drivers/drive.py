@@ -53,6 +53,9 @@ LEASE_LOST = ErrorInfo(
 )
 
 
+_NO_LOGS: dict[str, Any] = {}
+
+
 def _stopped(path: tuple[Any, ...]) -> bool:
     return True  # a checkpoint after the drive ended (none should come) stops
 
@@ -63,7 +66,7 @@ class Drive:
     __slots__ = (
         "core", "flow", "record", "ex", "ledger", "flush_at", "aborts",
         "renew_at", "tick_at", "until", "stop", "written_seq", "lost", "asynchronous", "meta",
-        "mail_done", "keyed",
+        "mail_done", "keyed", "logs",
     )
 
     def __init__(
@@ -124,6 +127,8 @@ class Drive:
         self.mail_done: list[str] = []
         #: {key: token key} of the keyed waits its last write registered (see starting.py).
         self.keyed: dict[str, str] = {}
+        #: The `logging` records its steps emit, until its next write (None: not captured).
+        self.logs = core.logs.watch(self.ex, core.clock)
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -138,6 +143,8 @@ class Drive:
                 if time.monotonic() >= self.renew_at:
                     self._renew()
 
+            if self.logs is not None:  # the drive runs with its capture watching (logs.py)
+                return self.logs.around(drive, gen, self._finish, backoff, asleep, self.asynchronous)
             return drive(gen, self._finish, backoff, asleep, self.asynchronous)
         except BaseException:
             self._ended()
@@ -146,6 +153,8 @@ class Drive:
     def _ended(self) -> None:
         # An abort that arrived too late to stop this drive must not stop the next one.
         self.core.running.ended(self.ex.session_id, self.ex)
+        if self.logs is not None:
+            self.logs.close()
         # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
         # reference cycle, which would keep the run's whole event log alive until the cyclic
         # garbage collector found it (and make that collector's full passes ever longer).
@@ -253,7 +262,7 @@ class Drive:
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         record.version = self.core.store.save(
-            record, rec.version, events=events, values=values, mail_done=done
+            record, rec.version, events=events, values=values, mail_done=done, **self._logs()
         )
         self.record = record
         self.written_seq = state.last_seq
@@ -364,7 +373,8 @@ class Drive:
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         record.version = self.core.store.save(
-            record, rec.version, events=events, values=values, waits=waits, mail_done=done
+            record, rec.version, events=events, values=values, waits=waits, mail_done=done,
+            **self._logs(),
         )
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then,
@@ -373,6 +383,11 @@ class Drive:
         # The keyed waits it registered: a delivery posted just before may be in the mailbox.
         self.keyed = {w.key: w.token for w in waits if w.key is not None}
         return token
+
+    def _logs(self) -> dict[str, Any]:
+        """The `logs=` of a write: the records captured since the last one, if any."""
+        batch = None if self.logs is None else self.logs.take()
+        return _NO_LOGS if batch is None else {"logs": batch}
 
     def _encode(self) -> bytes:
         return encode_state(

@@ -1,4 +1,4 @@
-"""Inspection: `Runtime.session`, `sessions` and `stats`."""
+"""Inspection: `Runtime.session`, `sessions`, `stats` and `logs`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from tarry.engine.errors import InvalidArgument, UnknownSession
 from tarry.engine.events import EventLog
 from tarry.engine.flow import Flow
 from tarry.engine.reducer import apply
+from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.records import SessionRecord
 
 from .core import Core
 from .limits import check_filters, check_limit, check_period, valid_session_id
+from .logs import level_number
 from .stats import Stats, compute_stats
 from .views import SessionSummary, SessionView, state_of
 
@@ -73,3 +75,25 @@ def stats(
     check_filters(None, name)
     check_period(since, until)
     return compute_stats(core.store, flow=name, since=since, until=until)
+
+
+def logs(
+    core: Core, session_id: str, level: int | str | None, after: int, limit: int
+) -> list[LogRecord]:
+    if not valid_session_id(session_id):
+        raise UnknownSession(session_id)  # no such id can have been stored
+    levelno = 0 if level is None else level_number(level, "level")
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        msg = f"after must be an int >= 0, a log record's seq (got {describe(after)})"
+        raise InvalidArgument(msg)
+    check_limit(limit)
+    found = core.store.logs(session_id, levelno=levelno, after=after, limit=limit)
+    if found is None:
+        raise UnknownSession(session_id)
+    return found
+
+
+def dropped_logs(core: Core, session_id: str) -> int:
+    if not valid_session_id(session_id):
+        raise UnknownSession(session_id)
+    return core.store.dropped_logs(session_id)

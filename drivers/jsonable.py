@@ -78,6 +78,20 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     }
 
 
+def log_to_dict(record: Any) -> dict[str, Any]:
+    """One `tarry.LogRecord` as a JSON-ready dict: seq, at, level, levelno, logger, message,
+    path."""
+    return {
+        "seq": record.seq,
+        "at": record.at.isoformat(),
+        "level": record.level,
+        "levelno": record.levelno,
+        "logger": record.logger,
+        "message": record.message,
+        "path": to_jsonable(record.path),
+    }
+
+
 def session_to_dict(view: Any) -> dict[str, Any]:
     """A `SessionView` as a dict (to pass to `dumps`): where it stands and its live token.
     Only for callers who may see the token (the CLI's owner, an authorized API caller)."""

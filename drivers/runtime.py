@@ -11,6 +11,7 @@ from typing import Any
 from tarry.engine.events import Event
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
+from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.store import SessionStore
 
 from . import control, delivering, inspecting, paging, polling, pruning, recovery, timers
@@ -18,6 +19,7 @@ from .batch import resume_many
 from .clock import Clock
 from .core import Core
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
+from .logs import INFO, MAX_LOGS
 from .outcome import Outcome
 from .paging import SessionPage
 from .pump import AwaitableOrValue
@@ -46,7 +48,9 @@ class Runtime(Settings):
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries, a
     container's gathered output too), `max_snapshot_bytes` (largest state a session holds,
     checked at every node), `retention` (a timedelta: workers prune sessions that ended longer
-    ago, see `prune`). See docs/guarantees.md.
+    ago, see `prune`), `log_level` (the least level of the `logging` records its steps emit
+    that a session keeps, a number or a name; INFO) and `max_logs` (how many of them a session
+    keeps, its last ones; 1000, 0 to capture none). See docs/guarantees.md, docs/monitor.md.
     """
 
     def __init__(
@@ -63,6 +67,8 @@ class Runtime(Settings):
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
         retention: timedelta | None = None,
+        log_level: int | str = INFO,
+        max_logs: int = MAX_LOGS,
     ) -> None:
         self._core = Core(
             store,
@@ -76,6 +82,8 @@ class Runtime(Settings):
             max_value_bytes=max_value_bytes,
             max_snapshot_bytes=max_snapshot_bytes,
             retention=retention,
+            log_level=log_level,
+            max_logs=max_logs,
         )
 
     def register(self, flow: Flow) -> Flow:
@@ -398,6 +406,25 @@ class Runtime(Settings):
         data cannot be read is logged and left out of the node figures.
         """
         return inspecting.stats(self._core, flow, since, until)
+
+    def logs(
+        self,
+        session_id: str,
+        *,
+        level: int | str | None = None,
+        after: int = 0,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        """The `logging` records a session's steps emitted (those it keeps), in order: those
+        at `level` or above (a number or a name such as "WARNING"), with seq > `after`, at most
+        `limit`. Records are written with the session (at most a second behind while it
+        runs). UnknownSession for an id no session has."""
+        return inspecting.logs(self._core, session_id, level, after, limit)
+
+    def dropped_logs(self, session_id: str) -> int:
+        """How many of a session's `logging` records it did not keep (over `max_logs`: its
+        oldest ones)."""
+        return inspecting.dropped_logs(self._core, session_id)
 
     def subscribe(
         self, callback: Callable[[Event], Any], *, session_id: str | None = None

@@ -63,6 +63,7 @@ from tarry.engine.errors import (
     SnapshotTooLarge,
 )
 from tarry.engine.retry import Retry
+from tarry.snapshots.log_records import LogRecord
 
 __version__ = "0.1.0"
 
@@ -112,6 +113,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidFlow",
     "InvalidResumeValue",
+    "LogRecord",
     "Loop",
     "Parallel",
     "ManualClock",

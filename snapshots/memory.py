@@ -19,7 +19,18 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.events import Event, rows_of
 
 from . import memory_upkeep as upkeep
-from .memory_entry import _ENDED, _copy, _decode_batch, _encode_batch, _Entry, _keep
+from .log_records import LogBatch, LogRecord
+from .memory_entry import (
+    _ENDED,
+    _copy,
+    _decode_batch,
+    _dropped_logs,
+    _encode_batch,
+    _Entry,
+    _keep,
+    _keep_logs,
+    _read_logs,
+)
 from .memory_tokens import TokensAndLeases
 from .memory_waits import WaitsAndMail
 from .records import SessionRecord, WaitRecord
@@ -90,6 +101,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
     ) -> int:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -108,6 +120,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
             self._save_waits(entry, record.status, waits, mail_done)
+            if logs is not None and logs.records:
+                _keep_logs(entry, logs)
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:
@@ -189,6 +203,19 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             if limit is not None and len(found) >= limit:
                 break
         return found
+
+    # -- logs ------------------------------------------------------------------------------
+    def logs(
+        self, session_id: str, *, levelno: int = 0, after: int = 0, limit: int = 1000
+    ) -> builtins.list[LogRecord] | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else _read_logs(entry, levelno, after, limit)
+
+    def dropped_logs(self, session_id: str) -> int:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return 0 if entry is None else _dropped_logs(entry)
 
     # -- reports ---------------------------------------------------------------------------
     def stats(

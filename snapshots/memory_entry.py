@@ -4,6 +4,7 @@ batch per write."""
 from __future__ import annotations
 
 import builtins
+import collections
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from tarry.engine.errors import SnapshotError
 from tarry.engine.events import Event
 
 from ._codec import dumps
+from .log_records import LogBatch, LogRecord, numbered
 from .records import SessionRecord, decode_event, event_arrays
 from .tally import Tally
 
@@ -99,7 +101,8 @@ def _decode_batch(
 
 class _Entry:
     __slots__ = (
-        "record", "batches", "firsts", "last_seq", "values", "tokens", "tally", "waits", "mail"
+        "record", "batches", "firsts", "last_seq", "values", "tokens", "tally", "waits", "mail",
+        "logs",
     )
 
     def __init__(self, record: SessionRecord) -> None:
@@ -112,4 +115,37 @@ class _Entry:
         self.tokens: list[str] = []
         self.waits: set[str] = set()  # the tokens of its live waits
         self.mail: set[str] = set()  # the keys whose mail it claimed
+        self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
+
+
+def _keep_logs(entry: _Entry, batch: LogBatch) -> None:
+    """Number the records of `batch` after the entry's last and keep its last `batch.keep`."""
+    logs = entry.logs
+    if logs is None:
+        logs = entry.logs = collections.deque()
+    logs.extend(numbered(batch, logs[-1].seq if logs else 0))
+    drop = logs[-1].seq - batch.keep  # by seq, as the SQL stores do
+    while logs[0].seq <= drop:
+        logs.popleft()
+
+
+def _read_logs(
+    entry: _Entry, levelno: int, after: int, limit: int
+) -> builtins.list[LogRecord]:
+    logs = entry.logs
+    if not logs or limit < 1:
+        return []
+    start = max(after + 1 - logs[0].seq, 0)  # seqs are gap-free: index by seq
+    found = []
+    for i in range(start, len(logs)):
+        record = logs[i]
+        if record.levelno >= levelno:
+            found.append(record)
+            if len(found) == limit:
+                break
+    return found
+
+
+def _dropped_logs(entry: _Entry) -> int:
+    return entry.logs[0].seq - 1 if entry.logs else 0

@@ -29,9 +29,12 @@ except ModuleNotFoundError as exc:  # the optional extra is missing
 
 from tarry.engine.events import Event
 
+from . import postgres_logs as logs_
 from . import postgres_schema as schema_
 from . import postgres_upkeep as upkeep
 from . import postgres_writes as writes
+from .log_records import LogBatch
+from .postgres_logs import Logs
 from .postgres_schema import Migration
 from .postgres_sql import (
     _NAMES,
@@ -80,7 +83,7 @@ def _check_not_newer(found: int) -> None:
     schema_.check_not_newer(found, MIGRATIONS)
 
 
-class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
+class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
     """Sessions in PostgreSQL, behind a pool of connections.
 
     `dsn`: a libpq connection string or URL (`postgresql://user:pw@host:5432/db`).
@@ -247,9 +250,10 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
     ) -> int:
         row = dict(zip(_NAMES, _row(record, version=expected_version + 1), strict=True))
-        more = (waits, mail_done)
+        more = (waits, mail_done, logs if logs is not None and logs.records else None)
         encoded = encode_events(events)
         try:
             self._save(record, row, expected_version, events, encoded, values, *more)
@@ -280,6 +284,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]],
         waits: Sequence[WaitRecord],
         mail_done: Sequence[str],
+        logs: LogBatch | None,
     ) -> None:
         """One statement (see postgres_writes.py): the row's compare-and-set, the events, the
         values, the tokens, the waits and the claimed mail, all or nothing."""
@@ -300,6 +305,12 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
             raise _conflict(exc, sid) from exc
         if appended != len(events):  # cannot be: the row is written only if they continue
             raise _conflict(None, sid, events)
+        if logs is not None:
+            # The step logs of this write, in a statement of their own after it (the save
+            # stays one statement when nothing was logged): a crash between the two loses
+            # those records, never the session's progress.
+            with self._pool.connection() as conn:
+                logs_.put_logs(conn, sid, logs)
 
     @staticmethod
     def _moved(
@@ -328,7 +339,7 @@ class PostgresStore(EventsAndValues, TokensAndLeases, WaitsAndMail):
 
     def delete(self, session_id: str) -> None:
         with self._batch() as (conn, _flush):
-            # Events, values, tokens and waits go with it (ON DELETE CASCADE); the mail it
+            # Events, values, tokens, waits and logs go with it (ON DELETE CASCADE); the mail it
             # claimed names it in no foreign key.
             conn.execute("DELETE FROM tarry_sessions WHERE session_id = %s", (session_id,))
             conn.execute("DELETE FROM tarry_mail WHERE claimed_by = %s", (session_id,))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from tarry.engine.errors import SnapshotError
 
+from . import postgres_logs as logs_
 from . import postgres_upkeep as upkeep
 from . import postgres_waits as waits_
 
@@ -111,6 +112,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # Sessions paused before it get a wait for their one live token (postgres_waits.backfill).
     Migration(5, waits_.DESCRIPTION, waits_.STATEMENTS, waits_.backfill),
+    Migration(6, logs_.DESCRIPTION, logs_.STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

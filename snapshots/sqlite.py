@@ -18,8 +18,10 @@ from typing import Any
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.events import Event
 
+from . import sqlite_logs as logs_
 from . import sqlite_upkeep as upkeep
 from . import sqlite_waits as waits_
+from .log_records import LogBatch, LogRecord
 from .records import SessionRecord, WaitRecord, _micros, decode_event, encode_events
 from .sqlite_rows import _record, _row
 from .sqlite_sql import (
@@ -131,10 +133,10 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
                 self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
-        for statement in waits_.SCHEMA:
+        for statement in (*waits_.SCHEMA, *logs_.SCHEMA):
             self._db.execute(statement)
         if found < SCHEMA_VERSION:
-            if found >= 1:  # a file made before waits: its paused sessions get theirs
+            if 1 <= found < 2:  # a file made before waits: its paused sessions get theirs
                 waits_.backfill(self._db)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -185,6 +187,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
     ) -> int:
         sid = record.session_id
         row = _row(record, version=expected_version + 1)
@@ -215,12 +218,14 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             if record.token:
                 _add_token(db, record.token, sid)
             waits_.save_waits(db, sid, record.status, record.token, waits, mail_done)
+            if logs is not None and logs.records:
+                written += logs_.put_logs(db, sid, logs)
         self.bytes_written += written
         return expected_version + 1
 
     def delete(self, session_id: str) -> None:
         with self._write as db:
-            for table in ("sessions", "events", "vals", "tokens", "tallies", "waits"):
+            for table in ("sessions", "events", "vals", "tokens", "tallies", "waits", "logs"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM mail WHERE claimed_by = ?", (session_id,))
 
@@ -309,6 +314,17 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
                 (session_id, after_seq, -1 if limit is None else limit),
             ).fetchall()
         return [decode_event(blob, session_id) for (blob,) in rows]
+
+    # -- logs ------------------------------------------------------------------------------
+    def logs(
+        self, session_id: str, *, levelno: int = 0, after: int = 0, limit: int = 1000
+    ) -> builtins.list[LogRecord] | None:
+        with self._lock:
+            return logs_.read_logs(self._cur, session_id, levelno, after, limit)
+
+    def dropped_logs(self, session_id: str) -> int:
+        with self._lock:
+            return logs_.dropped_logs(self._cur, session_id)
 
     # -- reports ---------------------------------------------------------------------------
     def stats(

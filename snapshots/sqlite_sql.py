@@ -16,7 +16,8 @@ from tarry.engine.events import Event, rows_of
 from . import sqlite_upkeep as upkeep
 
 #: 2: waits and the mailbox (sqlite_waits.py), backfilled for the paused sessions of a file at 1.
-SCHEMA_VERSION = 2
+#: 3: log records (sqlite_logs.py), a table of their own.
+SCHEMA_VERSION = 3
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.

@@ -119,7 +119,7 @@ def prune(
         if ids:
             # One statement per table for the whole batch (each id an index range of it).
             doomed = json.dumps(ids)
-            for table in ("events", "vals", "tokens", "waits", "tallies", "sessions"):
+            for table in ("events", "vals", "tokens", "waits", "logs", "tallies", "sessions"):
                 db.execute(
                     f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))",
                     (doomed,),

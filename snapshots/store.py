@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.events import Event
 
+from .log_records import LogBatch, LogRecord
 from .records import SessionRecord, TokenInfo, WaitRecord
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class SessionStore(Protocol):
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
     ) -> int:
         """In one transaction: write `record` if the stored version is `expected_version`
         (else ConcurrentUpdate, nothing written), append `events`, put `values`
@@ -88,10 +90,12 @@ class SessionStore(Protocol):
         ends: a save whose status is neither "paused" nor "running" drops every wait of the
         session and marks their tokens used (TokenAlreadyUsed, never UnknownToken, for them
         later). `mail_done`: keys whose mail this session claimed (`take_mail`) and has used:
-        that mail is deleted. A save of keyed waits is serialised with `post` on those keys."""
+        that mail is deleted. A save of keyed waits is serialised with `post` on those keys.
+        `logs`: log records captured by the drive, numbered after the session's last and
+        appended; the session then keeps only its last `logs.keep` records (log_records.py)."""
 
     def delete(self, session_id: str) -> None:
-        """Remove the session, its events, values, tokens, waits and the mail it claimed.
+        """Remove the session, its events, values, tokens, waits, logs and the mail it claimed.
         Unknown ids are ignored."""
 
     def list(
@@ -127,7 +131,7 @@ class SessionStore(Protocol):
         """Delete, in one transaction, up to `limit` ended sessions (status in `statuses`, which
         holds only ENDED ones) last updated before `before` and not leased at `now` (a failed
         session being resumed is), oldest first, with their events, values, tokens, waits,
-        claimed mail and tally.
+        logs, claimed mail and tally.
         Returns how many. Never a running or paused session, whatever `statuses` says. With
         `dry_run`, counts them all instead and deletes nothing."""
 
@@ -141,6 +145,17 @@ class SessionStore(Protocol):
     ) -> builtins.list[Event]:
         """The session's events with seq > after_seq, in order: the first `limit` of them (all
         when None). Reads only the page asked for (an index range scan), never the whole log."""
+
+    # -- logs ------------------------------------------------------------------------------
+    def logs(
+        self, session_id: str, *, levelno: int = 0, after: int = 0, limit: int = 1000
+    ) -> builtins.list[LogRecord] | None:
+        """The session's kept log records with seq > `after` and level >= `levelno`, in order,
+        at most `limit`; None when there is no such session."""
+
+    def dropped_logs(self, session_id: str) -> int:
+        """How many of the session's log records were dropped (over its bound): its first
+        kept seq less one (0 for an unknown session or one without records)."""
 
     # -- reports ---------------------------------------------------------------------------
     def stats(

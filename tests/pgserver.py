@@ -122,7 +122,7 @@ def scratch_store(**options: Any) -> Any:
                 with self._pool.connection() as conn:
                     conn.execute(
                         "TRUNCATE tarry_sessions, tarry_events, tarry_values, tarry_tokens, "
-                        "tarry_tallies, tarry_marks, tarry_waits, tarry_mail"
+                        "tarry_tallies, tarry_marks, tarry_waits, tarry_mail, tarry_logs"
                     )
                 _spare.append(self.schema)
             super().close()

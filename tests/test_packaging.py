@@ -59,6 +59,8 @@ PUBLIC = {
     "PayloadTooLarge", "SnapshotTooLarge",
     # tokens fail closed
     "SecretRequired",
+    # logs captured from steps
+    "LogRecord",
 }
 
 

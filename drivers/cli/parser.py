@@ -6,7 +6,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from . import completion, delivering, driving, inspecting, pruning, services
+from . import completion, delivering, driving, inspecting, logs, pruning, services
 from .common import ENDED, os_user, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -167,6 +167,20 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         action="store_true",
         help="keep printing new events until the session ends",
+    )
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between reads")
+
+    p = command("logs", logs.logs, "the logging records a session's steps emitted")
+    p.add_argument("session")
+    p.add_argument(
+        "--level", metavar="LEVEL", help="only records at LEVEL or above (a name or a number)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new records until the session ends",
     )
     p.add_argument("--interval", type=float, default=0.5, help="seconds between reads")
 

@@ -19,7 +19,7 @@ from tarry.engine.errors import (
 )
 from tarry.engine.waits import Gate
 
-from ..jsonable import event_to_dict
+from ..jsonable import event_to_dict, log_to_dict
 from ..outcome import Outcome
 from ..paging import encode_cursor
 from ..runtime import Runtime
@@ -45,6 +45,8 @@ from .users import LoginLimit, Users
 
 #: The most events one `GET .../events` returns.
 MAX_EVENTS = 10_000
+#: The most log records one `GET .../logs` returns.
+MAX_LOGS_PAGE = 10_000
 
 
 # --- the routes --------------------------------------------------------------------------------
@@ -147,6 +149,30 @@ class Api(ReadingRoutes):
             "events": [event_to_dict(e) for e in events],
             "last_seq": events[-1].seq if events else after,
             "more": more,
+        })
+
+    async def list_logs(self, request: Request) -> Response:
+        level: int | str | None = request.query_params.get("level") or None
+        if isinstance(level, str) and level.isdigit():
+            level = int(level)
+        after = int_param(request, "after", 0, 0, None)
+        limit = int_param(request, "limit", 1000, 1, MAX_LOGS_PAGE)
+        sid = request.path_params["sid"]
+
+        def read() -> tuple[list[Any], int]:
+            # One more than asked for tells whether there are more.
+            found = self.rt.logs(sid, level=level, after=after, limit=limit + 1)
+            return found, self.rt.dropped_logs(sid)
+
+        logs, dropped = await run_in_threadpool(read)
+        more = len(logs) > limit
+        del logs[limit:]
+        return json_response({
+            "session_id": sid,
+            "logs": [log_to_dict(r) for r in logs],
+            "last_seq": logs[-1].seq if logs else after,
+            "more": more,
+            "dropped": dropped,
         })
 
     async def stats(self, request: Request) -> Response:

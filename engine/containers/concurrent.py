@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator
+from contextvars import copy_context
 from typing import Any
 
 from ..execution import Execution
 from ..failure import NodeFailure
+from ..observed import WATCHER, await_in_lane, call_in_lane, last_path
 from ..signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
 
 Signal = Any
@@ -133,11 +135,17 @@ def multiplex(
                 if kind is Offload:
                     if pool is None:
                         pool = _shared_pool()
-                    pending[name] = (True, [pool.submit(_call, signal.fn, signal.ctx)])
+                    if WATCHER.get() is None:
+                        future = pool.submit(_call, signal.fn, signal.ctx)
+                    else:  # logs are captured: the call runs in the drive's context
+                        future = pool.submit(copy_context().run, call_in_lane, signal.fn, signal.ctx)
+                    pending[name] = (True, [future])
                 elif kind is Await:
                     item = signal.awaitable
                     if signal.timeout is not None:
                         item = _timed(item, signal.timeout)
+                    if WATCHER.get() is not None:  # logs are captured: say whose step it is
+                        item = await_in_lane(item, last_path(ex))
                     pending[name] = (True, [item])
                 elif kind is Select:
                     pending[name] = (False, list(signal.items))
