@@ -115,13 +115,13 @@ def _modules_after(code: str) -> set[str]:
 
 
 #: What `import tarry` must not load: the front ends and their libraries, OpenSSL (hashlib), the
-#: dataclass machinery, and the Runtime's families that a plain run or resume never calls.
+#: dataclass machinery, base64, and the Runtime's families that a plain run or resume never calls.
 NOT_AT_IMPORT = {
     "starlette", "uvicorn", "rich", "tarry.drivers.cli", "tarry.drivers.http", "hashlib",
     "_hashlib", "dataclasses", "tarry.drivers.batch", "tarry.drivers.control",
     "tarry.drivers.delivering", "tarry.drivers.inspecting", "tarry.drivers.polling",
     "tarry.drivers.pruning", "tarry.drivers.recovery", "tarry.drivers.timers",
-    "tarry.drivers.stats",
+    "tarry.drivers.stats", "base64",
 }
 
 
