@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import importlib
-import sys
+from types import ModuleType
 from typing import Any
 
 
 class _LazyModule:
-    """Stands for module `name` until used. Each attribute read looks the module up in
-    `sys.modules` (one dict lookup once imported), so a test that patches the real module is
-    seen. `importlib.util.LazyLoader` would do this with no lookup, but before Python 3.12 it is
-    not safe when two threads touch the module first at once (gh-114763), and a Runtime is shared
-    between threads."""
+    """Stands for module `name` until used. Each attribute is read from the real module (so a
+    test that patches it is seen). `importlib.util.LazyLoader` would do this with no proxy, but
+    before Python 3.12 it is not safe when two threads touch the module first at once
+    (gh-114763), and a Runtime is shared between threads."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_module", "_name")
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._module: ModuleType | None = None
 
     def __getattr__(self, attribute: str) -> Any:
-        module = sys.modules.get(self._name) or importlib.import_module(self._name)
+        module = self._module
+        if module is None:
+            # import_module, not sys.modules: a module that another thread is still importing
+            # is already in sys.modules, half built; import_module waits until it is done.
+            module = self._module = importlib.import_module(self._name)
         return getattr(module, attribute)
 
     def __repr__(self) -> str:
