@@ -271,13 +271,21 @@ def rows(benches: list[Bench]) -> list[Row]:
             "fresh process: spawn, import, resume from SQLite, exit",
             "ms",
             wall_ms("fresh_resume"),
-            150.0,
+            120.0,
             fmt="{:,.0f}",
             floor=lambda bs: wall_ms("fresh_resume", "python -c pass")(bs, "floor"),
             floor_note="python -c pass",
             no_peer=pause,
         ),
-        Row("import (-X importtime, cumulative)", "ms", import_ms, 40.0, fmt="{:,.1f}"),
+        Row("import (-X importtime, cumulative)", "ms", import_ms, 60.0, fmt="{:,.1f}"),
+        Row(
+            "import, whole process: spawn, import, exit",
+            "ms",
+            wall_ms("import"),
+            fmt="{:,.0f}",
+            floor=lambda bs: wall_ms("fresh_resume", "python -c pass")(bs, "floor"),
+            floor_note="python -c pass",
+        ),
         Row(
             f"snapshot size at k = {k0:,}, SQLite",
             "bytes",
@@ -735,7 +743,14 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         '- **Import**: `python -X importtime -c "import ..."`: the cumulative time of the '
         "top-level imports the statement adds to `python -c pass` (LangGraph: "
         "`langgraph.graph`, `langgraph.types`, `langgraph.checkpoint.sqlite`), median of 5. "
-        "The wall time of the whole process is in the details.",
+        "The wall time of the whole process is its own row, against the floor "
+        "`python -c pass` of the same run. `import tarry` leaves for first use what a plain "
+        "run or resume does not call: the stores, cattrs, the JSON form, the CLI and HTTP "
+        "front ends, OpenSSL (SHA-256 comes from CPython's own module), dataclasses, and the "
+        "Runtime's families for timers, delivery, control, inspection and stats "
+        "(tests/test_packaging.py pins the list). What remains is mostly attrs itself "
+        "(about 40 % of it: the package builds its own classes with `compile`) and the ~25 "
+        "attrs records and signals every run uses.",
         "- **Bytes**: the store's own count of bytes written by one round trip and the size "
         "of the session's snapshot (tarry `bytes_written` / the state blob; LangGraph the "
         "checkpoint, metadata and write blobs in its tables).",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tarry.engine.events import Event
 from tarry.engine.flow import Flow
@@ -14,21 +14,35 @@ from tarry.engine.retry import Retry
 from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.store import SessionStore
 
-from . import control, delivering, inspecting, paging, polling, pruning, recovery, timers
-from .batch import resume_many
 from .clock import Clock
 from .core import Core
+from .lazy_module import lazy_module
 from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from .logs import INFO, MAX_LOGS
 from .outcome import Outcome
-from .paging import SessionPage
 from .pump import AwaitableOrValue
 from .resuming import key_of, prepare
 from .settings import Settings
 from .settle import is_awaitable, refuse_in_loop, settle
 from .starting import begin
-from .stats import Stats
-from .views import SessionSummary, SessionView
+
+if TYPE_CHECKING:
+    from . import batch, control, delivering, inspecting, paging, polling, pruning, recovery, timers
+    from .paging import SessionPage
+    from .stats import Stats
+    from .views import SessionSummary, SessionView
+else:
+    # The families a plain run or resume never calls load when first called, so that
+    # `import tarry` and a process that only resumes a token do not pay for them.
+    batch = lazy_module("tarry.drivers.batch")
+    control = lazy_module("tarry.drivers.control")
+    delivering = lazy_module("tarry.drivers.delivering")
+    inspecting = lazy_module("tarry.drivers.inspecting")
+    paging = lazy_module("tarry.drivers.paging")
+    polling = lazy_module("tarry.drivers.polling")
+    pruning = lazy_module("tarry.drivers.pruning")
+    recovery = lazy_module("tarry.drivers.recovery")
+    timers = lazy_module("tarry.drivers.timers")
 
 
 class Runtime(Settings):
@@ -224,12 +238,14 @@ class Runtime(Settings):
         refused, raises that error (`UnknownToken`, `TokenAlreadyUsed`, `InvalidResumeValue`,
         naming the token) and uses none. Returns one Outcome per session touched, in the order
         of their first token; sync unless an async step is met (like `run`)."""
-        return resume_many(self._core, values)
+        return batch.resume_many(self._core, values)
 
     async def aresume_many(self, values: dict[str, Any]) -> list[Outcome]:
         """Like `resume_many`, always as an awaitable."""
-        result = resume_many(self._core, values, asynchronous=True)
-        return result if isinstance(result, list) else await result
+        result = batch.resume_many(self._core, values, asynchronous=True)
+        if is_awaitable(result):
+            result = await result
+        return result  # type: ignore[return-value]
 
     def skip(
         self,

@@ -17,13 +17,22 @@ whose keys are meant to be worthless without the secret.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import os
 from collections.abc import Sequence
 from time import monotonic as _monotonic
 from typing import Any
 
 from tarry.engine.errors import InvalidArgument, SecretRequired
+
+#: `base64.urlsafe_b64encode` is binascii's encoding and this translation; the `base64` module
+#: itself would also load `struct` with `import tarry`.
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def b64url(data: bytes) -> str:
+    """`data` in unpadded URL-safe base64, as `base64.urlsafe_b64encode(data)` without "="."""
+    return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_URLSAFE).decode("ascii")
 
 PREFIX = "tk_"
 #: 32 random bytes: 256 bits, far above the 128 bits a guess would need to be hopeless.
@@ -44,7 +53,7 @@ RECHECK_SECONDS = 1.0
 def new_token() -> str:
     # secrets.token_urlsafe(NBYTES) without importing secrets (and random, hmac, hashlib with
     # it) into every process that imports tarry.
-    return PREFIX + base64.urlsafe_b64encode(os.urandom(NBYTES)).rstrip(b"=").decode("ascii")
+    return PREFIX + b64url(os.urandom(NBYTES))
 
 
 def looks_like_token(value: object) -> bool:
@@ -150,7 +159,7 @@ def _mac(secret: bytes, key: str) -> str:
 
     data = _DOMAIN + key.encode("utf-8", "surrogatepass")
     digest = hmac.new(secret, data, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return b64url(digest)
 
 
 def _secrets(secret: str | bytes | Sequence[str | bytes] | None) -> tuple[bytes, ...]:

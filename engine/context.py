@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from .execution import Execution
 from .lanes import chain_of
+from .short_hash import short_hash
 from .state import OutOfLine, SessionState
 from .values import IMMUTABLE
 
@@ -189,7 +189,7 @@ class SharedState(MutableMapping[str, Any]):
 
 def idempotency_key(session_id: str, path: tuple[Any, ...]) -> str:
     raw = session_id + "\x1f" + "\x1f".join(map(str, path))
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return short_hash(raw)
 
 
 class Context:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Generator
 from typing import Any
 
 from .context import ROOT
 from .element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
 from .execution import Execution
+from .short_hash import short_hash
 
 
 def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
@@ -32,7 +32,7 @@ class Flow:
         self._index: dict[tuple[str, ...], Element] = {}
         self._build_index(self.body, ())
         description = ("flow", self.name, version, tuple(e._describe() for e in self.body))
-        self.fingerprint = hashlib.sha256(repr(description).encode()).hexdigest()[:32]
+        self.fingerprint = short_hash(repr(description))
 
     def _build_index(self, body: tuple[Element, ...], base: tuple[str, ...]) -> None:
         for element in body:

@@ -9,19 +9,17 @@ saved: the codec and the stores).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tarry.drivers import (
     NOT_READY,
     ManualClock,
-    NodeStats,
     Outcome,
     PauseInfo,
     ResumeRequest,
     Runtime,
     SessionSummary,
     SessionView,
-    Stats,
 )
 from tarry.engine import (
     AsyncInSyncContext,
@@ -64,6 +62,10 @@ from tarry.engine.errors import (
 )
 from tarry.engine.retry import Retry
 from tarry.snapshots.log_records import LogRecord
+
+if TYPE_CHECKING:
+    from tarry.drivers import NodeStats, Stats
+    from tarry.drivers.jsonable import export_events
 
 __version__ = "0.1.0"
 
@@ -152,10 +154,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Loaded on first use, so that `import tarry` does not load the JSON form.
-    if name == "export_events":
-        from tarry.drivers.jsonable import export_events
+    # PEP 562: names that few programs use load when first read, not with `import tarry`
+    # (the JSON form, the stats records); tarry.drivers knows where each lives.
+    if name in ("NodeStats", "Stats", "export_events"):
+        import tarry.drivers
 
-        return export_events
+        value = getattr(tarry.drivers, name)
+        globals()[name] = value  # later reads find it without calling here again
+        return value
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)
+
+
+def __dir__() -> list[str]:
+    # The lazy names are listed before they are first read.
+    return sorted(set(globals()) | set(__all__))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import enum
 import re
@@ -31,6 +30,8 @@ def register(cls: type, name: str | None = None) -> type:
     """Allow instances of an attrs class, dataclass or Enum in snapshots, stored under `name`
     (default: `module.QualName`). Usable as a decorator. Re-registering the same class is a
     no-op; a name taken by another class is an error."""
+    import dataclasses  # here, not at import: only processes that register records need it
+
     if not isinstance(cls, type) or not (
         attrs.has(cls) or dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum)
     ):
@@ -59,7 +60,12 @@ _UNSET = object()
 def _fields(obj: Any) -> dict[str, Any]:
     """A record's fields by name; a field that was never set (init=False, no default) is left
     out, so it stays unset after a round trip instead of failing the encoding."""
-    fields = attrs.fields(type(obj)) if attrs.has(type(obj)) else dataclasses.fields(obj)
+    if attrs.has(type(obj)):
+        fields: Any = attrs.fields(type(obj))
+    else:
+        import dataclasses  # loaded already: the record is a dataclass
+
+        fields = dataclasses.fields(obj)
     values = {f.name: getattr(obj, f.name, _UNSET) for f in fields}
     return {key: value for key, value in values.items() if value is not _UNSET}
 
@@ -75,6 +81,8 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
             if f.name in values:
                 (init if f.init else late)[f.alias if f.init else f.name] = values[f.name]
     else:
+        import dataclasses  # loaded already: the record is a dataclass
+
         for f in dataclasses.fields(cls):
             if f.name in values:
                 (init if f.init else late)[f.name] = values[f.name]

@@ -152,3 +152,59 @@ def test_the_license_is_the_one_pyproject_declares() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
     assert declared == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh process has loaded after running `code`."""
+    code += "\nimport sys; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+#: What `import tarry` must not load: the front ends and their libraries, OpenSSL (hashlib), the
+#: dataclass machinery, base64, and the Runtime's families that a plain run or resume never calls.
+NOT_AT_IMPORT = {
+    "starlette", "uvicorn", "rich", "tarry.drivers.cli", "tarry.drivers.http", "hashlib",
+    "_hashlib", "dataclasses", "tarry.drivers.batch", "tarry.drivers.control",
+    "tarry.drivers.delivering", "tarry.drivers.inspecting", "tarry.drivers.polling",
+    "tarry.drivers.pruning", "tarry.drivers.recovery", "tarry.drivers.timers",
+    "tarry.drivers.stats", "base64",
+}
+
+
+def test_import_tarry_loads_no_front_end_openssl_or_rare_family() -> None:
+    assert _modules_after("import tarry") & NOT_AT_IMPORT == set()
+
+
+def test_fresh_resume_from_sqlite_loads_no_rare_family(tmp_path) -> None:
+    """A process that only resumes a token from SQLite loads neither the front ends nor the
+    families it does not call (timers, delivery, control, inspection, stats)."""
+    flow = "tarry.Flow('f', [tarry.Gate('g'), tarry.Gate('h')])"
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    rt = tarry.Runtime(store=url)
+    token = rt.run(eval(flow, {"tarry": tarry})).token
+    code = (
+        "import tarry\n"
+        f"rt = tarry.Runtime(store={url!r}, flows=[{flow}])\n"
+        f"assert rt.resume({token!r}, True).paused\n"
+    )
+    assert _modules_after(code) & NOT_AT_IMPORT == set()
+
+
+def test_lazy_names_import_list_and_work() -> None:
+    """The names `import tarry` leaves for later are still in `dir(tarry)` before first use, and
+    `from tarry import ...` and the Runtime's families work once loaded."""
+    code = (
+        "import tarry\n"
+        "names = dir(tarry)\n"
+        "assert {'Stats', 'NodeStats', 'export_events'} <= set(names), names\n"
+        "from tarry import NodeStats, Stats, export_events\n"
+        "from tarry.drivers.stats import Stats as S\n"
+        "assert Stats is S and NodeStats.__module__ == 'tarry.drivers.stats'\n"
+        "rt = tarry.Runtime()\n"
+        "out = rt.run(tarry.Flow('f', [tarry.Wait('w', key='k')]))\n"
+        "assert [o.output for o in rt.deliver('k', 1)] == [1]\n"
+        "assert isinstance(rt.stats(), Stats) and rt.sessions()[0].status == 'completed'\n"
+    )
+    loaded = _modules_after(code)
+    assert {"tarry.drivers.stats", "tarry.drivers.delivering"} <= loaded

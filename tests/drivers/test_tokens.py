@@ -309,3 +309,11 @@ def test_a_resume_request_does_not_show_its_token() -> None:
 def test_the_module_level_run_uses_unsigned_tokens_unless_asked() -> None:
     out = tarry.run(gated())
     assert "." not in out.token
+
+
+def test_b64url_is_urlsafe_base64_without_padding() -> None:
+    from tarry.drivers.tokens import b64url
+
+    # Every length mod 3, and bytes whose standard encoding has "+" and "/".
+    for data in [b"", b"\xfb", b"\xfb\xff", b"\xfb\xff\xbf", bytes(range(256)), b"\xff" * 31]:
+        assert b64url(data) == base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
