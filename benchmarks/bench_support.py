@@ -16,6 +16,10 @@ from typing import Any
 
 import attrs
 
+#: What the peers measured in their own virtualenvs (test_peers.py) found in this run; conftest.py
+#: adds each to the run's JSON as an entry of its own.
+PEER_RESULTS: list[dict[str, Any]] = []
+
 #: This folder: the processes the benchmarks spawn put it on sys.path to import bench_*.py.
 HERE = Path(__file__).resolve().parent
 
