@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -48,4 +50,15 @@ def peer_entry(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: dict) -> None:
+    """Adds the peers' results (test_peers.py), and the version of every system as this
+    process and the peers' scripts saw it, so the report names the versions of the run."""
     output_json["benchmarks"].extend(peer_entry(result) for result in PEER_RESULTS)
+    found = {}
+    for dist in ("tarry", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite",
+                 "langchain-core", "pocketflow", "pytest-benchmark", "attrs", "cattrs",
+                 "msgpack"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[dist] = metadata.version(dist)
+    for result in PEER_RESULTS:
+        found[result["system"]] = result["version"]
+    output_json["versions"] = found
