@@ -132,11 +132,16 @@ def main() -> None:
             "pause_memory", lambda p=persistence: run(resume(p)), rounds=s["rounds"],
             warmup=s["warmup"], k=k, variant="SimpleStatePersistence",
         )
-        persistence = paused(loop, k, FileStatePersistence(tmp / f"k{k}.json"))
+        # At most 30 round trips: the file holds every snapshot, each with the whole state,
+        # and is read and written whole at each one (it grows by two snapshots a round trip).
+        path = tmp / f"k{k}.json"
+        persistence = paused(loop, k, FileStatePersistence(path))
         results.timed(
-            "pause_file", lambda p=persistence: run(resume(p)), rounds=s["rounds"],
-            warmup=s["warmup"], k=k, variant="FileStatePersistence",
+            "pause_file", lambda p=persistence: run(resume(p)), rounds=min(s["rounds"], 30),
+            warmup=min(s["warmup"], 2), k=k, variant="FileStatePersistence",
+            file_bytes_after=None,
         )
+        results.results[-1]["extra"]["file_bytes_after"] = path.stat().st_size
     k = s["ks"][0]
     files = [tmp / f"fresh{i}.json" for i in range(s["fresh_rounds"] + 1)]
     for path in files:

@@ -758,6 +758,48 @@ def batch_waits(benches: list[Bench]) -> list[str]:
     return [*lines, ""]
 
 
+def peer_notes() -> list[str]:
+    """How the peers measured in virtualenvs of their own (test_peers.py) do each workload."""
+    return [
+        "- **DBOS, Burr, pydantic-graph, llama-index-workflows** run in virtualenvs of their "
+        "own (`.benchmarks/venvs/<peer>`, made by `install_peers.py` from "
+        "`[tool.tarry.bench-venvs]` in pyproject.toml), each measured by its script "
+        "(`benchmarks/bench_<peer>.py`) in a subprocess: median of the same number of rounds "
+        "as tarry's after the same warm-up, at the same sizes (DBOS: at most 30 round trips "
+        "and 200 durable steps, each a commit of its own). A peer whose venv failed reads "
+        '"not installed", with pip\'s words above.',
+        "- **DBOS Transact**: a `@DBOS.workflow` calling `@DBOS.step` functions, checkpointed "
+        "in its system database — SQLite, or PostgreSQL in a schema of its own. Pause: "
+        "`DBOS.recv(topic)`; resume: `DBOS.send`, timed until the workflow reaches the next "
+        "`recv`. **A waiting DBOS workflow holds a thread** (its `recv` blocks it) for as long "
+        "as it waits. On SQLite a waiting `recv` is woken by the notification poller "
+        "(`notification_listener_polling_interval_sec`, 1 s by default). No in-memory mode, "
+        "hence no in-memory rows; a fresh process recovers a waiting workflow by running it "
+        "again from its start, hence no fresh-process row. The paused workflow starts at item "
+        "k with the k results as its input.",
+        "- **Apache Burr**: `@action` functions and transitions; a state persister "
+        "(`InMemoryPersister`, `SQLitePersister` on WAL/NORMAL, the psycopg2 "
+        "`PostgreSQLPersister`) saves after every step. Pause: the run halts after a `wait` "
+        "action; resume: the application is built again from the persister "
+        "(`initialize_from(..., resume_at_next_action=True)`) and run with the answer as an "
+        "input to the next halt. The same round trip on one application kept in memory (no "
+        "rebuild) is in the details (`app kept in memory`); the goals take Burr's faster "
+        "shape. The paused application starts at item k from the loop's state there.",
+        "- **pydantic-graph 1.107.10**: the newest release with state persistence (2.0.0 "
+        "removed `pydantic_graph.persistence` and the `BaseNode` graphs for the builder API). "
+        "Dataclass nodes; pause: the caller stops `graph.iter` at the node that needs a person "
+        "(the docs' question graph); resume: `load_next()` and `graph.iter` from the node that "
+        "takes the answer. `SimpleStatePersistence` (memory) and `FileStatePersistence` (a "
+        "JSON file); no SQLite or PostgreSQL persistence. Chain: one node class run n times.",
+        "- **llama-index-workflows**: `@step` methods passing events (the chain: one step, n "
+        "events); pause: a step returns `InputRequiredEvent`, the caller streams to it, "
+        "serialises `handler.ctx.to_dict()` and cancels the run; resume: "
+        "`Context.from_dict`, `run(ctx=...)`, `send_event(HumanResponseEvent)` and stream to "
+        "the next `InputRequiredEvent`. The library stores nothing: in memory keeps the dict, "
+        "SQLite keeps its JSON in one row (WAL/NORMAL, one commit).",
+    ]
+
+
 def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
     benches, data = load(bench_json)
     status = peer_status(peers_json)
@@ -841,6 +883,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "Worker: start, pause, resume and finish such sessions over and over, keeping at "
         "most 1,000 ended ones (`MemoryStore(max_sessions=1000)`; LangGraph deletes the "
         "oldest thread); growth over the second half means a leak.",
+        *peer_notes(),
         "",
         *worker_samples(benches),
         "",
