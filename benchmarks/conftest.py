@@ -14,39 +14,13 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_support import FULL, PEER_RESULTS, SMOKE, Sizes  # noqa: E402 - needs the path above
+from bench_support import FULL, PEER_RESULTS, SMOKE, Sizes, peer_entry  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def sizes(request: pytest.FixtureRequest) -> Sizes:
     """Full sizes under `make bench`; smoke sizes under --benchmark-disable (`make test`)."""
     return SMOKE if request.config.getoption("benchmark_disable") else FULL
-
-
-def peer_entry(result: dict[str, Any]) -> dict[str, Any]:
-    """One result of a peer's script (test_peers.py) as an entry of pytest-benchmark's JSON,
-    labelled as `label` labels tarry's benchmarks."""
-    return {
-        "name": result["name"],
-        "fullname": f"benchmarks/test_peers.py::{result['name']}",
-        "group": None,
-        "params": None,
-        "stats": {
-            "median": result["median"],
-            "min": result["min"],
-            "rounds": result["rounds"],
-        },
-        "extra_info": {
-            "workload": result["workload"],
-            "system": result["system"],
-            "per": result["per"],
-            "load1": result["load1"],
-            "variant": result["variant"],
-            **result["extra"],
-            "version": result["version"],
-            "external": True,
-        },
-    }
 
 
 def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: dict) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_support import HERE, PEER_RESULTS, Sizes, label
+from bench_support import HERE, PEER_RESULTS, Sizes, label, peer_entry
 
 VENVS = HERE.parent / ".benchmarks" / "venvs"
 DEFAULT_DSN = "postgresql://tarry:tarry@127.0.0.1:5432/tarry"
@@ -124,8 +124,6 @@ def test_peer(benchmark, sizes: Sizes, tmp_path: Path, request, peer: str, part:
 
 def test_peer_results_are_labelled_for_the_report() -> None:
     """What conftest.py adds to the run's JSON reads like a pytest-benchmark entry."""
-    from conftest import peer_entry
-
     entry = peer_entry(
         {"name": "x", "system": "apache-burr", "version": "1", "load1": 0.5,
          "workload": "pause_memory", "variant": None, "per": 1, "median": 2e-4,
