@@ -16,6 +16,10 @@ from typing import Any
 
 import attrs
 
+#: What the peers measured in their own virtualenvs (test_peers.py) found in this run; conftest.py
+#: adds each to the run's JSON as an entry of its own.
+PEER_RESULTS: list[dict[str, Any]] = []
+
 #: This folder: the processes the benchmarks spawn put it on sys.path to import bench_*.py.
 HERE = Path(__file__).resolve().parent
 
@@ -74,3 +78,30 @@ def label(benchmark: Any, workload: str, system: str, *, per: int = 1, **extra: 
     """
     load1 = round(os.getloadavg()[0], 2)  # how busy the machine was: the report shows it
     benchmark.extra_info.update(workload=workload, system=system, per=per, load1=load1, **extra)
+
+
+def peer_entry(result: dict[str, Any]) -> dict[str, Any]:
+    """One result of a peer's script (test_peers.py) as an entry of pytest-benchmark's JSON,
+    labelled as `label` labels tarry's benchmarks."""
+    return {
+        "name": result["name"],
+        "fullname": f"benchmarks/test_peers.py::{result['name']}",
+        "group": None,
+        "params": None,
+        "stats": {
+            "median": result["median"],
+            "min": result["min"],
+            "rounds": result["rounds"],
+        },
+        "extra_info": {
+            "workload": result["workload"],
+            "system": result["system"],
+            "per": result["per"],
+            "load1": result["load1"],
+            "variant": result["variant"],
+            **result["extra"],
+            "version": result["version"],
+            "external": True,
+        },
+    }
+

@@ -3,9 +3,12 @@
     python benchmarks/install_peers.py STATUS.json
 
 Installs the extra's requirements with pip, all at once, then one by one if that fails, so one
-peer that cannot be installed does not take the others down with it. Writes, per peer, whether
-it is installed, its version, and pip's last words when it failed: `report.py` prints a line
-for every peer that is missing, so none is silently dropped. Exits 0 even when a peer failed.
+peer that cannot be installed does not take the others down with it. Then makes a virtualenv
+of its own for each peer of `[tool.tarry.bench-venvs]` (.benchmarks/venvs/<peer>) and installs
+its requirements there (test_peers.py measures it with that venv's Python). Writes, per peer,
+whether it is installed, its version, and pip's last words when it failed: `report.py` prints
+a line for every peer that is missing, so none is silently dropped. Exits 0 even when a peer
+failed.
 """
 
 from __future__ import annotations
@@ -16,15 +19,48 @@ import re
 import subprocess
 import sys
 import tomllib
+import venv
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+VENVS = ROOT / ".benchmarks" / "venvs"
+
+
 def bench_requirements() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return list(project["optional-dependencies"]["bench"])
+
+
+def venv_peers() -> dict[str, list[str]]:
+    """peer (its distribution) -> its requirements, each installed in a venv of its own."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return dict(pyproject.get("tool", {}).get("tarry", {}).get("bench-venvs", {}))
+
+
+def install_venv(peer: str, requirements: list[str]) -> dict[str, object]:
+    """Make (or reuse) .benchmarks/venvs/<peer>, install the requirements, report the version."""
+    path = VENVS / peer
+    python = path / "bin" / "python"
+    try:
+        if not python.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    except Exception as exc:  # a venv that cannot be made is recorded, as a failed install
+        return {"installed": False, "error": f"venv: {exc}", "venv": str(path)}
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *requirements],
+        capture_output=True, text=True, check=False,
+    )
+    found = subprocess.run(
+        [str(python), "-c", f"from importlib import metadata; print(metadata.version({peer!r}))"],
+        capture_output=True, text=True, check=False,
+    )
+    if done.returncode != 0 or found.returncode != 0:
+        error = (done.stderr or done.stdout or found.stderr).strip()[-500:]
+        return {"installed": False, "error": error, "venv": str(path)}
+    return {"installed": True, "version": found.stdout.strip(), "venv": str(path)}
 
 
 def dist_name(requirement: str) -> str:
@@ -59,6 +95,11 @@ def main(out: Path) -> None:
             error = errors.get(name, (done.stderr or done.stdout).strip()[-500:])
             status[name] = {"installed": False, "error": error}
             print(f"install_peers: {name} failed to install:\n{error}", file=sys.stderr)
+    for peer, peer_requirements in venv_peers().items():
+        status[peer] = install_venv(peer, peer_requirements)
+        if not status[peer]["installed"]:
+            print(f"install_peers: {peer} failed to install:\n{status[peer]['error']}",
+                  file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(status, indent=2) + "\n")
 

@@ -22,15 +22,34 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from report_goals import goals_table
 
-# Columns: the peers, by the distribution that provides them.
-PEERS = {"langgraph": "LangGraph", "pocketflow": "PocketFlow"}
-# Distributions of the bench extra that belong to a peer column.
+# Columns: the peers, by the distribution that provides them (the last four are measured in
+# virtualenvs of their own: test_peers.py).
+PEERS = {
+    "langgraph": "LangGraph",
+    "pocketflow": "PocketFlow",
+    "dbos": "DBOS",
+    "apache-burr": "Burr",
+    "pydantic-graph": "pydantic-graph",
+    "llama-index-workflows": "llama-index-workflows",
+}
+# Distributions of the bench extra (or of a peer's venv) that belong to a peer column.
 PEER_OF = {
     "langgraph": "langgraph",
     "langgraph-checkpoint-sqlite": "langgraph",
     "pocketflow": "pocketflow",
+    "dbos": "dbos",
+    "apache-burr": "apache-burr",
+    "pydantic-graph": "pydantic-graph",
+    "llama-index-workflows": "llama-index-workflows",
 }
+#: The peers measured in virtualenvs of their own (install_peers.py makes them).
+VENV_PEERS = {"dbos", "apache-burr", "pydantic-graph", "llama-index-workflows"}
+VENVS = Path(__file__).resolve().parents[1] / ".benchmarks" / "venvs"
+#: Shapes of a peer kept out of its column (they are in the details): lighter than the shape
+#: the row stands for.
+SIDE_VARIANTS = {"BatchNode", "app kept in memory"}
 VERSIONS = [
     "tarry",
     "langgraph",
@@ -38,6 +57,10 @@ VERSIONS = [
     "langgraph-checkpoint-sqlite",
     "langchain-core",
     "pocketflow",
+    "dbos",
+    "apache-burr",
+    "pydantic-graph",
+    "llama-index-workflows",
     "pytest-benchmark",
     "attrs",
     "cattrs",
@@ -74,6 +97,7 @@ class Row:
     floor: Callable[[list[Bench]], float | None] | None = None
     floor_note: str = ""
     no_peer: dict[str, str] = attrs.field(factory=dict)  # peer -> why it has no number
+    workload: str | None = None  # where a peer's script says why it cannot do the row
 
 
 def load(path: Path) -> tuple[list[Bench], dict[str, Any]]:
@@ -100,15 +124,33 @@ def load(path: Path) -> tuple[list[Bench], dict[str, Any]]:
 def pick(
     benches: list[Bench], workload: str, system: str, variant: str | None = None, **match: Any
 ) -> Bench | None:
+    """The benchmark of `system` at `workload` in `variant`; for a peer asked for no variant,
+    its one shape of the workload when it names it (e.g. pydantic-graph's
+    "SimpleStatePersistence"), its side shapes (SIDE_VARIANTS) left to the details."""
+    others = []
     for b in benches:
         if (
             b.workload == workload
             and b.system == system
-            and b.variant == variant
             and all(b.extra.get(key) == value for key, value in match.items())
         ):
-            return b
+            if b.variant == variant:
+                return b
+            others.append(b)
+    if variant is None and system in PEERS:
+        named = [b for b in others if b.variant not in SIDE_VARIANTS]
+        return named[0] if named else None
     return None
+
+
+def unsupported(benches: list[Bench]) -> dict[tuple[str, str], str]:
+    """(peer, workload) -> why the peer cannot do it, as its script said (test_peers.py)."""
+    found: dict[tuple[str, str], str] = {}
+    for b in benches:
+        if b.workload == "peer_script":
+            for workload, why in (b.extra.get("unsupported") or {}).items():
+                found[(b.system, workload)] = why
+    return found
 
 
 # -- how each row reads the run -------------------------------------------------------------
@@ -220,6 +262,7 @@ def rows(benches: list[Bench]) -> list[Row]:
             2.0,
             floor=floor_us("chain", "3-deep yield from"),
             floor_note="3-deep yield from",
+            workload="chain",
         ),
         Row(
             f"step overhead: ForEach / batch over {steps:,} items, in memory",
@@ -228,6 +271,7 @@ def rows(benches: list[Bench]) -> list[Row]:
             2.0,
             floor=floor_us("chain", "3-deep yield from"),
             floor_note="3-deep yield from",
+            workload="foreach",
         ),
         Row(
             "durable step: the chain, every step persisted to SQLite",
@@ -237,10 +281,24 @@ def rows(benches: list[Bench]) -> list[Row]:
             floor=sqlite_floor,
             floor_note="one WAL commit",
             no_peer=pause,
+            workload="durable_chain",
+        ),
+        Row(
+            "durable step: the chain, every step persisted to PostgreSQL",
+            "µs/step",
+            per_unit_us("durable_chain_postgres"),
+            no_peer=pause,
+            workload="durable_chain_postgres",
         ),
     ]
-    for kind, target in (("memory", 50.0), ("sqlite", 400.0)):
-        where = "in memory" if kind == "memory" else "SQLite"
+    wheres = {
+        "memory": "in memory",
+        "sqlite": "SQLite",
+        "postgres": "PostgreSQL",
+        "file": "a JSON file (pydantic-graph's FileStatePersistence)",
+    }
+    for kind, target in (("memory", 50.0), ("sqlite", 400.0), ("postgres", 1600.0), ("file", None)):
+        where = wheres[kind]
         floor = sqlite_floor if kind == "sqlite" else None
         for at, k in enumerate((k0, k1)):
             out.append(
@@ -252,6 +310,7 @@ def rows(benches: list[Bench]) -> list[Row]:
                     floor=floor,
                     floor_note="one WAL commit" if floor else "",
                     no_peer=pause,
+                    workload=f"pause_{kind}",
                 )
             )
     for kind in ("memory", "sqlite"):
@@ -276,8 +335,12 @@ def rows(benches: list[Bench]) -> list[Row]:
             floor=lambda bs: wall_ms("fresh_resume", "python -c pass")(bs, "floor"),
             floor_note="python -c pass",
             no_peer=pause,
+            workload="fresh_resume",
         ),
-        Row("import (-X importtime, cumulative)", "ms", import_ms, 60.0, fmt="{:,.1f}"),
+        Row(
+            "import (-X importtime, cumulative)", "ms", import_ms, 60.0, fmt="{:,.1f}",
+            workload="import",
+        ),
         Row(
             "import, whole process: spawn, import, exit",
             "ms",
@@ -356,13 +419,20 @@ def peer_status(path: Path | None) -> dict[str, dict[str, Any]]:
     """Per peer column: installed or not, and why not (from install_peers.py, else probed)."""
     recorded = json.loads(path.read_text()) if path is not None and path.exists() else {}
     status: dict[str, dict[str, Any]] = {p: {"installed": True, "missing": []} for p in PEERS}
-    names = recorded or {d: None for d in PEER_OF}
+    names = {**{d: None for d in PEER_OF}, **recorded}
     for dist in names:
         peer = PEER_OF.get(dist)
         if peer is None:
             continue
         info = recorded.get(dist)
-        if info is None:
+        if info is None and dist in VENV_PEERS:
+            venv = VENVS / dist / "bin" / "python"
+            info = (
+                {"installed": True}
+                if venv.exists()
+                else {"installed": False, "error": f"no virtualenv at {venv.parent.parent}"}
+            )
+        elif info is None:
             try:
                 metadata.version(dist)
                 info = {"installed": True}
@@ -389,13 +459,14 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def main_table(benches: list[Bench], status: dict[str, dict[str, Any]]) -> list[str]:
+    """Every system in a column; a peer that cannot do a workload says why below the table."""
     peers = list(PEERS)
+    cannot = unsupported(benches)
+    reasons: list[str] = []
     head = (
         ["workload", "unit", "floor", "tarry"]
         + [PEERS[p] for p in peers]
-        + ["tarry ÷ floor"]
-        + [f"tarry ÷ {PEERS[p]}" for p in peers]
-        + ["target", "met"]
+        + ["tarry ÷ floor", "best peer", "tarry ÷ best peer", "target", "met"]
     )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows(benches):
@@ -407,12 +478,15 @@ def main_table(benches: list[Bench], status: dict[str, dict[str, Any]]) -> list[
         cells = [row.title, row.unit, floor_cell, cell(row, tarry)]
         values = {}
         for p in peers:
+            values[p] = None
+            why = row.no_peer.get(p) or cannot.get((p, row.workload or ""))
             if not status[p]["installed"]:
                 cells.append("not installed")
-                values[p] = None
-            elif p in row.no_peer:
-                cells.append(row.no_peer[p])
-                values[p] = None
+            elif why is not None and p in row.no_peer:
+                cells.append(why)
+            elif why is not None:
+                reasons.append(f"{PEERS[p]}, {row.title}: {why}")
+                cells.append(f"not supported [{len(reasons)}]")
             else:
                 values[p] = row.value(benches, p)
                 if values[p] is not None:
@@ -420,15 +494,20 @@ def main_table(benches: list[Bench], status: dict[str, dict[str, Any]]) -> list[
                 elif status[p]["missing"]:  # a part of the peer failed to install
                     cells.append("not installed")
                 else:
-                    cells.append("no result")
+                    cells.append("not measured")
+        measured = {p: v for p, v in values.items() if v is not None}
+        best = min(measured, key=lambda p: measured[p]) if measured else None
         cells.append(ratio(tarry, floor))
-        cells += [ratio(tarry, values[p]) for p in peers]
+        cells += [PEERS[best] if best else "—", ratio(tarry, measured.get(best))]
         if row.target is None:
             cells += ["—", ""]
         else:
             met = "" if tarry is None else ("yes" if tarry <= row.target else "**no**")
             cells += [f"≤ {row.target:,g}", met]
         lines.append("| " + " | ".join(cells) + " |")
+    if reasons:
+        lines += ["", "Not supported:", ""]
+        lines += [f"{i}. {why}" for i, why in enumerate(reasons, 1)]
     return lines
 
 
@@ -468,6 +547,17 @@ def load_average(benches: list[Bench]) -> str:
         f"1-minute load average during the run: {seen[0]:.2f} to {seen[-1]:.2f} "
         f"(median {seen[len(seen) // 2]:.2f})"
     )
+
+
+def versions(data: dict[str, Any], recorded: dict[str, Any]) -> dict[str, str]:
+    """Each distribution's version as the run saw it: recorded in the run's JSON by the
+    process that ran the benchmarks (conftest.py), or by install_peers.py (a peer's venv);
+    only failing both, the environment running this report."""
+    seen = dict(data.get("versions") or {})
+    for dist, info in recorded.items():
+        if info.get("installed") and info.get("version"):
+            seen.setdefault(dist, info["version"])
+    return {dist: seen.get(dist) or version(dist) for dist in VERSIONS}
 
 
 def version(dist: str) -> str:
@@ -676,9 +766,54 @@ def batch_waits(benches: list[Bench]) -> list[str]:
     return [*lines, ""]
 
 
+def peer_notes() -> list[str]:
+    """How the peers measured in virtualenvs of their own (test_peers.py) do each workload."""
+    return [
+        "- **DBOS, Burr, pydantic-graph, llama-index-workflows** run in virtualenvs of their "
+        "own (`.benchmarks/venvs/<peer>`, made by `install_peers.py` from "
+        "`[tool.tarry.bench-venvs]` in pyproject.toml), each measured by its script "
+        "(`benchmarks/bench_<peer>.py`) in a subprocess: median of the same number of rounds "
+        "as tarry's after the same warm-up, at the same sizes (DBOS: at most 30 round trips "
+        "and 200 durable steps, each a commit of its own). A peer whose venv failed reads "
+        '"not installed", with pip\'s words above.',
+        "- **DBOS Transact**: a `@DBOS.workflow` calling `@DBOS.step` functions, checkpointed "
+        "in its system database — SQLite, or PostgreSQL in a schema of its own. Pause: "
+        "`DBOS.recv(topic)`; resume: `DBOS.send`, timed until the workflow reaches the next "
+        "`recv`. **A waiting DBOS workflow holds a thread** (its `recv` blocks it) for as long "
+        "as it waits. On SQLite a waiting `recv` is woken by the notification poller "
+        "(`notification_listener_polling_interval_sec`, 1 s by default). No in-memory mode, "
+        "hence no in-memory rows; a fresh process recovers a waiting workflow by running it "
+        "again from its start, hence no fresh-process row. The paused workflow starts at item "
+        "k with the k results as its input.",
+        "- **Apache Burr**: `@action` functions and transitions; a state persister "
+        "(`InMemoryPersister`, `SQLitePersister` on WAL/NORMAL, the psycopg2 "
+        "`PostgreSQLPersister`) saves after every step. Pause: the run halts after a `wait` "
+        "action; resume: the application is built again from the persister "
+        "(`initialize_from(..., resume_at_next_action=True)`) and run with the answer as an "
+        "input to the next halt. The same round trip on one application kept in memory (no "
+        "rebuild) is in the details (`app kept in memory`); the goals take Burr's faster "
+        "shape. The paused application starts at item k from the loop's state there.",
+        "- **pydantic-graph 1.107.10**: the newest release with state persistence (2.0.0 "
+        "removed `pydantic_graph.persistence` and the `BaseNode` graphs for the builder API). "
+        "Dataclass nodes; pause: the caller stops `graph.iter` at the node that needs a person "
+        "(the docs' question graph); resume: `load_next()` and `graph.iter` from the node that "
+        "takes the answer. `SimpleStatePersistence` (memory) and `FileStatePersistence` (a "
+        "JSON file); no SQLite or PostgreSQL persistence. Chain: one node class run n times.",
+        "- **llama-index-workflows**: `@step` methods passing events (the chain: one step, n "
+        "events); pause: a step returns `InputRequiredEvent`, the caller streams to it, "
+        "serialises `handler.ctx.to_dict()` and cancels the run; resume: "
+        "`Context.from_dict`, `run(ctx=...)`, `send_event(HumanResponseEvent)` and stream to "
+        "the next `InputRequiredEvent`. The library stores nothing: in memory keeps the dict, "
+        "SQLite keeps its JSON in one row (WAL/NORMAL, one commit).",
+    ]
+
+
 def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
     benches, data = load(bench_json)
     status = peer_status(peers_json)
+    recorded = (
+        json.loads(peers_json.read_text()) if peers_json is not None and peers_json.exists() else {}
+    )
     machine = data.get("machine_info", {})
     lines = [
         "# Performance",
@@ -694,7 +829,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         f"- Python {machine.get('python_version', platform.python_version())} "
         f"({machine.get('python_implementation', platform.python_implementation())}), "
         f"SQLite {sqlite3.sqlite_version}",
-        "- Versions: " + ", ".join(f"{d} {version(d)}" for d in VERSIONS),
+        "- Versions: " + ", ".join(f"{d} {v}" for d, v in versions(data, recorded).items()),
     ]
     for peer, info in status.items():
         for dist, error in info["missing"]:
@@ -707,9 +842,12 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "",
         "## Results",
         "",
-        "Medians. Ratios are tarry ÷ the other (below 1: tarry is faster or smaller).",
+        "Medians. Ratios are tarry ÷ the other (below 1: tarry is faster or smaller); *best "
+        "peer*: the peer with the lowest number on the row.",
         "",
         *main_table(benches, status),
+        "",
+        *goals_table(benches, ks(benches)),
         "",
         *pg_workers(benches),
         *inflight(benches),
@@ -760,6 +898,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "Worker: start, pause, resume and finish such sessions over and over, keeping at "
         "most 1,000 ended ones (`MemoryStore(max_sessions=1000)`; LangGraph deletes the "
         "oldest thread); growth over the second half means a leak.",
+        *peer_notes(),
         "",
         *worker_samples(benches),
         "",
