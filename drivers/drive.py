@@ -241,23 +241,7 @@ class Drive:
         what other processes see of a running session, and where recovery starts from."""
         state = self.ex.state
         rec = self.record
-        record = SessionRecord(
-            session_id=rec.session_id,
-            flow=rec.flow,
-            status=state.status,
-            state=self._encode(),
-            version=rec.version,
-            fingerprint=self.flow.fingerprint,
-            flow_version=self.flow.version,
-            token=None,
-            wake_at=None,
-            lease_owner=self.core.owner,
-            lease_until=self.until,
-            created_at=rec.created_at,
-            updated_at=self.core.clock.now(),
-            meta=rec.meta,
-            durability=rec.durability,
-        )
+        record = self._next_record(self._encode(), None, None, self.core.owner, self.until)
         values = self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
@@ -352,23 +336,7 @@ class Drive:
         else:
             waits = []
         rec = self.record
-        record = SessionRecord(
-            session_id=rec.session_id,
-            flow=rec.flow,
-            status=state.status,
-            state=blob,
-            version=rec.version,
-            fingerprint=self.flow.fingerprint,
-            flow_version=self.flow.version,
-            token=token,
-            wake_at=wake,
-            lease_owner=None,
-            lease_until=None,
-            created_at=rec.created_at,
-            updated_at=self.core.clock.now(),
-            meta=rec.meta,
-            durability=rec.durability,
-        )
+        record = self._next_record(blob, token, wake, None, None)
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
@@ -388,6 +356,35 @@ class Drive:
         """The `logs=` of a write: the records captured since the last one, if any."""
         batch = None if self.logs is None else self.logs.take()
         return _NO_LOGS if batch is None else {"logs": batch}
+
+    def _next_record(
+        self,
+        blob: bytes,
+        token: str | None,
+        wake: datetime | None,
+        owner: str | None,
+        until: datetime | None,
+    ) -> SessionRecord:
+        """The session's record as its next write leaves it: the state `blob`, the `token`
+        it keeps, when it wakes, and its lease (an owner while it runs, none once it stops)."""
+        rec = self.record
+        return SessionRecord(
+            session_id=rec.session_id,
+            flow=rec.flow,
+            status=self.ex.state.status,
+            state=blob,
+            version=rec.version,
+            fingerprint=self.flow.fingerprint,
+            flow_version=self.flow.version,
+            token=token,
+            wake_at=wake,
+            lease_owner=owner,
+            lease_until=until,
+            created_at=rec.created_at,
+            updated_at=self.core.clock.now(),
+            meta=rec.meta,
+            durability=rec.durability,
+        )
 
     def _encode(self) -> bytes:
         return encode_state(

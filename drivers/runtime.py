@@ -1,17 +1,16 @@
 """Runtime: the one object users hold. A thin facade: each family of methods lives in its own
 module (starting, resuming, timers, polling, recovery, control, inspecting), and they share
-one `Core` (core.py) instead of importing this module back."""
+one `Core` (core.py) instead of importing this module back. The reading and retention methods
+are in reads.py, its base class."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from tarry.engine.events import Event
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
-from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.store import SessionStore
 
 from .clock import Clock
@@ -21,37 +20,31 @@ from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from .logs import INFO, MAX_LOGS
 from .outcome import Outcome
 from .pump import AwaitableOrValue
+from .reads import Reads
 from .resuming import key_of, prepare
-from .settings import Settings
 from .settle import is_awaitable, refuse_in_loop, settle
 from .starting import begin
 
 if TYPE_CHECKING:
-    from . import batch, control, delivering, inspecting, paging, polling, pruning, recovery, timers
-    from .paging import SessionPage
-    from .stats import Stats
-    from .views import SessionSummary, SessionView
+    from . import batch, control, delivering, polling, recovery, timers
 else:
     # The families a plain run or resume never calls load when first called, so that
     # `import tarry` and a process that only resumes a token do not pay for them.
     batch = lazy_module("tarry.drivers.batch")
     control = lazy_module("tarry.drivers.control")
     delivering = lazy_module("tarry.drivers.delivering")
-    inspecting = lazy_module("tarry.drivers.inspecting")
-    paging = lazy_module("tarry.drivers.paging")
     polling = lazy_module("tarry.drivers.polling")
-    pruning = lazy_module("tarry.drivers.pruning")
     recovery = lazy_module("tarry.drivers.recovery")
     timers = lazy_module("tarry.drivers.timers")
 
 
-class Runtime(Settings):
+class Runtime(Reads):
     """Runs flows over one store. Safe to share between threads.
 
     `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
     step is met; `run_sync`/`resume_sync` always return an Outcome; `arun`/`aresume` always
-    return an awaitable. They are typed `-> Outcome`: sync code reads `out.paused`, and async
-    code may `await rt.run(...)` either way, since an Outcome awaited gives itself.
+    return an awaitable. They are typed `-> Outcome`, so that sync code reads `out.paused`;
+    async code that may meet sync flows awaits `arun`/`aresume`.
 
     Keywords: `store` (a SessionStore or a URL; in memory by default), `flows` (registered for
     resume, timers and recovery; several versions of one flow may be given side by side, and
@@ -243,9 +236,7 @@ class Runtime(Settings):
     async def aresume_many(self, values: dict[str, Any]) -> list[Outcome]:
         """Like `resume_many`, always as an awaitable."""
         result = batch.resume_many(self._core, values, asynchronous=True)
-        if is_awaitable(result):
-            result = await result
-        return result  # type: ignore[return-value]
+        return result if isinstance(result, list) else await result
 
     def skip(
         self,
@@ -349,103 +340,3 @@ class Runtime(Settings):
         checkpoint, in whichever process runs it; the outcome returned then has status
         "running" and `meta["stop_requested"] == "cancel"`."""
         return control.cancel(self._core, token_or_session_id, actor)
-
-    # -- retention -----------------------------------------------------------------------------
-    def prune(
-        self,
-        *,
-        older_than: timedelta,
-        status: str | Iterable[str] = ("completed", "cancelled", "failed"),
-        dry_run: bool = False,
-    ) -> int:
-        """Delete the ended sessions whose last update is older than `older_than` (by `clock`)
-        — with their events, values and tokens — and return how many. `status` narrows which
-        ended statuses go (one or several of "completed", "cancelled", "failed"); a running or
-        paused session is never deleted, nor a failed one being resumed. Deletes in batches,
-        each one short transaction; a SQLite file then gives the space back. `dry_run`: only
-        count them. InvalidArgument for an `older_than` that is not a positive timedelta or a
-        status that is not an ended one."""
-        return pruning.prune(self._core, older_than, status, dry_run)
-
-    def retain(self) -> int:
-        """Prune by `retention` if it is set and a minute (by `clock`) passed since the last
-        time: what `tarry worker` does every round, for loops of your own. Returns how many
-        sessions were deleted; a failure is logged, not raised."""
-        return pruning.retain(self._core)
-
-    # -- inspecting ----------------------------------------------------------------------------
-    def session(self, session_id: str) -> SessionView:
-        """A view of one stored session; UnknownSession if there is none."""
-        return inspecting.session(self._core, session_id)
-
-    def sessions(
-        self,
-        *,
-        status: str | None = None,
-        flow: str | Flow | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[SessionSummary]:
-        """Sessions newest first, optionally filtered by status and flow (name or Flow)."""
-        return inspecting.sessions(self._core, status, flow, limit, offset)
-
-    def sessions_page(
-        self,
-        *,
-        status: str | None = None,
-        flow: str | Flow | None = None,
-        q: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> SessionPage:
-        """A page of sessions newest first and the `next_cursor` of the next page (None on the
-        last): keyset paging, stable while sessions are created, an index range read however
-        deep. `q`: a session id prefix or flow name substring; created in [`since`, `until`)."""
-        return paging.sessions_page(self._core, status=status, flow=flow, q=q, since=since,
-                                    until=until, limit=limit, cursor=cursor)
-
-    def stats(
-        self,
-        *,
-        flow: str | Flow | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> Stats:
-        """Counts of sessions by status; per node (by name) executions, failures and mean
-        duration; and the sums of every `ctx.metric` — over all sessions, or one flow's, or
-        those created in [`since`, `until`) (timezone-aware datetimes).
-
-        The store keeps a tally per session and folds in only the events written since the last
-        report: its cost grows with the sessions, not with their logs. A session whose stored
-        data cannot be read is logged and left out of the node figures.
-        """
-        return inspecting.stats(self._core, flow, since, until)
-
-    def logs(
-        self,
-        session_id: str,
-        *,
-        level: int | str | None = None,
-        after: int = 0,
-        limit: int = 1000,
-    ) -> list[LogRecord]:
-        """The `logging` records a session's steps emitted (those it keeps), in order: those
-        at `level` or above (a number or a name such as "WARNING"), with seq > `after`, at most
-        `limit`. Records are written with the session (at most a second behind while it
-        runs). UnknownSession for an id no session has."""
-        return inspecting.logs(self._core, session_id, level, after, limit)
-
-    def dropped_logs(self, session_id: str) -> int:
-        """How many of a session's `logging` records it did not keep (over `max_logs`: its
-        oldest ones)."""
-        return inspecting.dropped_logs(self._core, session_id)
-
-    def subscribe(
-        self, callback: Callable[[Event], Any], *, session_id: str | None = None
-    ) -> Callable[[], None]:
-        """Call `callback(event)` for each new event (of one session, or all). Returns the
-        function that unsubscribes. Runs already in progress keep the subscribers they
-        started with; a callback that raises is logged and does not disturb the run."""
-        return self._core.hub.subscribe(callback, session_id)

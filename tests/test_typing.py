@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "tarry.drivers.clock",
     "tarry.drivers.jsonable",
     "tarry.drivers.outcome",
+    "tarry.drivers.reads",
     "tarry.drivers.runtime",
     "tarry.drivers.settings",
     "tarry.drivers.stats",
