@@ -221,7 +221,7 @@ def test_bash_completion_offers_commands_options_and_choices(
     offered = _complete(script, "tarry", "''")
     assert set(offered) == {"-h", "--help", "--store", "--version", *names}
     assert _complete(script, "tarry", "re") == ["resume"]
-    assert _complete(script, "tarry", "--store", "x.db", "l") == ["ls"]
+    assert _complete(script, "tarry", "--store", "x.db", "lo") == ["logs"]
     assert "--allow-changed" in _complete(script, "tarry", "resume", "--")
     assert _complete(script, "tarry", "run", "--durability", "''") == ["pause", "step"]
     assert _complete(script, "tarry", "db", "''")[-1] == "upgrade"
