@@ -1,17 +1,19 @@
 """The monitor page's controls and views in headless Chromium (Playwright, Debian's chromium).
 
 One server and one browser for the module: `tarry serve`'s app over a real Runtime and
-SQLiteStore holding paused, running, failed and completed sessions. Routes that other work
-adds to the HTTP API (users, flows, stats timeline, logs, replay) are answered by a small
-canned app in front of the real one (`Canned` below) until they exist here; everything else
-is the real API. It also writes docs/monitor-360.png, -768.png and -1440.png.
+SQLiteStore holding paused, running, failed and completed sessions whose steps log and count
+tokens, served with a named user who logs in through the page's login form. Every route is the
+real one; a test that checks what the page asked for records the request (`expect_request`).
+Only the test of an older server puts a stub in front (`WithoutNewRoutes`: 404 for the routes
+an older server lacks). It also writes docs/monitor-360.png, -768.png, -1440.png and
+monitor-stats.png.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -32,8 +34,9 @@ ARGS = [
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TIMEOUT = 10_000  # ms, for every wait on the page
 WIDTHS = (360, 768, 1440)
-SECRET = "monitor-test-token"
+USER, TOKEN = "ann", "ann-secret-token-7"
 CONTROLS = ("approve", "reject", "resume", "skip", "abort", "cancel", "replay")
+APP_LOG = logging.getLogger("app")
 
 
 def _need(module: str) -> Any:
@@ -54,6 +57,8 @@ def _need(module: str) -> Any:
 
 
 def load(ctx):
+    APP_LOG.debug("connecting")
+    logging.getLogger("app.billing").warning("retrying the card charge")
     return [{"id": "T-101", "urgent": False}, {"id": "T-102", "urgent": True}]
 
 
@@ -93,105 +98,23 @@ def hold(ctx):
 
 SPREAD = Flow("spread", [Parallel("sources", {"crm": lambda ctx: 1, "erp": lambda ctx: 2, "ledger": hold})])
 
-STRUCTURES = {  # what GET /api/flows/{name} answers until the route exists
-    "tickets": {"name": "tickets", "kind": "flow", "path": [], "children": [
-        {"name": "load", "kind": "step", "path": ["load"], "children": []},
-        {"name": "tickets", "kind": "foreach", "path": ["tickets"], "children": [
-            {"name": "triage", "kind": "step", "path": ["tickets", "triage"], "children": []},
-            {"name": "review", "kind": "gate", "path": ["tickets", "review"], "children": []},
-        ]},
-    ]},
-    "batch": {"name": "batch", "kind": "flow", "path": [], "children": [
-        {"name": "items", "kind": "foreach", "path": ["items"], "children": [
-            {"name": "work", "kind": "step", "path": ["items", "work"], "children": []},
-        ]},
-    ]},
-}
+#: The routes an older server lacks (before users, flows, the timeline, logs and replay).
+NEW_ROUTES = re.compile(r"/api/me|/api/flows(/.*)?|/api/stats/timeline|/api/sessions/[^/]+/(logs|replay)")
 
 
-# --- the canned routes ---------------------------------------------------------------------------
+class WithoutNewRoutes:
+    """An ASGI app that answers the NEW_ROUTES as an older server does (404 NotFound) and hands
+    every other request to the real app."""
 
-
-class Canned:
-    """An ASGI app that answers the routes not yet on this branch (recording each request) and
-    hands every other request to the real app. Drop a route here once the real one is merged."""
-
-    def __init__(self, rt: tarry.Runtime, real: Any, *, cursors: bool = False) -> None:
-        from starlette.applications import Starlette
-        from starlette.responses import JSONResponse, Response, StreamingResponse
-        from starlette.routing import Route
-
-        self.rt, self.real, self.calls = rt, real, []
-
-        async def me(request):
-            return JSONResponse({"user": "ann"})
-
-        async def logout(request):
-            return Response(None, 204)
-
-        async def flow(request):
-            name = request.path_params["name"]
-            bare = {"name": name, "kind": "flow", "path": [], "children": []}
-            return JSONResponse({"name": name, "version": None,
-                                 "structure": STRUCTURES.get(name, bare)})
-
-        async def timeline(request):
-            buckets = [{"start": f"2026-01-01T{h:02}:00:00Z", "end": f"2026-01-01T{h:02}:59:59Z",
-                        "by_status": {"completed": h % 5, "failed": int(h % 3 == 0), "paused": 1}}
-                       for h in range(24)]
-            q = request.query_params
-            return JSONResponse({"since": q.get("since"), "until": q.get("until"), "buckets": buckets})
-
-        async def logs(request):
-            view = self.rt.session(request.path_params["sid"])
-            at = view.created_at.isoformat()
-            records = [
-                {"seq": 1, "at": at, "level": "DEBUG", "levelno": 10, "logger": "app",
-                 "message": "connecting", "path": ["load"]},
-                {"seq": 2, "at": at, "level": "WARNING", "levelno": 30, "logger": "app.billing",
-                 "message": "retrying the card charge", "path": ["load"]},
-            ]
-            floor = {"debug": 10, "info": 20, "warning": 30, "error": 40}[request.query_params["level"]]
-            after = int(request.query_params.get("after") or 0)
-            shown = [r for r in records if r["levelno"] >= floor and r["seq"] > after]
-            return JSONResponse({"logs": shown, "last_seq": 2, "more": False, "dropped": 0})
-
-        async def replay(request):
-            events = self.rt.session(request.path_params["sid"]).events()
-
-            async def feed():
-                from tarry.drivers.jsonable import event_to_dict
-
-                for e in events:
-                    yield f"id: {e.seq}\ndata: {json.dumps(event_to_dict(e), default=str)}\n\n"
-                    await asyncio.sleep(0.01)
-                yield "event: end\ndata: {}\n\n"
-
-            return StreamingResponse(feed(), media_type="text/event-stream")
-
-        async def sessions(request):  # the cursor-paged shape, its cursor an offset here
-            q = request.query_params
-            limit, offset = int(q["limit"]), int(q.get("cursor") or 0)
-            rows = self.rt.sessions(limit=limit + 1, offset=offset)
-            more = len(rows) > limit
-            return JSONResponse({"sessions": [{"session_id": r.session_id, "flow": r.flow,
-                                               "status": r.status, "updated_at": None}
-                                              for r in rows[:limit]],
-                                 "next_cursor": str(offset + limit) if more else None})
-
-        extra = [Route("/api/sessions", sessions)] if cursors else []
-        self.app = Starlette(routes=[*extra,
-            Route("/api/me", me), Route("/logout", logout, methods=["POST"]),
-            Route("/api/flows/{name}", flow), Route("/api/stats/timeline", timeline),
-            Route("/api/sessions/{sid}/logs", logs), Route("/api/sessions/{sid}/replay", replay),
-        ])
+    def __init__(self, real: Any) -> None:
+        self.real = real
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        from starlette.routing import Match
+        from starlette.responses import JSONResponse
 
-        if scope["type"] == "http" and any(r.matches(scope)[0] is Match.FULL for r in self.app.routes):
-            self.calls.append((scope["method"], scope["path"], scope["query_string"].decode()))
-            await self.app(scope, receive, send)
+        if scope["type"] == "http" and NEW_ROUTES.fullmatch(scope["path"]):
+            answer = JSONResponse({"error": "NotFound", "message": f"no route {scope['path']}"}, 404)
+            await answer(scope, receive, send)
         else:
             await self.real(scope, receive, send)
 
@@ -221,8 +144,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     pytest.importorskip("starlette")
     from tarry.drivers.http import create_app
 
+    # Logging creates a record only for a logger enabled for its level (the root is at WARNING).
+    APP_LOG.setLevel(logging.DEBUG)
     db = tmp_path_factory.mktemp("monitor") / "tarry.db"
-    rt = tarry.Runtime(store=f"sqlite:///{db}",
+    rt = tarry.Runtime(store=f"sqlite:///{db}", log_level=logging.DEBUG,
                        flows=[TICKETS, APPROVAL, PAYMENTS, FRAGILE, BATCH, FANOUT, QUICK, SPREAD])
     s: dict[str, Any] = {"rt": rt}
     for _ in range(8):
@@ -239,13 +164,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         RELEASE[s[name]] = threading.Event()
         _run_in_background(rt, flow, s[name], threads, done)
     with ExitStack() as stack:
-        canned = Canned(rt, create_app(rt, poll_interval=0.2))
-        s["canned"] = canned
-        s["base"] = stack.enter_context(live(canned))
-        s["cursors"] = Canned(rt, create_app(rt, poll_interval=0.2), cursors=True)
-        s["paged"] = stack.enter_context(live(s["cursors"]))
-        s["plain"] = stack.enter_context(live(create_app(rt, poll_interval=0.2)))
-        s["guarded"] = stack.enter_context(live(create_app(rt, token=SECRET, poll_interval=0.2)))
+        stack.callback(APP_LOG.setLevel, logging.NOTSET)
+        s["base"] = stack.enter_context(live(create_app(rt, users={USER: TOKEN}, poll_interval=0.2)))
+        s["older"] = stack.enter_context(live(WithoutNewRoutes(create_app(rt, poll_interval=0.2))))
         pw = stack.enter_context(sync_api.sync_playwright())
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         stack.callback(browser.close)
@@ -259,17 +180,39 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 thread.join(30)
 
 
-@pytest.fixture(scope="module")
-def tab(site: dict[str, Any]) -> Iterator[Any]:
-    """One browser tab for the module (a new one per test costs more than the test)."""
-    tab = site["browser"].new_page()
+def log_in(page: Any, site: dict[str, Any]) -> None:
+    """Through the login form the server answers a page without its cookie with (401)."""
+    page.goto(site["base"])
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    site["expect"](page.locator("#user")).to_have_text(USER)
+
+
+def watched(browser: Any) -> Any:
+    """A new tab in a context of its own (its own cookies) that records its errors and posts."""
+    tab = browser.new_context().new_page()
     tab.errors, tab.posts = [], []
     tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
     tab.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
     tab.on("request", lambda r: tab.posts.append(r.url) if r.method == "POST" else None)
     tab.set_default_timeout(TIMEOUT)
+    return tab
+
+
+def not_logged_in(errors: list[str]) -> list[str]:
+    """`errors` without the 401 the browser reports for the login page it was answered with."""
+    return [e for e in errors if "status of 401" not in e]
+
+
+@pytest.fixture(scope="module")
+def tab(site: dict[str, Any]) -> Iterator[Any]:
+    """One browser tab for the module (a new one per test costs more than the test), logged in
+    as USER."""
+    tab = watched(site["browser"])
+    log_in(tab, site)
+    assert not_logged_in(tab.errors) == []
     yield tab
-    tab.close()
+    tab.context.close()
 
 
 @pytest.fixture
@@ -318,7 +261,7 @@ def test_approve_resumes_a_gate_with_a_decision(site, page) -> None:
     page.click("#approve")
     expect(page.locator("#detail-status")).to_have_text("completed")
     expect(page.locator("#approve")).to_be_disabled()
-    assert site["rt"].session(sid).state.output == {"approved": True}
+    assert site["rt"].session(sid).state.output == {"approved": True, "by": USER}  # who clicked
 
 
 def test_reject_sends_the_comment(site, page) -> None:
@@ -327,7 +270,8 @@ def test_reject_sends_the_comment(site, page) -> None:
     page.fill("#gate-comment", "not before the audit")
     page.click("#reject")
     expect(page.locator("#detail-status")).to_have_text("completed")
-    assert site["rt"].session(sid).state.output == {"approved": False, "comment": "not before the audit"}
+    assert site["rt"].session(sid).state.output == {
+        "approved": False, "comment": "not before the audit", "by": USER}
 
 
 def test_a_wait_resumes_with_a_json_value(site, page) -> None:
@@ -423,7 +367,7 @@ def test_cancel_asks_for_a_confirmation_first(site, page) -> None:
 # --- the sessions table ---------------------------------------------------------------------------
 
 
-def test_paging_goes_forward_and_back(site, page) -> None:
+def test_paging_follows_the_servers_cursor_forward_and_back(site, page) -> None:
     expect = site["expect"]
     page.goto(site["base"])
     rows = page.locator("#sessions tbody tr")
@@ -432,33 +376,20 @@ def test_paging_goes_forward_and_back(site, page) -> None:
     expect(rows).to_have_count(10)
     expect(page.locator("#prev")).to_be_disabled()
     first = rows.evaluate_all("rs => rs.map(r => r.dataset.session)")
-    page.click("#next")
+    with page.expect_request(lambda r: "/api/sessions?" in r.url and "cursor=" in r.url) as asked:
+        page.click("#next")
+    assert "offset" not in asked.value.url
     expect(page.locator("#page-info")).to_have_text("page 2")
     expect(rows.first).not_to_have_attribute("data-session", first[0])
     second = rows.evaluate_all("rs => rs.map(r => r.dataset.session)")
-    assert second and not set(first) & set(second)
+    total = len(site["rt"].sessions(limit=100))
+    assert len(second) == total - 10 and not set(first) & set(second)
+    expect(page.locator("#next")).to_be_disabled()  # the server's next_cursor was null
     expect(page.locator("#prev")).to_be_enabled()
     page.click("#prev")
     expect(page.locator("#page-info")).to_have_text("page 1")
     expect(rows.first).to_have_attribute("data-session", first[0])
     expect(rows).to_have_count(10)
-
-
-def test_paging_follows_the_servers_cursor(site, page) -> None:
-    expect = site["expect"]
-    page.goto(site["paged"])
-    rows = page.locator("#sessions tbody tr")
-    expect(rows.first).to_be_visible()
-    page.select_option("#page-size", "10")
-    expect(rows).to_have_count(10)
-    first = rows.evaluate_all("rs => rs.map(r => r.dataset.session)")
-    with page.expect_request(lambda r: "cursor=10" in r.url and "offset" not in r.url):
-        page.click("#next")
-    expect(rows.first).not_to_have_attribute("data-session", first[0])
-    assert not set(first) & set(rows.evaluate_all("rs => rs.map(r => r.dataset.session)"))
-    expect(page.locator("#next")).to_be_disabled()  # next_cursor was null
-    page.click("#prev")
-    expect(rows.first).to_have_attribute("data-session", first[0])
 
 
 def test_search_by_id_prefix_or_flow_name(site, page) -> None:
@@ -479,10 +410,17 @@ def test_search_by_id_prefix_or_flow_name(site, page) -> None:
 # --- views -----------------------------------------------------------------------------------------
 
 
-def test_the_flow_diagram_highlights_where_the_session_waits(site, page) -> None:
-    expect = site["expect"]
-    open_session(page, site, site["tickets"])
-    expect(page.locator('#flow .fnode.current')).to_have_attribute("data-path", "tickets/review")
+def test_the_flow_diagram_is_the_sessions_version_with_where_it_waits(site, page) -> None:
+    expect, sid = site["expect"], site["tickets"]
+    fingerprint = site["rt"].session(sid).fingerprint
+    with page.expect_response(lambda r: "/api/flows/tickets?" in r.url) as asked:
+        open_session(page, site, sid)
+    assert asked.value.ok and f"fingerprint={fingerprint}" in asked.value.url
+    shown = page.locator("#flow .fnode").evaluate_all(
+        "ns => ns.map(n => [n.dataset.path, n.querySelector('.kind').textContent])")
+    assert shown == [["", "flow"], ["load", "step"], ["tickets", "foreach"],
+                     ["tickets/triage", "step"], ["tickets/review", "gate"]]
+    expect(page.locator("#flow .fnode.current")).to_have_attribute("data-path", "tickets/review")
     expect(page.locator('#flow .fnode[data-path="tickets"]')).to_have_class("fnode on-path")
     expect(page.locator('#flow .fnode[data-path="load"]')).to_have_class("fnode")
 
@@ -492,12 +430,15 @@ def test_logs_are_merged_into_the_timeline_by_level(site, page) -> None:
     open_session(page, site, site["tickets"])
     logs = page.locator("#timeline li.log")
     expect(logs).to_have_count(1)  # info and up: the warning only
+    expect(logs.first).to_contain_text("WARNING app.billing")
     expect(logs.first).to_contain_text("retrying the card charge")
-    page.select_option("#log-level", "debug")
+    expect(logs.first.locator(".path")).to_have_text("load")
+    with page.expect_request(lambda r: "/logs?" in r.url and "level=debug" in r.url):
+        page.select_option("#log-level", "debug")
     expect(logs).to_have_count(2)
+    expect(page.locator("#timeline li.log[data-level=DEBUG]")).to_contain_text("connecting")
     page.select_option("#log-level", "off")
     expect(logs).to_have_count(0)
-    assert any("level=debug" in q for m, p, q in site["canned"].calls if p.endswith("/logs"))
 
 
 def test_replay_plays_a_finished_sessions_events_back(site, page) -> None:
@@ -506,42 +447,59 @@ def test_replay_plays_a_finished_sessions_events_back(site, page) -> None:
     open_session(page, site, sid)
     expect(page.locator("#replay")).to_be_enabled()
     page.select_option("#replay-speed", "100")
-    page.click("#replay")
-    expect(page.locator("#timeline-note")).to_contain_text("replay finished")
+    with page.expect_request(lambda r: "/replay?" in r.url and "speed=100" in r.url):
+        page.click("#replay")
     count = len(rt.session(sid).events())
+    expect(page.locator("#timeline-note")).to_have_text(f"replay finished: {count} events")
     expect(page.locator("#timeline li.event")).to_have_count(count)
-    assert any("speed=100" in q for m, p, q in site["canned"].calls if p.endswith("/replay"))
+    expect(page.locator("#timeline li.event .type").last).to_have_text("run.completed")
     page.click("#replay")  # back to live
     expect(page.locator("#replay")).to_have_text("Replay")
 
 
 def test_stats_draws_charts_of_a_period(site, page) -> None:
-    expect = site["expect"]
+    expect, rt = site["expect"], site["rt"]
     page.goto(site["base"])
     page.click("#tab-stats")
     expect(page.locator("#timeline-svg rect[data-status=completed]").first).to_be_visible()
     expect(page.locator("#nodes-svg")).to_contain_text("triage")
+    assert rt.stats().metrics == {"tokens": 1200, "cost": 0.42}  # one triage ran
     expect(page.locator("#tile-tokens b")).to_have_text("1,200")
     expect(page.locator("#tile-cost b")).to_have_text("$0.42")
+    expect(page.locator("#tile-sessions b")).to_have_text(str(len(rt.sessions(limit=100))))
     page.screenshot(path=str(DOCS / "monitor-stats.png"))
-    with page.expect_request(lambda r: "/api/stats/timeline?" in r.url) as asked:
+    with page.expect_response(lambda r: "/api/stats/timeline?" in r.url) as asked:
         page.select_option("#stats-period", "3600")
     query = asked.value.url.split("?", 1)[1]
     assert "since=" in query and "until=" in query and "buckets=24" in query
+    buckets = asked.value.json()["buckets"]
+    assert len(buckets) == 24
+    assert sum(sum(b["by_status"].values()) for b in buckets) == len(rt.sessions(limit=100))
 
 
-def test_the_user_name_and_logout(site, page) -> None:
-    expect = site["expect"]
-    page.goto(site["base"])
-    expect(page.locator("#user")).to_have_text("ann")
-    with page.expect_navigation():
-        page.click("#logout")
-    assert ("POST", "/logout", "") in site["canned"].calls
+def test_the_user_name_and_logout(site) -> None:
+    expect, base = site["expect"], site["base"]
+    tab = watched(site["browser"])
+    try:
+        log_in(tab, site)
+        expect(tab.locator("#logout")).to_be_visible()
+        assert [c["name"] for c in tab.context.cookies()] == ["tarry_token"]
+        with tab.expect_navigation(url=f"{base}/login"):
+            tab.click("#logout")
+        assert tab.posts[-1] == f"{base}/logout"
+        expect(tab.locator("#token")).to_be_visible()  # the login form
+        assert tab.context.cookies() == []
+        assert tab.context.request.get(f"{base}/api/me").status == 401
+        tab.goto(base)
+        expect(tab.locator("#token")).to_be_visible()
+        assert not_logged_in(tab.errors) == []
+    finally:
+        tab.context.close()
 
 
 def test_routes_the_server_lacks_leave_a_note_not_a_broken_page(site, page) -> None:
     expect = site["expect"]
-    open_session(page, site, site["tickets"], base=site["plain"])
+    open_session(page, site, site["tickets"], base=site["older"])
     expect(page.locator("#flow")).to_contain_text("not available on this server")
     expect(page.locator("#timeline-note")).to_contain_text("logs are not available")
     expect(page.locator("#logout")).to_be_hidden()
@@ -575,16 +533,22 @@ def test_no_horizontal_scroll_and_a_screenshot_at(site, page, width: int) -> Non
     assert (DOCS / f"monitor-{width}.png").stat().st_size > 10_000
 
 
-def test_the_login_page_fits_a_phone_and_lets_you_in(site, page) -> None:
+def test_the_login_page_fits_a_phone_and_lets_you_in(site) -> None:
     expect = site["expect"]
-    page.set_viewport_size({"width": 360, "height": 740})
-    page.goto(site["guarded"])
-    expect(page.locator("#token")).to_be_visible()
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    page.fill("#token", SECRET)
-    page.click("button[type=submit]")
-    expect(page.locator("#sessions tbody tr").first).to_be_visible()
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    # The login form comes with a 401 and this app has no users route (404): the browser
-    # reports both; nothing else may go wrong.
-    page.errors[:] = [e for e in page.errors if "status of 401" not in e and "status of 404" not in e]
+    tab = watched(site["browser"])
+    try:
+        tab.set_viewport_size({"width": 360, "height": 740})
+        tab.goto(site["base"])
+        expect(tab.locator("#token")).to_be_visible()
+        assert tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        tab.fill("#token", "not-the-token")
+        tab.click("button[type=submit]")
+        expect(tab.locator("#error")).to_contain_text("wrong token")
+        tab.fill("#token", TOKEN)
+        tab.click("button[type=submit]")
+        expect(tab.locator("#sessions tbody tr").first).to_be_visible()
+        expect(tab.locator("#user")).to_have_text(USER)
+        assert tab.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        assert not_logged_in(tab.errors) == []
+    finally:
+        tab.context.close()
