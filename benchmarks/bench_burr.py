@@ -114,7 +114,11 @@ def postgres_persister(dsn: str, table: str) -> Any:
 
     url = urlparse(dsn)
     persister = PostgreSQLPersister.from_values(
-        url.path.lstrip("/"), url.username, url.password, url.hostname, url.port or 5432,
+        url.path.lstrip("/"),
+        url.username,
+        url.password,
+        url.hostname,
+        url.port or 5432,
         table_name=table,
     )
     persister.initialize()
@@ -144,8 +148,11 @@ def pause_resume(results: Results, s: dict[str, Any], kind: str, make: Any) -> N
         last, _result, state = app.run(halt_after=["wait", "done"])
         assert last.name == "wait" and state["i"] == k and len(state["results"]) == k
         results.timed(
-            f"pause_{kind}", lambda p=persister, a=app_id, k=k: trip(n, k, p, a),
-            rounds=s["rounds"], warmup=s["warmup"], k=k,
+            f"pause_{kind}",
+            lambda p=persister, a=app_id, k=k: trip(n, k, p, a),
+            rounds=s["rounds"],
+            warmup=s["warmup"],
+            k=k,
         )
 
 
@@ -163,7 +170,11 @@ def kept_in_memory(results: Results, s: dict[str, Any]) -> None:
             assert last.name == "wait"
 
         results.timed(
-            "pause_memory", again, rounds=s["rounds"], warmup=s["warmup"], k=k,
+            "pause_memory",
+            again,
+            rounds=s["rounds"],
+            warmup=s["warmup"],
+            k=k,
             variant="app kept in memory",
         )
 
@@ -191,16 +202,25 @@ def main() -> None:
             holder["app"], holder["last"] = chain(n)
 
         results.timed(
-            "chain", lambda: holder["app"].run(halt_after=[holder["last"]]), setup=fresh_chain,
-            rounds=s["step_rounds"], warmup=1, per=n,
+            "chain",
+            lambda: holder["app"].run(halt_after=[holder["last"]]),
+            setup=fresh_chain,
+            rounds=s["step_rounds"],
+            warmup=1,
+            per=n,
         )
 
         def fresh_loop() -> None:
             holder["loop"] = loop(n)
 
         results.timed(
-            "foreach", lambda: holder["loop"].run(halt_after=["done"]), setup=fresh_loop,
-            rounds=s["step_rounds"], warmup=1, per=n, variant="loop action",
+            "foreach",
+            lambda: holder["loop"].run(halt_after=["done"]),
+            setup=fresh_loop,
+            rounds=s["step_rounds"],
+            warmup=1,
+            per=n,
+            variant="loop action",
         )
         pause_resume(results, s, "memory", InMemoryPersister)
         kept_in_memory(results, s)
@@ -213,8 +233,12 @@ def main() -> None:
             holder["app"], holder["last"] = chain(n, persister, f"d{next(ids)}")
 
         results.timed(
-            "durable_chain", lambda: holder["app"].run(halt_after=[holder["last"]]),
-            setup=fresh_durable, rounds=s["durable_rounds"], warmup=1, per=n,
+            "durable_chain",
+            lambda: holder["app"].run(halt_after=[holder["last"]]),
+            setup=fresh_durable,
+            rounds=s["durable_rounds"],
+            warmup=1,
+            per=n,
         )
         pause_resume(
             results, s, "sqlite", lambda: sqlite_persister(str(tmp / f"{uuid.uuid4().hex}.db"))
@@ -229,8 +253,10 @@ def main() -> None:
         code = FRESH.format(here=str(Path(__file__).parent), n=s["loop"], k=k, path=path)
         spawn(code, next(apps), cwd=str(tmp))  # the bytecode cache, once
         results.timed(
-            "fresh_resume", lambda: spawn(code, next(apps), cwd=str(tmp)),
-            rounds=s["fresh_rounds"], k=k,
+            "fresh_resume",
+            lambda: spawn(code, next(apps), cwd=str(tmp)),
+            rounds=s["fresh_rounds"],
+            k=k,
         )
         measure_import(results, "import burr.core", s)
     elif part == "postgres":

@@ -120,7 +120,10 @@ def main() -> None:
         n = min(s["durable_steps"], 200)
         results.timed(
             "durable_chain" if part == "sqlite" else "durable_chain_postgres",
-            lambda: chain(n), rounds=s["durable_rounds"], warmup=1, per=n,
+            lambda: chain(n),
+            rounds=s["durable_rounds"],
+            warmup=1,
+            per=n,
         )
         pause_resume(results, s, part)
         threads = threading.active_count()

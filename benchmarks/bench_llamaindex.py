@@ -141,8 +141,12 @@ def main() -> None:
     chain = Steps(n)
     # At most 5 rounds: one is 1,000 events through its runtime (seconds on this machine).
     results.timed(
-        "chain", lambda: run(chain.once()), rounds=min(s["step_rounds"], 5),
-        warmup=1, per=n, variant="one step, n events",
+        "chain",
+        lambda: run(chain.once()),
+        rounds=min(s["step_rounds"], 5),
+        warmup=1,
+        per=n,
+        variant="one step, n events",
     )
     results.not_supported("foreach", "no batch step (the chain row is its loop of events)")
     loop = s["loop"]
@@ -156,8 +160,12 @@ def main() -> None:
         results.timed("pause_memory", trip, rounds=s["rounds"], warmup=s["warmup"], k=k)
         rows.save(f"k{k}", run(start(loop, k)))
         results.timed(
-            "pause_sqlite", lambda k=k: run(resume_row(rows, f"k{k}")), rounds=s["rounds"],
-            warmup=s["warmup"], k=k, snapshot_bytes=len(json.dumps(rows.load(f"k{k}"))),
+            "pause_sqlite",
+            lambda k=k: run(resume_row(rows, f"k{k}")),
+            rounds=s["rounds"],
+            warmup=s["warmup"],
+            k=k,
+            snapshot_bytes=len(json.dumps(rows.load(f"k{k}"))),
         )
     k = s["ks"][0]
     ids = [f"fresh{i}" for i in range(s["fresh_rounds"] + 1)]
@@ -167,14 +175,20 @@ def main() -> None:
     code = FRESH.format(here=str(Path(__file__).parent), path=str(tmp / "llama.db"))
     spawn(code, next(todo), cwd=str(tmp))  # the bytecode cache, once
     results.timed(
-        "fresh_resume", lambda: spawn(code, next(todo), cwd=str(tmp)), rounds=s["fresh_rounds"],
+        "fresh_resume",
+        lambda: spawn(code, next(todo), cwd=str(tmp)),
+        rounds=s["fresh_rounds"],
         k=k,
     )
     measure_import(results, "import workflows", s)
-    results.not_supported("durable_chain", "no persistence of each step: the caller saves the "
-                          "context when it chooses")
-    results.not_supported("pause_postgres", "no store of its own: the context is JSON the "
-                          "caller stores (the SQLite row shows the shape)")
+    results.not_supported(
+        "durable_chain", "no persistence of each step: the caller saves the context when it chooses"
+    )
+    results.not_supported(
+        "pause_postgres",
+        "no store of its own: the context is JSON the "
+        "caller stores (the SQLite row shows the shape)",
+    )
     results.emit()
 
 

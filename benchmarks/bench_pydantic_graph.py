@@ -117,8 +117,12 @@ def main() -> None:
     results = Results(importlib.metadata.version("pydantic-graph"))
     n = s["steps"]
     results.timed(
-        "chain", lambda: STEPS.run_sync(Step(), state=Loop(n=n)), rounds=s["step_rounds"],
-        warmup=1, per=n, variant="one node class run n times",
+        "chain",
+        lambda: STEPS.run_sync(Step(), state=Loop(n=n)),
+        rounds=s["step_rounds"],
+        warmup=1,
+        per=n,
+        variant="one node class run n times",
     )
     results.not_supported(
         "foreach", "no batch or map node in the BaseNode graphs (the chain row is its loop)"
@@ -129,16 +133,24 @@ def main() -> None:
     for k in s["ks"]:
         persistence = paused(loop, k, SimpleStatePersistence())
         results.timed(
-            "pause_memory", lambda p=persistence: run(resume(p)), rounds=s["rounds"],
-            warmup=s["warmup"], k=k, variant="SimpleStatePersistence",
+            "pause_memory",
+            lambda p=persistence: run(resume(p)),
+            rounds=s["rounds"],
+            warmup=s["warmup"],
+            k=k,
+            variant="SimpleStatePersistence",
         )
         # At most 30 round trips: the file holds every snapshot, each with the whole state,
         # and is read and written whole at each one (it grows by two snapshots a round trip).
         path = tmp / f"k{k}.json"
         persistence = paused(loop, k, FileStatePersistence(path))
         results.timed(
-            "pause_file", lambda p=persistence: run(resume(p)), rounds=min(s["rounds"], 30),
-            warmup=min(s["warmup"], 2), k=k, variant="FileStatePersistence",
+            "pause_file",
+            lambda p=persistence: run(resume(p)),
+            rounds=min(s["rounds"], 30),
+            warmup=min(s["warmup"], 2),
+            k=k,
+            variant="FileStatePersistence",
             file_bytes_after=None,
         )
         results.results[-1]["extra"]["file_bytes_after"] = path.stat().st_size
@@ -150,8 +162,11 @@ def main() -> None:
     code = FRESH.format(here=str(Path(__file__).parent))
     spawn(code, str(next(todo)), cwd=str(tmp))  # the bytecode cache, once
     results.timed(
-        "fresh_resume", lambda: spawn(code, str(next(todo)), cwd=str(tmp)),
-        rounds=s["fresh_rounds"], k=k, variant="FileStatePersistence",
+        "fresh_resume",
+        lambda: spawn(code, str(next(todo)), cwd=str(tmp)),
+        rounds=s["fresh_rounds"],
+        k=k,
+        variant="FileStatePersistence",
     )
     measure_import(results, "import pydantic_graph, pydantic_graph.persistence.file", s)
     for workload in ("pause_sqlite", "pause_postgres", "durable_chain"):

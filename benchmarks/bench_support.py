@@ -104,4 +104,3 @@ def peer_entry(result: dict[str, Any]) -> dict[str, Any]:
             "external": True,
         },
     }
-

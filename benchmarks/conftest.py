@@ -28,9 +28,18 @@ def pytest_benchmark_update_json(config: Any, benchmarks: Any, output_json: dict
     process and the peers' scripts saw it, so the report names the versions of the run."""
     output_json["benchmarks"].extend(peer_entry(result) for result in PEER_RESULTS)
     found = {}
-    for dist in ("tarry", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite",
-                 "langchain-core", "pocketflow", "pytest-benchmark", "attrs", "cattrs",
-                 "msgpack"):
+    for dist in (
+        "tarry",
+        "langgraph",
+        "langgraph-checkpoint",
+        "langgraph-checkpoint-sqlite",
+        "langchain-core",
+        "pocketflow",
+        "pytest-benchmark",
+        "attrs",
+        "cattrs",
+        "msgpack",
+    ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             found[dist] = metadata.version(dist)
     for result in PEER_RESULTS:

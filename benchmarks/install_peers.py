@@ -51,11 +51,15 @@ def install_venv(peer: str, requirements: list[str]) -> dict[str, object]:
         return {"installed": False, "error": f"venv: {exc}", "venv": str(path)}
     done = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", *requirements],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     found = subprocess.run(
         [str(python), "-c", f"from importlib import metadata; print(metadata.version({peer!r}))"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0 or found.returncode != 0:
         error = (done.stderr or done.stdout or found.stderr).strip()[-500:]
@@ -98,8 +102,10 @@ def main(out: Path) -> None:
     for peer, peer_requirements in venv_peers().items():
         status[peer] = install_venv(peer, peer_requirements)
         if not status[peer]["installed"]:
-            print(f"install_peers: {peer} failed to install:\n{status[peer]['error']}",
-                  file=sys.stderr)
+            print(
+                f"install_peers: {peer} failed to install:\n{status[peer]['error']}",
+                file=sys.stderr,
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(status, indent=2) + "\n")
 

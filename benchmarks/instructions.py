@@ -51,9 +51,19 @@ def count(kind: str, rounds: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         done = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             sys.executable, __file__, "--run", kind, str(rounds)],
-            capture_output=True, text=True, check=True,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--run",
+                kind,
+                str(rounds),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found, done.stderr

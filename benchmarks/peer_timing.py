@@ -65,7 +65,12 @@ class Results:
         return spent
 
     def add(
-        self, workload: str, spent: list[float], *, per: int = 1, variant: str | None = None,
+        self,
+        workload: str,
+        spent: list[float],
+        *,
+        per: int = 1,
+        variant: str | None = None,
         **extra: Any,
     ) -> None:
         self.results.append(
@@ -94,8 +99,12 @@ def sizes() -> dict[str, Any]:
 
 def spawn(code: str, *args: str, cwd: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
-        check=False, env=ENV,
+        [sys.executable, "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=ENV,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
@@ -107,8 +116,12 @@ def import_us(statement: str, cwd: str) -> int:
 
     def top_level(code: str) -> dict[str, int]:
         done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", code], cwd=cwd, capture_output=True,
-            text=True, check=True, env=ENV,
+            [sys.executable, "-X", "importtime", "-c", code],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=ENV,
         )
         found = {}
         for line in done.stderr.splitlines()[1:]:
@@ -129,6 +142,9 @@ def measure_import(results: Results, statement: str, s: dict[str, Any]) -> None:
     spawn(statement, cwd=cwd)  # the bytecode cache, once
     runs = [import_us(statement, cwd) for _ in range(5 if s["full"] else 1)]
     results.timed(
-        "import", lambda: spawn(statement, cwd=cwd), rounds=s["fresh_rounds"],
-        importtime_us=statistics.median(runs), statement=statement,
+        "import",
+        lambda: spawn(statement, cwd=cwd),
+        rounds=s["fresh_rounds"],
+        importtime_us=statistics.median(runs),
+        statement=statement,
     )

@@ -338,7 +338,11 @@ def rows(benches: list[Bench]) -> list[Row]:
             workload="fresh_resume",
         ),
         Row(
-            "import (-X importtime, cumulative)", "ms", import_ms, 60.0, fmt="{:,.1f}",
+            "import (-X importtime, cumulative)",
+            "ms",
+            import_ms,
+            60.0,
+            fmt="{:,.1f}",
             workload="import",
         ),
         Row(
@@ -721,7 +725,8 @@ def batch_waits(benches: list[Bench]) -> list[str]:
     """Batch waits (issue 16): poll rounds over many keyed waits, and deliver_many."""
     polls = [b for b in benches if b.workload == "poll_keyed"]
     delivers = [
-        b for b in benches
+        b
+        for b in benches
         if b.workload in ("deliver_many", "deliver_many_mailbox", "deliver_many_branches")
     ]
     if not polls and not delivers:
@@ -752,12 +757,17 @@ def batch_waits(benches: list[Bench]) -> list[str]:
             f"| {b.extra['writes_per_ready']} |"
         )
     if delivers:
-        lines += ["", "| `deliver_many` of results | store | results | total | per result |",
-                  "|---|---|---|---|---|"]
-        shapes = {"deliver_many": "to as many waiting sessions",
-                  "deliver_many_mailbox": "to one session's sequential ForEach (mailbox)",
-                  "deliver_many_branches": "to one session's waiting branches "
-                                           "(ForEach(concurrency=None))"}
+        lines += [
+            "",
+            "| `deliver_many` of results | store | results | total | per result |",
+            "|---|---|---|---|---|",
+        ]
+        shapes = {
+            "deliver_many": "to as many waiting sessions",
+            "deliver_many_mailbox": "to one session's sequential ForEach (mailbox)",
+            "deliver_many_branches": "to one session's waiting branches "
+            "(ForEach(concurrency=None))",
+        }
         for b in sorted(delivers, key=lambda b: (b.workload, b.variant or "")):
             lines.append(
                 f"| {shapes[b.workload]} | {b.variant} | {b.extra['per']:,} | {human(b.median)} "

@@ -23,18 +23,22 @@ class Goal:
 
 def _matching(benches: list[Any], workload: str, system: str, **match: Any) -> list[Any]:
     return [
-        b for b in benches
-        if b.workload == workload and b.system == system
+        b
+        for b in benches
+        if b.workload == workload
+        and b.system == system
         and all(b.extra.get(key) == value for key, value in match.items())
     ]
 
 
-def per_unit_us(benches: list[Any], workload: str, system: str, variant: Any = "any",
-                **match: Any) -> float | None:
+def per_unit_us(
+    benches: list[Any], workload: str, system: str, variant: Any = "any", **match: Any
+) -> float | None:
     """The fastest shape of `system` at `workload` (or the named variant), µs per unit: a
     goal against a peer never rests on a slow shape of the peer."""
     found = [
-        b for b in _matching(benches, workload, system, **match)
+        b
+        for b in _matching(benches, workload, system, **match)
         if variant == "any" or b.variant == variant
     ]
     return min((b.per_unit * 1e6 for b in found), default=None)
@@ -52,8 +56,12 @@ def goals(benches: list[Any], ks: tuple[int, int]) -> list[tuple[Goal, float | N
 
     def extra(workload: str, key: str, k: int, system: str = "tarry") -> float | None:
         for b in benches:
-            if (b.workload == workload and b.system == system and b.variant is None
-                    and b.extra.get("k") == k):
+            if (
+                b.workload == workload
+                and b.system == system
+                and b.variant is None
+                and b.extra.get("k") == k
+            ):
                 return b.extra.get(key)
         return None
 
@@ -81,40 +89,135 @@ def goals(benches: list[Any], ks: tuple[int, int]) -> list[tuple[Goal, float | N
 
     burr = "apache-burr"
     rows = [
-        (Goal("chain step ÷ PocketFlow's chain step", lambda: ratio_of(
-            tarry("chain"), per_unit_us(benches, "chain", "pocketflow", None)), 1.0, "ratio"),),
-        (Goal("ForEach item ÷ PocketFlow's BatchFlow item", lambda: ratio_of(
-            tarry("foreach"), per_unit_us(benches, "foreach", "pocketflow", "BatchFlow")),
-            1.0, "ratio"),),
-        (Goal(f"pause → resume in memory, k = {k0:,}", lambda: tarry("pause_memory", k=k0),
-              50.0, "µs", "{:,.1f}"),),
-        (Goal(f"pause → resume in memory ÷ Burr's (its fastest shape), k = {k0:,}",
-              lambda: ratio_of(tarry("pause_memory", k=k0),
-                               per_unit_us(benches, "pause_memory", burr, k=k0)), 1.0, "ratio"),),
-        (Goal(f"pause → resume, SQLite, k = {k0:,}", lambda: tarry("pause_sqlite", k=k0),
-              200.0, "µs", "{:,.1f}"),),
-        (Goal(f"pause → resume, SQLite ÷ Burr's, k = {k0:,}", lambda: ratio_of(
-            tarry("pause_sqlite", k=k0), per_unit_us(benches, "pause_sqlite", burr, k=k0)),
-            1.0, "ratio"),),
-        (Goal(f"pause → resume, PostgreSQL, k = {k0:,}", lambda: ratio_of(
-            tarry("pause_postgres", k=k0), 1e3), 1.6, "ms"),),
-        (Goal("durable SQLite step ÷ one WAL commit of one row (floor)", lambda: ratio_of(
-            tarry("durable_chain"),
-            per_unit_us(benches, "durable_chain", "floor", "one WAL commit")), 1.5, "ratio"),),
+        (
+            Goal(
+                "chain step ÷ PocketFlow's chain step",
+                lambda: ratio_of(tarry("chain"), per_unit_us(benches, "chain", "pocketflow", None)),
+                1.0,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                "ForEach item ÷ PocketFlow's BatchFlow item",
+                lambda: ratio_of(
+                    tarry("foreach"), per_unit_us(benches, "foreach", "pocketflow", "BatchFlow")
+                ),
+                1.0,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"pause → resume in memory, k = {k0:,}",
+                lambda: tarry("pause_memory", k=k0),
+                50.0,
+                "µs",
+                "{:,.1f}",
+            ),
+        ),
+        (
+            Goal(
+                f"pause → resume in memory ÷ Burr's (its fastest shape), k = {k0:,}",
+                lambda: ratio_of(
+                    tarry("pause_memory", k=k0), per_unit_us(benches, "pause_memory", burr, k=k0)
+                ),
+                1.0,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"pause → resume, SQLite, k = {k0:,}",
+                lambda: tarry("pause_sqlite", k=k0),
+                200.0,
+                "µs",
+                "{:,.1f}",
+            ),
+        ),
+        (
+            Goal(
+                f"pause → resume, SQLite ÷ Burr's, k = {k0:,}",
+                lambda: ratio_of(
+                    tarry("pause_sqlite", k=k0), per_unit_us(benches, "pause_sqlite", burr, k=k0)
+                ),
+                1.0,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"pause → resume, PostgreSQL, k = {k0:,}",
+                lambda: ratio_of(tarry("pause_postgres", k=k0), 1e3),
+                1.6,
+                "ms",
+            ),
+        ),
+        (
+            Goal(
+                "durable SQLite step ÷ one WAL commit of one row (floor)",
+                lambda: ratio_of(
+                    tarry("durable_chain"),
+                    per_unit_us(benches, "durable_chain", "floor", "one WAL commit"),
+                ),
+                1.5,
+                "ratio",
+            ),
+        ),
         (Goal("import tarry (-X importtime)", import_ms, 60.0, "ms", "{:,.1f}"),),
-        (Goal("fresh process: spawn, import, resume from SQLite, exit", fresh_ms, 120.0, "ms",
-              "{:,.0f}"),),
-        (Goal(f"resume at k = {k1:,} ÷ at k = {k0:,}, in memory", lambda: paired("memory"),
-              1.10, "ratio"),),
-        (Goal(f"resume at k = {k1:,} ÷ at k = {k0:,}, SQLite", lambda: paired("sqlite"),
-              1.10, "ratio"),),
-        (Goal(f"resume at k = {k1:,} ÷ at k = {k0:,}, PostgreSQL", lambda: ratio_of(
-            tarry("pause_postgres", k=k1), tarry("pause_postgres", k=k0)), 1.10, "ratio"),),
-        (Goal(f"bytes written per pause at k = {k1:,} ÷ at k = {k0:,}, SQLite (flat)",
-              lambda: ratio_of(extra("pause_sqlite", "bytes_written", k1),
-                               extra("pause_sqlite", "bytes_written", k0)), 1.05, "ratio"),),
-        (Goal("worker RSS growth over the 2nd half of its resumes (flat)", worker_mb, 1.0, "MB",
-              "{:,.1f}"),),
+        (
+            Goal(
+                "fresh process: spawn, import, resume from SQLite, exit",
+                fresh_ms,
+                120.0,
+                "ms",
+                "{:,.0f}",
+            ),
+        ),
+        (
+            Goal(
+                f"resume at k = {k1:,} ÷ at k = {k0:,}, in memory",
+                lambda: paired("memory"),
+                1.10,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"resume at k = {k1:,} ÷ at k = {k0:,}, SQLite",
+                lambda: paired("sqlite"),
+                1.10,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"resume at k = {k1:,} ÷ at k = {k0:,}, PostgreSQL",
+                lambda: ratio_of(tarry("pause_postgres", k=k1), tarry("pause_postgres", k=k0)),
+                1.10,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                f"bytes written per pause at k = {k1:,} ÷ at k = {k0:,}, SQLite (flat)",
+                lambda: ratio_of(
+                    extra("pause_sqlite", "bytes_written", k1),
+                    extra("pause_sqlite", "bytes_written", k0),
+                ),
+                1.05,
+                "ratio",
+            ),
+        ),
+        (
+            Goal(
+                "worker RSS growth over the 2nd half of its resumes (flat)",
+                worker_mb,
+                1.0,
+                "MB",
+                "{:,.1f}",
+            ),
+        ),
     ]
     return [(goal, goal.value()) for (goal,) in rows]
 

@@ -32,20 +32,38 @@ from tarry.snapshots import SQLiteStore
 DEFAULT_DSN = "postgresql://tarry:tarry@127.0.0.1:5432/tarry"
 READY = 100
 
-WRITES = frozenset({
-    "create", "save", "delete", "prune", "append_events", "put_values", "consume_token",
-    "consume_tokens", "request_stop", "claim", "release", "post", "take_mail", "discard", "mark",
-})
+WRITES = frozenset(
+    {
+        "create",
+        "save",
+        "delete",
+        "prune",
+        "append_events",
+        "put_values",
+        "consume_token",
+        "consume_tokens",
+        "request_stop",
+        "claim",
+        "release",
+        "post",
+        "take_mail",
+        "discard",
+        "mark",
+    }
+)
 
 
 def prompt_key(ctx: Any) -> str:
     return f"batch-7/prompt-{ctx.input}"
 
 
-PROMPT = Flow("prompt", [
-    Wait("result", reason="batch", payload={"batch": "batch-7"}, key=prompt_key),
-    lambda ctx: len(str(ctx.prev)),
-])
+PROMPT = Flow(
+    "prompt",
+    [
+        Wait("result", reason="batch", payload={"batch": "batch-7"}, key=prompt_key),
+        lambda ctx: len(str(ctx.prev)),
+    ],
+)
 
 
 class Counting:
@@ -145,10 +163,17 @@ def test_poll_keyed_waits(benchmark, sizes: Sizes, store: Any) -> None:
     ready_s = time.perf_counter() - started
     assert len(done) == ready and all(o.ok for o in done)
     label(
-        benchmark, "poll_keyed", "tarry", variant=_kind(store), waiting=n,
-        idle_writes=idle_writes, idle_rows_written=0 if before is not None else None,
-        ready=ready, ready_round_s=round(ready_s, 4),
-        ready_writes=counting.writes, writes_per_ready=round(counting.writes / ready, 2),
+        benchmark,
+        "poll_keyed",
+        "tarry",
+        variant=_kind(store),
+        waiting=n,
+        idle_writes=idle_writes,
+        idle_rows_written=0 if before is not None else None,
+        ready=ready,
+        ready_round_s=round(ready_s, 4),
+        ready_writes=counting.writes,
+        writes_per_ready=round(counting.writes / ready, 2),
         ready_rows_written=None if before is None else changes() - idle_rows,
     )
 
@@ -177,8 +202,10 @@ def test_deliver_many_to_one_sequential_session(benchmark, sizes: Sizes, store: 
     key resumes its wait, the others are kept as mail and taken by their Waits as the loop
     reaches them, without pausing, in one drive."""
     n = 10_000 if sizes.full else 50
-    flow = Flow("prompts", [ForEach("prompts", lambda ctx: list(range(ctx.input)),
-                                    [Wait("result", key=item_key)])])
+    flow = Flow(
+        "prompts",
+        [ForEach("prompts", lambda ctx: list(range(ctx.input)), [Wait("result", key=item_key)])],
+    )
     rt = Runtime(store=store, flows=[flow])
     out = rt.run(flow, n)
     assert out.paused
@@ -200,8 +227,17 @@ def test_deliver_many_to_one_session_with_many_waiting_branches(
     """`deliver_many` of 10,000 results to one session whose ForEach(concurrency=None) has
     10,000 iterations waiting on their keys: one drive and one write for the session."""
     n = 10_000 if sizes.full else 50
-    flow = Flow("branches", [ForEach("prompts", lambda ctx: list(range(ctx.input)),
-                                     [Wait("result", key=item_key)], concurrency=None)])
+    flow = Flow(
+        "branches",
+        [
+            ForEach(
+                "prompts",
+                lambda ctx: list(range(ctx.input)),
+                [Wait("result", key=item_key)],
+                concurrency=None,
+            )
+        ],
+    )
     rt = Runtime(store=store, flows=[flow])
     out = rt.run(flow, n)
     assert out.paused and len(out.pauses) == n

@@ -26,10 +26,13 @@ def prompts(n: int) -> list[str]:
 
 
 def flow() -> Flow:
-    return Flow("prompts", [
-        step(lambda ctx: BIG, "big"),
-        ForEach("each", lambda ctx: ctx.input["prompts"], [lambda ctx: ctx.item, Gate("g")]),
-    ])
+    return Flow(
+        "prompts",
+        [
+            step(lambda ctx: BIG, "big"),
+            ForEach("each", lambda ctx: ctx.input["prompts"], [lambda ctx: ctx.item, Gate("g")]),
+        ],
+    )
 
 
 @pytest.mark.parametrize("at", [0, 1], ids=["k_early", "k_late"])

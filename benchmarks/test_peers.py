@@ -105,7 +105,11 @@ def test_peer(benchmark, sizes: Sizes, tmp_path: Path, request, peer: str, part:
     benchmark.pedantic(run, rounds=1, iterations=1)
     assert found["results"] or found["unsupported"], f"{peer} ({part}) measured nothing"
     label(
-        benchmark, "peer_script", peer, variant=part, version=found["version"],
+        benchmark,
+        "peer_script",
+        peer,
+        variant=part,
+        version=found["version"],
         unsupported=found["unsupported"],
     )
     for result in found["results"]:
@@ -125,12 +129,28 @@ def test_peer(benchmark, sizes: Sizes, tmp_path: Path, request, peer: str, part:
 def test_peer_results_are_labelled_for_the_report() -> None:
     """What conftest.py adds to the run's JSON reads like a pytest-benchmark entry."""
     entry = peer_entry(
-        {"name": "x", "system": "apache-burr", "version": "1", "load1": 0.5,
-         "workload": "pause_memory", "variant": None, "per": 1, "median": 2e-4,
-         "min": 1e-4, "rounds": 3, "extra": {"k": 10}}
+        {
+            "name": "x",
+            "system": "apache-burr",
+            "version": "1",
+            "load1": 0.5,
+            "workload": "pause_memory",
+            "variant": None,
+            "per": 1,
+            "median": 2e-4,
+            "min": 1e-4,
+            "rounds": 3,
+            "extra": {"k": 10},
+        }
     )
     assert entry["stats"]["median"] == 2e-4 and entry["stats"]["rounds"] == 3
     assert entry["extra_info"] == {
-        "workload": "pause_memory", "system": "apache-burr", "per": 1, "load1": 0.5,
-        "variant": None, "k": 10, "version": "1", "external": True,
+        "workload": "pause_memory",
+        "system": "apache-burr",
+        "per": 1,
+        "load1": 0.5,
+        "variant": None,
+        "k": 10,
+        "version": "1",
+        "external": True,
     }

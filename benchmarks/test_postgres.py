@@ -140,7 +140,9 @@ def _floors(rt: Runtime, trip: Any, rounds: int) -> dict[str, float]:
         "select_1_us": round(median(select) * 1e6, 1),
         "update_commit_us": round(median(update) * 1e6, 1),
         "resume_per_select_1": round(median(r / s for r, s in zip(resume, select, strict=True)), 2),
-        "resume_per_update_commit": round(median(r / u for r, u in zip(resume, update, strict=True)), 2),
+        "resume_per_update_commit": round(
+            median(r / u for r, u in zip(resume, update, strict=True)), 2
+        ),
     }
 
 
@@ -194,7 +196,9 @@ def test_postgres_resumes_from_worker_processes(
     from tarry.snapshots import PostgresStore
 
     if not _full(request) and workers != 2:
-        pytest.skip("smoke run (make test): the 2-worker case runs this path; starting processes is slow")
+        pytest.skip(
+            "smoke run (make test): the 2-worker case runs this path; starting processes is slow"
+        )
     server, schema = server_schema
     sessions = 2_000 if _full(request) else 20
     store = PostgresStore(server, schema=schema, max_size=4)

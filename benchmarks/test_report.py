@@ -17,22 +17,39 @@ report = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(report)
 
 
-def entry(workload: str, system: str, median: float, *, variant: str | None = None,
-          per: int = 1, **extra: Any) -> dict[str, Any]:
+def entry(
+    workload: str,
+    system: str,
+    median: float,
+    *,
+    variant: str | None = None,
+    per: int = 1,
+    **extra: Any,
+) -> dict[str, Any]:
     return {
         "name": f"{system}:{workload}:{variant}:{extra.get('k')}",
         "stats": {"median": median, "min": median, "rounds": 3},
-        "extra_info": {"workload": workload, "system": system, "per": per, "variant": variant,
-                       "load1": 1.0, **extra},
+        "extra_info": {
+            "workload": workload,
+            "system": system,
+            "per": per,
+            "variant": variant,
+            "load1": 1.0,
+            **extra,
+        },
     }
 
 
 def run(tmp_path: Path, benchmarks: list[dict[str, Any]], peers: dict[str, Any]) -> str:
     bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({
-        "benchmarks": benchmarks,
-        "versions": {"tarry": "0.1.0", "langgraph": "1.2.3", "pocketflow": "0.0.3"},
-    }))
+    bench.write_text(
+        json.dumps(
+            {
+                "benchmarks": benchmarks,
+                "versions": {"tarry": "0.1.0", "langgraph": "1.2.3", "pocketflow": "0.0.3"},
+            }
+        )
+    )
     status = tmp_path / "peers.json"
     status.write_text(json.dumps(peers))
     out = tmp_path / "performance.md"
@@ -51,8 +68,14 @@ RUN = [
     entry("pause_memory", "apache-burr", 900e-6, k=10),
     entry("pause_memory", "apache-burr", 30e-6, k=10, variant="app kept in memory"),
     entry("pause_memory", "pydantic-graph", 700e-6, k=10, variant="SimpleStatePersistence"),
-    entry("peer_script", "dbos", 10.0, variant="sqlite", version="3.4.0",
-          unsupported={"chain": "every step is checkpointed"}),
+    entry(
+        "peer_script",
+        "dbos",
+        10.0,
+        variant="sqlite",
+        version="3.4.0",
+        unsupported={"chain": "every step is checkpointed"},
+    ),
 ]
 PEERS = {
     "langgraph": {"installed": True, "version": "1.2.3"},
@@ -72,8 +95,14 @@ def row(text: str, starts: str) -> list[str]:
 def test_every_peer_has_a_column_and_its_number(tmp_path: Path) -> None:
     text = run(tmp_path, RUN, PEERS)
     head = row(text, "workload")
-    for name in ("LangGraph", "PocketFlow", "DBOS", "Burr", "pydantic-graph",
-                 "llama-index-workflows"):
+    for name in (
+        "LangGraph",
+        "PocketFlow",
+        "DBOS",
+        "Burr",
+        "pydantic-graph",
+        "llama-index-workflows",
+    ):
         assert name in head
     memory = dict(zip(head, row(text, "pause → resume, in memory, k = 10 "), strict=True))
     assert memory["Burr"] == "900.00"  # the rebuilt application; the kept one is a side shape
@@ -89,8 +118,10 @@ def test_a_workload_a_peer_cannot_do_says_why(tmp_path: Path) -> None:
     chain = dict(zip(head, row(text, "step overhead: chain"), strict=True))
     assert chain["DBOS"].startswith("not supported [")
     number = chain["DBOS"].split("[")[1].rstrip("]")
-    assert f"{number}. DBOS, step overhead: chain of 1,000 no-op steps, in memory: every step " \
-           "is checkpointed" in text
+    assert (
+        f"{number}. DBOS, step overhead: chain of 1,000 no-op steps, in memory: every step "
+        "is checkpointed" in text
+    )
 
 
 def test_a_peer_that_failed_to_install_is_named_with_pips_words(tmp_path: Path) -> None:

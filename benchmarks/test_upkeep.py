@@ -72,8 +72,10 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
     made: list[Any] = []
 
     def make() -> Any:
-        store = MemoryStore() if request.param == "memory" else SQLiteStore(
-            tmp_path / f"s{next(names)}.db"
+        store = (
+            MemoryStore()
+            if request.param == "memory"
+            else SQLiteStore(tmp_path / f"s{next(names)}.db")
         )
         made.append(store)
         return store

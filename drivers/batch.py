@@ -150,8 +150,13 @@ def _resume_keys(
         meta = {"trigger": trigger, "resumed_kind": session.kinds[0], "resumed": len(session.kinds)}
         outcomes.append(
             start(
-                core, session.flow, session.record, session.state, session.events,
-                asynchronous=asynchronous, meta=meta,
+                core,
+                session.flow,
+                session.record,
+                session.state,
+                session.events,
+                asynchronous=asynchronous,
+                meta=meta,
             )
         )
     if asynchronous or any(is_awaitable(o) for o in outcomes):

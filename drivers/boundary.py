@@ -77,9 +77,7 @@ def infrastructure(exc: BaseException) -> bool:
     OSError. Those end the round instead of being pinned on the session at hand."""
     if isinstance(exc, OSError):
         return True
-    return any(
-        cls.__name__ in ("OperationalError", "InterfaceError") for cls in type(exc).__mro__
-    )
+    return any(cls.__name__ in ("OperationalError", "InterfaceError") for cls in type(exc).__mro__)
 
 
 def flow_of(core: Core, record: SessionRecord, round: Round, where: str) -> Flow | None:
@@ -93,7 +91,10 @@ def flow_of(core: Core, record: SessionRecord, round: Round, where: str) -> Flow
     if flow is None and core.reported.first(record.session_id, "no flow"):
         log().warning(
             "%s: no flow %r registered for session %s; left for a Runtime that knows it "
-            "(logged once per session)", where, record.flow, record.session_id,
+            "(logged once per session)",
+            where,
+            record.flow,
+            record.session_id,
         )
     return flow
 
@@ -157,7 +158,11 @@ def contain(
                 if core.reported.first(sid, f"failed:{error_type(exc)}"):
                     log().error(
                         "%s: session %s raised %s after its token was used; failed it with "
-                        "error type %r", where, sid, error_type(exc), outcome.error.type,
+                        "error type %r",
+                        where,
+                        sid,
+                        error_type(exc),
+                        outcome.error.type,
                         exc_info=_details(exc),
                     )
                 return outcome
@@ -169,13 +174,21 @@ def contain(
         if core.reported.first(sid, f"stuck:{error_type(again)}"):
             log().error(
                 "%s: session %s raised %s, and then %s while it was being set aside; skipped",
-                where, sid, error_type(exc), error_type(again), exc_info=again,
+                where,
+                sid,
+                error_type(exc),
+                error_type(again),
+                exc_info=again,
             )
         return None
     if core.reported.first(sid, f"left:{error_type(exc)}"):
         log().error(
             "%s: session %s cannot be continued (%s: %s); left as it was and skipped "
-            "(logged once per session)", where, sid, error_type(exc), exc,
+            "(logged once per session)",
+            where,
+            sid,
+            error_type(exc),
+            exc,
             exc_info=_details(exc),
         )
     return None
@@ -197,9 +210,7 @@ def _used_here(core: Core, record: SessionRecord) -> bool:
         return False
     current = core.store.load(record.session_id)
     return (
-        current is not None
-        and current.lease_owner == core.owner
-        and current.status not in _ENDED
+        current is not None and current.lease_owner == core.owner and current.status not in _ENDED
     )
 
 
@@ -245,4 +256,3 @@ def fail_session(core: Core, session_id: str, exc: Exception, trigger: str) -> O
     store.save(record, record.version, events=[event])
     core.hub.notify(event)
     return outcome_of(state, core.tokens.token(key), {"trigger": trigger})
-

@@ -38,7 +38,6 @@ def value_check(limit: int) -> Callable[[Any, Any], None]:
     return check
 
 
-
 def fold(
     state: SessionState,
     now: datetime,

@@ -103,4 +103,3 @@ def _request_cancel(core: Core, sid: str, actor: str | None) -> Outcome | None:
     if not stored:
         return None
     return Outcome("running", sid, meta={"stop_requested": "cancel"})
-

@@ -46,9 +46,28 @@ class Core:
     """One Runtime's parts, checked once when it is built."""
 
     __slots__ = (
-        "store", "clock", "ns", "durability", "lease", "owner", "retry", "adapters",
-        "max_value_bytes", "max_snapshot_bytes", "check", "take", "tokens", "flows", "running",
-        "states", "records", "hub", "retention", "retain_at", "reported", "logs",
+        "store",
+        "clock",
+        "ns",
+        "durability",
+        "lease",
+        "owner",
+        "retry",
+        "adapters",
+        "max_value_bytes",
+        "max_snapshot_bytes",
+        "check",
+        "take",
+        "tokens",
+        "flows",
+        "running",
+        "states",
+        "records",
+        "hub",
+        "retention",
+        "retain_at",
+        "reported",
+        "logs",
     )
 
     def __init__(

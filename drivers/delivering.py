@@ -91,9 +91,7 @@ def discard(core: Core, key: str) -> bool:
     return core.store.discard(checked_key(key))
 
 
-def deliver_many(
-    core: Core, deliveries: Mapping[str, Any], actor: str | None = None
-) -> Delivered:
+def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = None) -> Delivered:
     """Resume every wait on each key with its value; keep the values of keys nothing waits on
     as mail. One resume per session touched (see `resume_group`); `actor` in each
     `run.resumed` event."""
@@ -160,7 +158,9 @@ def _resume_posting(
         check_group(core, group)
     log().error(
         "deliver: the waits on %d keys were resumed by their tokens first %d times in a row; "
-        "those values were not delivered", len(group), MAX_POSTS,
+        "those values were not delivered",
+        len(group),
+        MAX_POSTS,
     )
     return outcomes
 
@@ -253,9 +253,7 @@ def _resume_one(
     core: Core, token: str, value: Any, trigger: str, actor: str | None
 ) -> Outcome | None:
     try:
-        return settle(
-            prepare(core, token, None, False, value=value, trigger=trigger, actor=actor)
-        )
+        return settle(prepare(core, token, None, False, value=value, trigger=trigger, actor=actor))
     except _RACED:
         raise
     except Exception as exc:

@@ -64,9 +64,24 @@ class Drive:
     """Owns the Execution of one session while its generator tree runs in this process."""
 
     __slots__ = (
-        "core", "flow", "record", "ex", "ledger", "flush_at", "aborts",
-        "renew_at", "tick_at", "until", "stop", "written_seq", "lost", "asynchronous", "meta",
-        "mail_done", "keyed", "logs",
+        "core",
+        "flow",
+        "record",
+        "ex",
+        "ledger",
+        "flush_at",
+        "aborts",
+        "renew_at",
+        "tick_at",
+        "until",
+        "stop",
+        "written_seq",
+        "lost",
+        "asynchronous",
+        "meta",
+        "mail_done",
+        "keyed",
+        "logs",
     )
 
     def __init__(
@@ -144,7 +159,9 @@ class Drive:
                     self._renew()
 
             if self.logs is not None:  # the drive runs with its capture watching (logs.py)
-                return self.logs.around(drive, gen, self._finish, backoff, asleep, self.asynchronous)
+                return self.logs.around(
+                    drive, gen, self._finish, backoff, asleep, self.asynchronous
+                )
             return drive(gen, self._finish, backoff, asleep, self.asynchronous)
         except BaseException:
             self._ended()
@@ -341,7 +358,12 @@ class Drive:
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         record.version = self.core.store.save(
-            record, rec.version, events=events, values=values, waits=waits, mail_done=done,
+            record,
+            rec.version,
+            events=events,
+            values=values,
+            waits=waits,
+            mail_done=done,
             **self._logs(),
         )
         self.record = record
@@ -396,4 +418,3 @@ class Drive:
         error = SnapshotTooLarge(state.session_id, size, self.core.max_snapshot_bytes)
         path = state.pause.path if state.pause is not None else ()
         return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)
-

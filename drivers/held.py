@@ -22,9 +22,7 @@ from tarry.snapshots.store import SessionStore
 _FIELDS = {ev.RUN_STARTED: "input", ev.NODE_COMPLETED: "output"}
 
 
-def fetch(
-    store: SessionStore, session_id: str, seq: int, unwritten: Sequence[Event] = ()
-) -> Any:
+def fetch(store: SessionStore, session_id: str, seq: int, unwritten: Sequence[Event] = ()) -> Any:
     """The value the session's event `seq` keeps out of line (looked for first among the
     `unwritten` events of a drive in this process). SnapshotError when there is none."""
     for event in unwritten:
@@ -37,7 +35,12 @@ def fetch(
 
 def _value(event: Event | None, session_id: str, seq: int) -> Any:
     field = None if event is None else _FIELDS.get(event.type)
-    if event is None or field is None or not event.data.get("out_of_line") or field not in event.data:
+    if (
+        event is None
+        or field is None
+        or not event.data.get("out_of_line")
+        or field not in event.data
+    ):
         found = "no such event" if event is None else f"a {event.type!r} event holding none"
         msg = (
             f"session {session_id!r}: its state refers to the value of event {seq}, "

@@ -72,8 +72,10 @@ def check_actor(actor: Any) -> None:
     if actor is None:
         return
     if type(actor) is not str or not actor.strip() or len(actor) > MAX_ACTOR:
-        msg = f"actor must be None or a non-empty str of at most {MAX_ACTOR} characters " \
-              f"(got {describe(actor)})"
+        msg = (
+            f"actor must be None or a non-empty str of at most {MAX_ACTOR} characters "
+            f"(got {describe(actor)})"
+        )
         raise InvalidArgument(msg)
 
 
@@ -86,6 +88,8 @@ def check_period(since: Any, until: Any) -> None:
             msg = f"{name} must be None or a timezone-aware datetime (got {describe(value)})"
             raise InvalidArgument(msg)
     if since is not None and until is not None and until < since:
-        msg = f"until must not be before since (got since={since.isoformat()}, " \
-              f"until={until.isoformat()})"
+        msg = (
+            f"until must not be before since (got since={since.isoformat()}, "
+            f"until={until.isoformat()})"
+        )
         raise InvalidArgument(msg)

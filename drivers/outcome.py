@@ -155,9 +155,7 @@ def outcome_of(
             )
             first = infos[0]
             meta["pause_kind"] = first.kind
-            return Outcome(
-                PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=infos
-            )
+            return Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=infos)
     if status == "failed" and state.error is not None:
         return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
     if status == "cancelled":

@@ -84,7 +84,12 @@ def sessions_page(
     before = decode_cursor(cursor) if cursor is not None else None
     # One more than asked for says whether a next page exists; the store reads that far only.
     rows = core.store.list(
-        status=status, flow=name, limit=limit + 1, before=before, since=since, until=until,
+        status=status,
+        flow=name,
+        limit=limit + 1,
+        before=before,
+        since=since,
+        until=until,
         search=q or None,
     )
     more = len(rows) > limit

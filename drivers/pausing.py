@@ -26,6 +26,7 @@ def old_token(drive: Drive) -> str:
             return wait.token
     return drive.core.tokens.new_key()
 
+
 def record_pauses(drive: Drive, signals: tuple[Pause, ...]) -> list[WaitRecord]:
     """Record each wait that began (`run.paused`), each with a token of its own; with none
     (the waits left began in an earlier drive), the session pauses again on its first.

@@ -71,8 +71,14 @@ def _requests(core: Core, rows: list[WaitRecord]) -> list[tuple[ResumeRequest, W
     decode = _decoder(core)
     for row in rows:
         request = decoding_request(
-            token(row.token), row.session_id, row.kind, row.reason, row.payload, decode,
-            row.path, row.key,
+            token(row.token),
+            row.session_id,
+            row.kind,
+            row.reason,
+            row.payload,
+            decode,
+            row.path,
+            row.key,
         )
         made.append((request, row))
     return made
@@ -87,7 +93,9 @@ def _decoder(core: Core) -> Callable[[bytes, ResumeRequest], Any]:
                 log().error(
                     "poll: the payload of session %s's wait at %s cannot be read (%s); an "
                     "adapter that reads it fails for it (logged once per session)",
-                    row.session_id, row.path, exc,
+                    row.session_id,
+                    row.path,
+                    exc,
                 )
             raise
 
@@ -131,7 +139,8 @@ def _ask_many(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) ->
     if not isinstance(answer, Mapping):
         log().error(
             "adapter %r: many() must return a dict {token or key: value} (got %s); ignored",
-            adapter, type(answer).__name__,
+            adapter,
+            type(answer).__name__,
         )
         return {}
     if not any(value is not NOT_READY for value in answer.values()):
@@ -157,8 +166,9 @@ def _ask_many(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) ->
         # Tokens are not written to the log: only how many, and the keys among the names.
         keys = [n for n in unknown if not (isinstance(n, str) and n.startswith("tk_"))]
         log().warning(
-            "adapter %r: many() answered %d tokens or keys that no request asked about "
-            "(ignored)%s", adapter, len(unknown),
+            "adapter %r: many() answered %d tokens or keys that no request asked about (ignored)%s",
+            adapter,
+            len(unknown),
             f"; keys: {', '.join(map(repr, keys[:LISTED]))}" if keys else "",
         )
     return ready

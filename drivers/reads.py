@@ -82,8 +82,16 @@ class Reads(Settings):
         """A page of sessions newest first and the `next_cursor` of the next page (None on the
         last): keyset paging, stable while sessions are created, an index range read however
         deep. `q`: a session id prefix or flow name substring; created in [`since`, `until`)."""
-        return paging.sessions_page(self._core, status=status, flow=flow, q=q, since=since,
-                                    until=until, limit=limit, cursor=cursor)
+        return paging.sessions_page(
+            self._core,
+            status=status,
+            flow=flow,
+            q=q,
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=cursor,
+        )
 
     def stats(
         self,

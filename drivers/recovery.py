@@ -118,7 +118,9 @@ def recoverable(core: Core, record: SessionRecord) -> tuple[Flow | None, Session
             if type(changed) is dict and type(changed.get("fingerprint")) is str:
                 fingerprint = changed["fingerprint"]
     except Exception as exc:  # an event the reducer cannot apply to this state
-        problem = f"its events after seq {state.last_seq} do not apply ({type(exc).__name__}: {exc})"
+        problem = (
+            f"its events after seq {state.last_seq} do not apply ({type(exc).__name__}: {exc})"
+        )
         raise InconsistentSnapshot(sid, problem) from exc
     if state.status != "running":
         return None, state

@@ -170,8 +170,9 @@ def _prepare(
     record = core.records.take(key)
     if record is not None:
         try:
-            return _resume(core, key, record, flow, allow_changed, version=record.version,
-                           **options)
+            return _resume(
+                core, key, record, flow, allow_changed, version=record.version, **options
+            )
         except _Stale:
             pass  # nothing was written: read the session, as any other resume does
     info = core.store.find_token(key)
@@ -218,8 +219,9 @@ def _resume(
     recovery after a crash goes on with it) and in its row when the run next writes."""
     check_actor(actor)
     try:
-        checked = _check(core, key, record, flow, allow_changed, value, skip, trigger,
-                         failure, meta, actor)
+        checked = _check(
+            core, key, record, flow, allow_changed, value, skip, trigger, failure, meta, actor
+        )
     except (TarryError, _Busy):
         if version is not None:
             raise _Stale() from None  # refused as this runtime saw it: ask the store
@@ -246,8 +248,16 @@ def _resume(
     if failure is not None:
         core.hub.announce(events)
         return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
-    return start(core, flow, record, state, events, asynchronous=asynchronous, meta=outcome_meta,
-                 mail_done=mail_done)
+    return start(
+        core,
+        flow,
+        record,
+        state,
+        events,
+        asynchronous=asynchronous,
+        meta=outcome_meta,
+        mail_done=mail_done,
+    )
 
 
 def _check(

@@ -121,7 +121,13 @@ class Runtime(Reads):
         """
         # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
         return begin(  # type: ignore[return-value]
-            self._core, flow, input, session_id, meta, durability=durability, asynchronous=False,
+            self._core,
+            flow,
+            input,
+            session_id,
+            meta,
+            durability=durability,
+            asynchronous=False,
             actor=actor,
         )
 
@@ -137,9 +143,11 @@ class Runtime(Reads):
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
-        return settle(self.run(
-            flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
-        ))
+        return settle(
+            self.run(
+                flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
+            )
+        )
 
     async def arun(
         self,
@@ -153,7 +161,13 @@ class Runtime(Reads):
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
         result = begin(
-            self._core, flow, input, session_id, meta, durability=durability, asynchronous=True,
+            self._core,
+            flow,
+            input,
+            session_id,
+            meta,
+            durability=durability,
+            asynchronous=True,
             actor=actor,
         )
         if is_awaitable(result):
@@ -200,9 +214,11 @@ class Runtime(Reads):
     ) -> Outcome:
         """Like `resume`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("resume_sync", "aresume")
-        return settle(self.resume(
-            token, value, flow=flow, allow_changed=allow_changed, meta=meta, actor=actor
-        ))
+        return settle(
+            self.resume(
+                token, value, flow=flow, allow_changed=allow_changed, meta=meta, actor=actor
+            )
+        )
 
     async def aresume(
         self,
@@ -217,7 +233,13 @@ class Runtime(Reads):
         """Like `resume`, always as an awaitable."""
         key = key_of(self._core, token)
         result = prepare(
-            self._core, key, flow, allow_changed, value=value, asynchronous=True, meta=meta,
+            self._core,
+            key,
+            flow,
+            allow_changed,
+            value=value,
+            asynchronous=True,
+            meta=meta,
             actor=actor,
         )
         if is_awaitable(result):
@@ -252,7 +274,13 @@ class Runtime(Reads):
         `resume`. Sync and typed like `run`."""
         key = key_of(self._core, token)
         return prepare(  # type: ignore[return-value]  # typed as the Outcome: see run
-            self._core, key, flow, flow is not None, skip=True, value=output, meta=meta,
+            self._core,
+            key,
+            flow,
+            flow is not None,
+            skip=True,
+            value=output,
+            meta=meta,
             actor=actor,
         )
 
@@ -263,7 +291,9 @@ class Runtime(Reads):
         return []. A bad key or value, or one a wait refuses: typed error, nothing changed."""
         return delivering.deliver(self._core, key, value, actor)
 
-    def deliver_many(self, deliveries: Mapping[str, Any], *, actor: str | None = None) -> list[Outcome]:
+    def deliver_many(
+        self, deliveries: Mapping[str, Any], *, actor: str | None = None
+    ) -> list[Outcome]:
         """`deliver` for each `{key: value}`, all checked before any is used; one resume per
         session touched. The outcomes of the sessions resumed, in the order of their keys."""
         return delivering.deliver_many(self._core, deliveries, actor).outcomes

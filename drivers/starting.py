@@ -126,8 +126,15 @@ def late_mail(core: Core, drive: Drive, outcome: Outcome) -> AwaitableOrValue[Ou
 
     key, blob = next(iter(found.items()))  # one wait at a time (resume_many: all of them)
     try:
-        return prepare(core, drive.keyed[key], drive.flow, False, value=loads(blob),
-                       trigger="mail", mail_done=[key])
+        return prepare(
+            core,
+            drive.keyed[key],
+            drive.flow,
+            False,
+            value=loads(blob),
+            trigger="mail",
+            mail_done=[key],
+        )
     except TokenAlreadyUsed:
         return outcome  # resumed by its token meanwhile; the mail stays this session's
 

@@ -66,7 +66,6 @@ class StateCache:
             self._states.pop(snapshot, None)
 
 
-
 class RecordCache:
     """The record this Runtime last wrote for each session it paused, by the token it keeps.
 
@@ -137,7 +136,9 @@ def _decodes_as_itself(state: SessionState) -> bool:
             return False  # concurrent containers: decoded each time (their lanes nest frames)
         g = frame.__dict__
         if not (
-            _same(g["selected"]) and _same(g["last_output"]) and _all_same(g["child_outputs"].values())
+            _same(g["selected"])
+            and _same(g["last_output"])
+            and _all_same(g["child_outputs"].values())
         ):
             return False
     pause = f["pause"]

@@ -55,7 +55,9 @@ def compute_stats(
         for metric, value in node.metrics.items():
             metrics[metric] = metrics.get(metric, 0) + value
     by_status = dict(totals.by_status)
-    return Stats(sessions=sum(by_status.values()), by_status=by_status, nodes=nodes, metrics=metrics)
+    return Stats(
+        sessions=sum(by_status.values()), by_status=by_status, nodes=nodes, metrics=metrics
+    )
 
 
 #: Sessions read per page while a timeline counts them.
@@ -86,8 +88,7 @@ def timeline(
     found = [Bucket(since + width * i, since + width * (i + 1)) for i in range(buckets)]
     before = None
     while True:
-        rows = store.list(flow=flow, since=since, until=until, before=before,
-                          limit=TIMELINE_PAGE)
+        rows = store.list(flow=flow, since=since, until=until, before=before, limit=TIMELINE_PAGE)
         for row in rows:
             index = min(int((row.created_at - since) / width), buckets - 1) if width else 0
             counts = found[index].by_status

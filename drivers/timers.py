@@ -57,8 +57,12 @@ def resume_due(core: Core, limit: int, round: Round | None = None) -> list[Outco
                     break
                 started += 1
                 outcome = guarded(
-                    core, "resume_due", record, round,
-                    lambda r=record: _fire(core, r, now, round), claimed=True,
+                    core,
+                    "resume_due",
+                    record,
+                    round,
+                    lambda r=record: _fire(core, r, now, round),
+                    claimed=True,
                 )
                 if outcome is not None:
                     outcomes.append(outcome)
@@ -112,17 +116,18 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
             if core.reported.first(record.session_id, "no timeout"):
                 log().warning(
                     "resume_due: session %s waits at %s, which has no timeout in flow %r as "
-                    "registered (logged once per session)", record.session_id, pause.path,
+                    "registered (logged once per session)",
+                    record.session_id,
+                    pause.path,
                     record.flow,
                 )
             return None
         expiry = expire(pause)  # as the pause recorded it when reached
         if expiry.error is None:
-            return settle(
-                prepare(core, token, None, False, value=expiry.value, trigger="timeout")
-            )
-        error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
-                          retryable=True, attempts=1)
+            return settle(prepare(core, token, None, False, value=expiry.value, trigger="timeout"))
+        error = ErrorInfo(
+            type=expiry.error, message=expiry.message, path=pause.path, retryable=True, attempts=1
+        )
         return settle(prepare(core, token, None, False, trigger="timeout", failure=error))
     except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
         return None  # resumed, cancelled or fired by someone else first
@@ -135,7 +140,8 @@ def _fire_lanes(
     timer and back-off due, and every deadline passed with a value to go on with, resumed
     together (one drive, one write); a deadline that fails the run fails it alone."""
     due = [
-        p for p in all_pauses(state)
+        p
+        for p in all_pauses(state)
         if (p.wake_at is not None and p.wake_at <= now)
         or (p.expires_at is not None and p.expires_at <= now)
         or (p.wake_at is None and p.expires_at is None and not p.awaits_value)
@@ -160,8 +166,13 @@ def _fire_lanes(
                 continue
             expiry = expire(pause)  # as the pause recorded it when reached
             if expiry.error is not None:
-                error = ErrorInfo(type=expiry.error, message=expiry.message, path=pause.path,
-                                  retryable=True, attempts=1)
+                error = ErrorInfo(
+                    type=expiry.error,
+                    message=expiry.message,
+                    path=pause.path,
+                    retryable=True,
+                    attempts=1,
+                )
                 return settle(prepare(core, key, None, False, trigger="timeout", failure=error))
             values[key] = (key, expiry.value)
         if not values:

@@ -34,6 +34,7 @@ def b64url(data: bytes) -> str:
     """`data` in unpadded URL-safe base64, as `base64.urlsafe_b64encode(data)` without "="."""
     return binascii.b2a_base64(data, newline=False).rstrip(b"=").translate(_URLSAFE).decode("ascii")
 
+
 PREFIX = "tk_"
 #: 32 random bytes: 256 bits, far above the 128 bits a guess would need to be hopeless.
 NBYTES = 32

@@ -33,6 +33,9 @@ def validate(session_id: str, fingerprint: str, state: SessionState, flow: Flow)
             f"(fingerprint {flow.fingerprint}; it was started with {fingerprint}): {problem}"
         )
         raise FlowMismatch(
-            msg, session_id=session_id, flow=flow.name, fingerprint=fingerprint,
+            msg,
+            session_id=session_id,
+            flow=flow.name,
+            fingerprint=fingerprint,
             known=(flow.fingerprint,),
         )

@@ -130,7 +130,9 @@ class SessionView:
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
             msg = f"after_seq must be an int >= 0 (got {describe(after_seq)})"
             raise InvalidArgument(msg)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
             msg = f"limit must be None or an int >= 1 (got {describe(limit)})"
             raise InvalidArgument(msg)
         stored = self._store.events(self._record.session_id, after_seq, limit)
@@ -168,11 +170,11 @@ class SessionView:
         state = self.state
         if state.status == "paused" and concurrent(state):
             # Every waiting branch's own token, as the store lists them.
-            by_path = {w.path: self._tokens.token(w.token) for w in self._store.waits(self.session_id)}
+            by_path = {
+                w.path: self._tokens.token(w.token) for w in self._store.waits(self.session_id)
+            }
             return outcome_of(state, token, tokens=by_path)
         return outcome_of(state, token)
 
     def __repr__(self) -> str:
         return f"<SessionView {self.session_id} {self.flow} {self.status}>"
-
-

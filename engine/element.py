@@ -76,8 +76,11 @@ class Element:
         return ()
 
     def _describe(self) -> tuple[Any, ...]:
-        return (self.kind, self.name, tuple((label, tuple(e._describe() for e in body))
-                                            for label, body in self._bodies()))
+        return (
+            self.kind,
+            self.name,
+            tuple((label, tuple(e._describe() for e in body)) for label, body in self._bodies()),
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -160,4 +163,3 @@ def run_body(
     if type(result) is OutOfLine:  # nothing ran: `prev` is the result, read it (see flow.py)
         return ex.value(result)
     return result
-

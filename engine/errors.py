@@ -90,9 +90,13 @@ class UnknownFlow(TarryError):
         self.name = name
         self.session_id = session_id
         self.fingerprint = fingerprint
-        which = "" if session_id is None else (
-            f"session {session_id!r} was started by flow {name!r} (fingerprint {fingerprint}), "
-            f"but "
+        which = (
+            ""
+            if session_id is None
+            else (
+                f"session {session_id!r} was started by flow {name!r} (fingerprint {fingerprint}), "
+                f"but "
+            )
         )
         super().__init__(
             f"{which}no flow named {name!r} is registered; pass flow= to resume, or "

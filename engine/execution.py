@@ -59,10 +59,32 @@ class Execution:
     """
 
     __slots__ = (
-        "session_id", "state", "fields", "now", "ns", "at", "rows", "restoring", "ledger", "take", "copy",
-        "bounds", "room", "out_value", "out_size", "stop", "watch", "due", "flush_at",
-        "listener", "retry", "lanes",
-        "pooled", "mailbox", "mail_taken", "held",
+        "session_id",
+        "state",
+        "fields",
+        "now",
+        "ns",
+        "at",
+        "rows",
+        "restoring",
+        "ledger",
+        "take",
+        "copy",
+        "bounds",
+        "room",
+        "out_value",
+        "out_size",
+        "stop",
+        "watch",
+        "due",
+        "flush_at",
+        "listener",
+        "retry",
+        "lanes",
+        "pooled",
+        "mailbox",
+        "mail_taken",
+        "held",
     )
 
     def __init__(

@@ -54,7 +54,9 @@ def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> Sessio
     values.py), the rest of a state handed to a run is the run's own or cannot change."""
     live = _copy(state)
     fields = live.__dict__
-    fields["container_stack"] = tuple(_own_frame(frame, copy) for frame in fields["container_stack"])
+    fields["container_stack"] = tuple(
+        _own_frame(frame, copy) for frame in fields["container_stack"]
+    )
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])

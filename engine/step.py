@@ -81,7 +81,9 @@ class Step(Element):
             ex.at = None
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
         attempt = (ex.scope(path).retries if ex.lanes else fields["retries"]) + 1
-        ctx = (Context if type(prev) in IMMUTABLE else CopyingContext)(ex, path, prev, scope, attempt)
+        ctx = (Context if type(prev) in IMMUTABLE else CopyingContext)(
+            ex, path, prev, scope, attempt
+        )
         try:
             result = self.fn(ctx)
         except (Exception, Interrupted) as exc:

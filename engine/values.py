@@ -23,10 +23,21 @@ import uuid as _uuid
 from typing import Any
 
 #: Types whose values cannot change: read and kept as they are.
-IMMUTABLE = frozenset({
-    type(None), bool, int, float, str, bytes,
-    _dt.datetime, _dt.date, _dt.time, _dt.timedelta, _uuid.UUID,
-})
+IMMUTABLE = frozenset(
+    {
+        type(None),
+        bool,
+        int,
+        float,
+        str,
+        bytes,
+        _dt.datetime,
+        _dt.date,
+        _dt.time,
+        _dt.timedelta,
+        _uuid.UUID,
+    }
+)
 
 
 def immutable(value: Any) -> bool:

@@ -256,8 +256,14 @@ class Wait(_Waiting):
                 except NotSerializable as exc:
                     raise fail(ex, path, exc) from exc
         return Pause(
-            args["kind"], args["reason"], path, args["payload"], None, _deadline(ex, timeout),
-            key=args["key"], on_timeout=action,
+            args["kind"],
+            args["reason"],
+            path,
+            args["payload"],
+            None,
+            _deadline(ex, timeout),
+            key=args["key"],
+            on_timeout=action,
         )
 
     def _delivered(self, ex: Execution, args: dict[str, Any]) -> Any:

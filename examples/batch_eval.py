@@ -130,8 +130,10 @@ async def main(store: str) -> dict:
     assert out.ok, out.error
     view = rt.session(out.session_id)
     assert view.derive_state() == view.state
-    print(f"5. done in {time.perf_counter() - started:.2f} s: {out.output}, "
-          f"{len(view.events())} events")
+    print(
+        f"5. done in {time.perf_counter() - started:.2f} s: {out.output}, "
+        f"{len(view.events())} events"
+    )
     return out.output
 
 

@@ -115,8 +115,10 @@ def main() -> None:
     [summary] = rt.sessions()
     view = rt.session(summary.session_id)
     steps = [e for e in view.events() if e.type == "node.completed" and e.path[-1] == "triage"]
-    print(f"4. history: {summary.status}, {len(view.events())} events, "
-          f"{len(steps)} triage steps (each ran once), filed={view.state.metrics.get('filed'):g}")
+    print(
+        f"4. history: {summary.status}, {len(view.events())} events, "
+        f"{len(steps)} triage steps (each ran once), filed={view.state.metrics.get('filed'):g}"
+    )
     assert view.derive_state() == view.state
 
 

@@ -89,9 +89,7 @@ def run(flow: Flow, input: Any = None, **runtime_kwargs: Any) -> Outcome:
     return rt.run(flow, input)
 
 
-def resume(
-    token: str | None, value: Any = None, *, flow: Flow, **runtime_kwargs: Any
-) -> Outcome:
+def resume(token: str | None, value: Any = None, *, flow: Flow, **runtime_kwargs: Any) -> Outcome:
     """Resume a token of the default in-memory Runtime (or of `Runtime(**runtime_kwargs)`). Sync
     and typed like `Runtime.resume`."""
     rt = Runtime(**runtime_kwargs) if runtime_kwargs else default_runtime()

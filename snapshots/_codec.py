@@ -168,7 +168,9 @@ def _default(depth: int, obj: Any) -> Any:
     if t is dt.time:
         return msgpack.ExtType(EXT_TIME, obj.isoformat().encode())
     if t is dt.timedelta:
-        return msgpack.ExtType(EXT_TIMEDELTA, msgpack.packb([obj.days, obj.seconds, obj.microseconds]))
+        return msgpack.ExtType(
+            EXT_TIMEDELTA, msgpack.packb([obj.days, obj.seconds, obj.microseconds])
+        )
     if t is uuid.UUID:
         return msgpack.ExtType(EXT_UUID, obj.bytes)
     if t is _decimal_type():
@@ -273,6 +275,7 @@ def _decode_other(depth: int, code: int, data: bytes) -> Any:
 
 # CPython 3.11's fromisoformat reads an offset under a second ("+00:00:00.000001") as zero.
 
+
 def _nested(data: bytes, depth: int) -> Any:
     if depth >= MAX_DEPTH:
         msg = f"snapshot values nest more than {MAX_DEPTH} tuples, sets, records or enums deep"
@@ -304,7 +307,6 @@ def _decode_named(code: int, data: bytes, depth: int) -> Any:
         msg = f"snapshot holds a {name!r} whose fields are not a map (got {_kind(payload)})"
         raise SnapshotError(msg)
     return _build(cls, payload)
-
 
 
 # --- the public functions ------------------------------------------------------------------------

@@ -57,5 +57,3 @@ def unpack_record(data: bytes, cls: type[Any]) -> Any:
     except Exception as exc:
         msg = f"snapshot does not hold a valid {cls.__name__} ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc
-
-

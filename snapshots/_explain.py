@@ -81,4 +81,3 @@ def _scalar_ok(value: Any) -> bool:
             return False
         return True
     return True
-

@@ -91,6 +91,7 @@ def _build(cls: type, values: dict[str, Any]) -> Any:
         object.__setattr__(obj, key, value)
     return obj
 
+
 _SUBSECOND_OFFSET = re.compile(r"([+-])00:00:00\.(\d{6})$")
 
 
@@ -105,9 +106,9 @@ def _from_iso(cls: type[Any], data: bytes) -> Any:
             value = value.replace(tzinfo=dt.timezone(dt.timedelta(microseconds=micros)))
     return value
 
+
 def _kind(value: Any) -> str:
     """A short description of a decoded value for error messages (never its whole repr)."""
     if type(value) is list:
         return f"an array of {len(value)}"
     return f"a {type(value).__name__}"
-

@@ -56,9 +56,7 @@ def micros(at: dt.datetime) -> int:
     return (at - _EPOCH) // _MICROSECOND
 
 
-def log_rows(
-    session_id: str, batch: LogBatch, last: int
-) -> tuple[list[tuple[Any, ...]], int]:
+def log_rows(session_id: str, batch: LogBatch, last: int) -> tuple[list[tuple[Any, ...]], int]:
     """The rows `(session_id, seq, at µs, level, levelno, logger, message, path blob)` to insert
     for `batch` after the session's last stored seq `last`, and the seq at and below which
     older records are to be deleted (0: none)."""
@@ -89,7 +87,9 @@ def record_of(row: Sequence[Any]) -> LogRecord:
     return LogRecord(
         seq=int(seq),
         # SQLite keeps µs since the epoch, PostgreSQL a timestamptz.
-        at=at.astimezone(dt.UTC) if isinstance(at, dt.datetime) else _EPOCH + dt.timedelta(microseconds=at),
+        at=at.astimezone(dt.UTC)
+        if isinstance(at, dt.datetime)
+        else _EPOCH + dt.timedelta(microseconds=at),
         level=level,
         levelno=levelno,
         logger=logger,

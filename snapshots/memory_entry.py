@@ -101,7 +101,15 @@ def _decode_batch(
 
 class _Entry:
     __slots__ = (
-        "record", "batches", "firsts", "last_seq", "values", "tokens", "tally", "waits", "mail",
+        "record",
+        "batches",
+        "firsts",
+        "last_seq",
+        "values",
+        "tokens",
+        "tally",
+        "waits",
+        "mail",
         "logs",
     )
 
@@ -118,7 +126,6 @@ class _Entry:
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
 
-
 def _keep_logs(entry: _Entry, batch: LogBatch) -> None:
     """Number the records of `batch` after the entry's last and keep its last `batch.keep`."""
     logs = entry.logs
@@ -130,9 +137,7 @@ def _keep_logs(entry: _Entry, batch: LogBatch) -> None:
         logs.popleft()
 
 
-def _read_logs(
-    entry: _Entry, levelno: int, after: int, limit: int
-) -> builtins.list[LogRecord]:
+def _read_logs(entry: _Entry, levelno: int, after: int, limit: int) -> builtins.list[LogRecord]:
     logs = entry.logs
     if not logs or limit < 1:
         return []

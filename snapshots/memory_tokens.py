@@ -170,4 +170,3 @@ class TokensAndLeases:
 
     def marked(self, name: str) -> bool:
         return name in self._marks
-

@@ -81,7 +81,9 @@ _CLAIM_DUE_SQL = (
 )
 _CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
 _CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
-    rows=_CLAIM_DUE_ROWS.format(after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)")
+    rows=_CLAIM_DUE_ROWS.format(
+        after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)"
+    )
 )
 _RENEW = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "

@@ -94,10 +94,13 @@ class TokensAndLeases:
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, session_id: str, stop: str) -> str | None:
         with self._pool.connection() as conn:
-            if conn.execute(
-                "UPDATE tarry_sessions SET stop = %s WHERE session_id = %s AND status = 'running'",
-                (stop, session_id),
-            ).rowcount == 1:
+            if (
+                conn.execute(
+                    "UPDATE tarry_sessions SET stop = %s WHERE session_id = %s AND status = 'running'",
+                    (stop, session_id),
+                ).rowcount
+                == 1
+            ):
                 return "running"
             # Not running (any more): a statement of its own, so it sees the status of a save
             # that the UPDATE above waited for.
@@ -194,4 +197,3 @@ class TokensAndLeases:
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
         return [_record(row) for row in rows]
-

@@ -116,9 +116,15 @@ ON CONFLICT (session_id) DO NOTHING
 def stats(
     store: PostgresStore, flow: str | None, since: dt.datetime | None, until: dt.datetime | None
 ) -> Totals:
-    where = [f"AND s.{clause}" for clause, value in (
-        ("flow = %(flow)s", flow), ("created_at >= %(since)s", since),
-        ("created_at < %(until)s", until)) if value is not None]
+    where = [
+        f"AND s.{clause}"
+        for clause, value in (
+            ("flow = %(flow)s", flow),
+            ("created_at >= %(since)s", since),
+            ("created_at < %(until)s", until),
+        )
+        if value is not None
+    ]
     sql = _TALLIES.format(flow=" ".join(where))
     params = {"limit": STATS_PAGE, "flow": flow, "since": since, "until": until}
     sums = Sums()

@@ -49,7 +49,6 @@ class EventsAndValues:
             ).fetchall()
         return [decode_event(blob, session_id) for (blob,) in rows]
 
-
     # -- out-of-line values ----------------------------------------------------------------
     def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
         if not values:

@@ -232,9 +232,7 @@ class WaitsAndMail:
 
     def discard(self, key: str) -> bool:
         with self._pool.connection() as conn:
-            cur = conn.execute(
-                "DELETE FROM tarry_mail WHERE key = %s AND claimed_by = ''", (key,)
-            )
+            cur = conn.execute("DELETE FROM tarry_mail WHERE key = %s AND claimed_by = ''", (key,))
             return cur.rowcount == 1
 
     def mail(self, key: str) -> bytes | None:

@@ -126,7 +126,13 @@ def wait_records(
 _new = object.__new__
 _unpack = functools.partial(msgpack.unpackb, raw=False)
 (
-    _set_token, _set_session_id, _set_path, _set_kind, _set_key, _set_wake_at, _set_reason,
+    _set_token,
+    _set_session_id,
+    _set_path,
+    _set_kind,
+    _set_key,
+    _set_wake_at,
+    _set_reason,
     _set_payload,
 ) = (WaitRecord.__dict__[field.name].__set__ for field in attrs.fields(WaitRecord))
 
@@ -225,7 +231,9 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
     step share their time (see Execution.emit), so a time is converted once for the run of
     events that carry it."""
     if type(events) is EventLog:  # the engine's rows: (seq, type, at in ns, path, data)
-        return [[seq, type_, ns // 1000, list(path), data] for seq, type_, ns, path, data in events.rows]
+        return [
+            [seq, type_, ns // 1000, list(path), data] for seq, type_, ns, path, data in events.rows
+        ]
     arrays = []
     last_at = micros = None
     for event in events:

@@ -370,4 +370,3 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             blobs = [blob for (blob,) in rows]
             self.bytes_read += sum(map(len, blobs))
             return blobs
-

@@ -60,6 +60,6 @@ def dropped_logs(db: sqlite3.Cursor, session_id: str) -> int:
 
 
 def _unknown(db: sqlite3.Cursor, session_id: str) -> Any:
-    return db.execute(
-        "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)
-    ).fetchone() is None
+    return (
+        db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is None
+    )

@@ -182,4 +182,3 @@ class TokensAndLeases:
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
         return [_record(row) for row in rows]
-

@@ -105,7 +105,9 @@ def prune(
     ended = "sessions INDEXED BY sessions_ended"
     if dry_run:
         with store._lock:
-            (count,) = store._cur.execute(f"SELECT COUNT(*) FROM {ended} WHERE {where}", args).fetchone()
+            (count,) = store._cur.execute(
+                f"SELECT COUNT(*) FROM {ended} WHERE {where}", args
+            ).fetchone()
         return int(count)
     with store._write as db:
         ids = [
@@ -152,8 +154,11 @@ def stats(
 ) -> Totals:
     # Only the filters given go into the WHERE clause (numbered: ?1 and ?2 are the page).
     where, named = [], {}
-    for column, test, value in (("flow", "=", flow), ("created_at", ">=", since),
-                                ("created_at", "<", until)):
+    for column, test, value in (
+        ("flow", "=", flow),
+        ("created_at", ">=", since),
+        ("created_at", "<", until),
+    ):
         if value is not None:
             where.append(f"AND s.{column} {test} ?{3 + len(named)}")
             named[len(named)] = value if isinstance(value, str) else _micros(value)

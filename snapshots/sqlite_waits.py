@@ -255,4 +255,6 @@ def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
 
 def _wait(row: Sequence[Any]) -> WaitRecord:
     token, sid, path, kind, key, wake_at, reason, payload = row
-    return WaitRecord(token, sid, decode_path(path), kind, key, _maybe_datetime(wake_at), reason, payload)
+    return WaitRecord(
+        token, sid, decode_path(path), kind, key, _maybe_datetime(wake_at), reason, payload
+    )

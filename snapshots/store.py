@@ -36,9 +36,7 @@ def refusals(tokens: Sequence[str], used: Mapping[str, bool]) -> dict[str, str]:
     return refused
 
 
-def stale(
-    session_id: str, found: tuple[int, str] | None, version: int
-) -> ConcurrentUpdate | None:
+def stale(session_id: str, found: tuple[int, str] | None, version: int) -> ConcurrentUpdate | None:
     """Why `consume_token(..., version=version)` must not use a token whose session is at
     `found` (its version and status; None: gone), or None when it may."""
     if found is not None and found[0] == version and found[1] != "running":

@@ -214,7 +214,8 @@ class Sums:
 
     def totals(self) -> Totals:
         nodes = {
-            name: NodeTotals(n[0], n[1], n[2], n[3], n[4]) for name, n in sorted(self._nodes.items())
+            name: NodeTotals(n[0], n[1], n[2], n[3], n[4])
+            for name, n in sorted(self._nodes.items())
         }
         return Totals(dict(self.by_status), nodes)
 

@@ -13,7 +13,9 @@ def test_batch_eval_answers_grades_and_publishes_a_thousand_prompts(tmp_path: Pa
     store = f"sqlite:///{tmp_path / 'eval.db'}"
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "batch_eval.py"), store],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -12,8 +12,12 @@ import pytest
 import tarry
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"facade": "tarry", "engine": "tarry.engine", "drivers": "tarry.drivers",
-          "snapshots": "tarry.snapshots"}
+LAYERS = {
+    "facade": "tarry",
+    "engine": "tarry.engine",
+    "drivers": "tarry.drivers",
+    "snapshots": "tarry.snapshots",
+}
 
 
 def _config() -> dict:
@@ -46,17 +50,57 @@ def test_generic_names_are_not_importable_at_top_level(name: str) -> None:
 
 
 PUBLIC = {
-    "NOT_READY", "AsyncInSyncContext", "Branch", "ConcurrentUpdate", "ContainerFrame", "Context",
-    "ErrorInfo", "Event", "Flow", "FlowMismatch", "ForEach", "Gate", "Graph", "InvalidFlow",
-    "InvalidResumeValue", "Loop", "ManualClock", "Parallel", "NotSerializable", "Outcome", "PauseInfo",
-    "ResumeRequest", "Retry", "Route", "Runtime", "SessionExists", "SessionNotResumable",
-    "SessionState", "SessionSummary", "SessionView", "Sleep", "SnapshotError", "TarryError",
-    "TokenAlreadyUsed", "UnknownFlow", "UnknownRoute", "UnknownSession", "UnknownToken", "Wait",
-    "default_runtime", "resume", "run", "step",
+    "NOT_READY",
+    "AsyncInSyncContext",
+    "Branch",
+    "ConcurrentUpdate",
+    "ContainerFrame",
+    "Context",
+    "ErrorInfo",
+    "Event",
+    "Flow",
+    "FlowMismatch",
+    "ForEach",
+    "Gate",
+    "Graph",
+    "InvalidFlow",
+    "InvalidResumeValue",
+    "Loop",
+    "ManualClock",
+    "Parallel",
+    "NotSerializable",
+    "Outcome",
+    "PauseInfo",
+    "ResumeRequest",
+    "Retry",
+    "Route",
+    "Runtime",
+    "SessionExists",
+    "SessionNotResumable",
+    "SessionState",
+    "SessionSummary",
+    "SessionView",
+    "Sleep",
+    "SnapshotError",
+    "TarryError",
+    "TokenAlreadyUsed",
+    "UnknownFlow",
+    "UnknownRoute",
+    "UnknownSession",
+    "UnknownToken",
+    "Wait",
+    "default_runtime",
+    "resume",
+    "run",
+    "step",
     # time and failure
-    "InvalidArgument", "NodeStats", "Stats", "export_events",
+    "InvalidArgument",
+    "NodeStats",
+    "Stats",
+    "export_events",
     # bounds
-    "PayloadTooLarge", "SnapshotTooLarge",
+    "PayloadTooLarge",
+    "SnapshotTooLarge",
     # tokens fail closed
     "SecretRequired",
     # logs captured from steps
@@ -73,8 +117,16 @@ def test_public_all_is_pinned() -> None:
 def test_snapshots_all_is_pinned() -> None:
     snapshots = importlib.import_module("tarry.snapshots")
     assert set(snapshots.__all__) == {
-        "MemoryStore", "SQLiteStore", "SessionRecord", "SessionStore", "TokenInfo", "WaitRecord",
-        "check", "dumps", "loads", "register",
+        "MemoryStore",
+        "SQLiteStore",
+        "SessionRecord",
+        "SessionStore",
+        "TokenInfo",
+        "WaitRecord",
+        "check",
+        "dumps",
+        "loads",
+        "register",
     }
 
 
@@ -88,9 +140,23 @@ def test_errors_are_tarry_errors() -> None:
 def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
     """`import tarry` stays quick: the stores, cattrs and the JSON form load on first use, and
     what only some runs need (logging, jitter, tracebacks, signed tokens, decimals) too."""
-    heavy = ["cattrs", "sqlite3", "json", "socket", "asyncio", "tarry.snapshots.memory",
-             "tarry.snapshots.sqlite", "tarry.drivers.jsonable", "psycopg", "logging", "random",
-             "traceback", "hmac", "secrets", "decimal"]
+    heavy = [
+        "cattrs",
+        "sqlite3",
+        "json",
+        "socket",
+        "asyncio",
+        "tarry.snapshots.memory",
+        "tarry.snapshots.sqlite",
+        "tarry.drivers.jsonable",
+        "psycopg",
+        "logging",
+        "random",
+        "traceback",
+        "hmac",
+        "secrets",
+        "decimal",
+    ]
     code = f"import sys, tarry; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -123,8 +189,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     for build in ("build_sdist", "build_wheel"):  # one process each, as a build frontend does
         code = f"import sys, setuptools.build_meta as b; b.{build}(sys.argv[1])"
-        subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", code, str(out)], cwd=src, check=True, capture_output=True
+        )
     return out
 
 
@@ -164,11 +231,24 @@ def _modules_after(code: str) -> set[str]:
 #: What `import tarry` must not load: the front ends and their libraries, OpenSSL (hashlib), the
 #: dataclass machinery, base64, and the Runtime's families that a plain run or resume never calls.
 NOT_AT_IMPORT = {
-    "starlette", "uvicorn", "rich", "tarry.drivers.cli", "tarry.drivers.http", "hashlib",
-    "_hashlib", "dataclasses", "tarry.drivers.batch", "tarry.drivers.control",
-    "tarry.drivers.delivering", "tarry.drivers.inspecting", "tarry.drivers.polling",
-    "tarry.drivers.pruning", "tarry.drivers.recovery", "tarry.drivers.timers",
-    "tarry.drivers.stats", "base64",
+    "starlette",
+    "uvicorn",
+    "rich",
+    "tarry.drivers.cli",
+    "tarry.drivers.http",
+    "hashlib",
+    "_hashlib",
+    "dataclasses",
+    "tarry.drivers.batch",
+    "tarry.drivers.control",
+    "tarry.drivers.delivering",
+    "tarry.drivers.inspecting",
+    "tarry.drivers.polling",
+    "tarry.drivers.pruning",
+    "tarry.drivers.recovery",
+    "tarry.drivers.timers",
+    "tarry.drivers.stats",
+    "base64",
 }
 
 

@@ -65,9 +65,7 @@ def mypy(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[str]]:
     """Run `mypy --strict` over the installed layout; returns its output lines."""
     pytest.importorskip("mypy")
     tree = tmp_path_factory.mktemp("typed")
-    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-dir"
-    ]
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     (tree / "tarry").mkdir()
     for entry in (ROOT / dirs["tarry"]).iterdir():
         (tree / "tarry" / entry.name).symlink_to(entry)
@@ -78,9 +76,17 @@ def mypy(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[str]]:
 
     def run(*targets: str) -> list[str]:
         command = [
-            sys.executable, "-m", "mypy", "--strict", "--config-file",
-            str(ROOT / "pyproject.toml"), "--cache-dir", str(cache), "--no-error-summary",
-            "--show-error-codes", *targets,
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+            "--no-error-summary",
+            "--show-error-codes",
+            *targets,
         ]
         env = {"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"}
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)

@@ -209,8 +209,7 @@ def _fish(top: Command, commands: list[Command]) -> str:
     ]
     lines += [_fish_option("__fish_use_subcommand", o) for o in top.options]
     lines += [
-        f"complete -c tarry -n __fish_use_subcommand -a {c.name} -d {_fq(c.help)}"
-        for c in commands
+        f"complete -c tarry -n __fish_use_subcommand -a {c.name} -d {_fq(c.help)}" for c in commands
     ]
     for c in commands:
         condition = f"__fish_seen_subcommand_from {c.name}"

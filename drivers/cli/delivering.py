@@ -148,8 +148,7 @@ def _flush(
         pass
     for key, value in batch.items():
         try:
-            tally.add(deliver_importing(rt, {key: value}, tried, actor=actor),
-                      keep_outcomes=False)
+            tally.add(deliver_importing(rt, {key: value}, tried, actor=actor), keep_outcomes=False)
         except TarryError as exc:
             tally.refused(lines[key], f"key {key!r}: {exc}")
     return len(batch)
@@ -157,12 +156,18 @@ def _flush(
 
 def _report(args: argparse.Namespace, tally: Tally) -> int:
     if args.json:
-        print(dumps({
-            "delivered": tally.delivered,
-            "kept": tally.kept,
-            "errors": [{"line": line, "message": problem} for line, problem in tally.errors],
-            "outcomes": tally.outcomes,
-        }))
+        print(
+            dumps(
+                {
+                    "delivered": tally.delivered,
+                    "kept": tally.kept,
+                    "errors": [
+                        {"line": line, "message": problem} for line, problem in tally.errors
+                    ],
+                    "outcomes": tally.outcomes,
+                }
+            )
+        )
     else:
         for out in tally.outcomes:
             print(f"session {out.session_id}: {summary(out)}")

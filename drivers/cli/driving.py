@@ -43,7 +43,11 @@ def resume(args: argparse.Namespace) -> int:
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
         out = rt.resume_sync(
-            args.token, value, flow=flow, allow_changed=args.allow_changed, meta=_ref(args),
+            args.token,
+            value,
+            flow=flow,
+            allow_changed=args.allow_changed,
+            meta=_ref(args),
             actor=args.actor,
         )
     return print_outcome(out, args)
@@ -57,8 +61,13 @@ def skip(args: argparse.Namespace) -> int:
     frames = rt.session(sid).state.container_stack
     with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, frames, args):
         out = settle(
-            rt.skip(args.token, output, flow=flow if args.flow_ref else None, meta=_ref(args),
-                    actor=args.actor)
+            rt.skip(
+                args.token,
+                output,
+                flow=flow if args.flow_ref else None,
+                meta=_ref(args),
+                actor=args.actor,
+            )
         )
     return print_outcome(out, args)
 

@@ -48,7 +48,9 @@ def line(record: Any) -> str:
     """`at level logger path: message`, e.g.
     `2025-01-02 03:04:05.000123 WARNING app.jobs items/3/fetch: only 2 rows`."""
     path = "/".join(map(str, record.path))
-    return f"{record.at:%Y-%m-%d %H:%M:%S.%f} {record.level} {record.logger} {path}: {record.message}"
+    return (
+        f"{record.at:%Y-%m-%d %H:%M:%S.%f} {record.level} {record.logger} {path}: {record.message}"
+    )
 
 
 def _dropped(count: int, as_json: bool, follow: bool) -> None:

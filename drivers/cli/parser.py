@@ -156,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--offset", type=int, default=0)
 
-    p = command("show", inspecting.show, "a session's status, container stack, pause and error", as_json)
+    p = command(
+        "show", inspecting.show, "a session's status, container stack, pause and error", as_json
+    )
     p.add_argument("session")
 
     p = command("events", inspecting.events, "a session's event log")
@@ -184,11 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--interval", type=float, default=0.5, help="seconds between reads")
 
-    p = command("due", inspecting.due, "sessions whose timer or timeout has come", as_json, drive_opts)
+    p = command(
+        "due", inspecting.due, "sessions whose timer or timeout has come", as_json, drive_opts
+    )
     p.add_argument("--run", action="store_true", help="resume them now")
     p.add_argument("--limit", type=int, default=100)
 
-    p = command("worker", services.worker, "resume due and ready sessions, recover dead runs", drive_opts)
+    p = command(
+        "worker", services.worker, "resume due and ready sessions, recover dead runs", drive_opts
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
     p.add_argument(
         "--flow",

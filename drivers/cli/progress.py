@@ -176,8 +176,12 @@ class Counted:
                 from rich.progress import Progress as Bars
             except ImportError:  # the `cli` extra is not installed
                 return
-            self._bars = Bars(TextColumn("{task.description}"), BarColumn(),
-                              MofNCompleteColumn(), console=Console(stderr=True))
+            self._bars = Bars(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=Console(stderr=True),
+            )
             self._task = self._bars.add_task(label, total=total)
             self._bars.start()
 

@@ -35,12 +35,16 @@ def prune(args: argparse.Namespace) -> int:
         older_than=args.older_than, status=statuses, dry_run=args.dry_run
     )
     if args.json:
-        print(dumps({
-            "sessions": count,
-            "dry_run": args.dry_run,
-            "older_than_seconds": args.older_than.total_seconds(),
-            "status": list(statuses),
-        }))
+        print(
+            dumps(
+                {
+                    "sessions": count,
+                    "dry_run": args.dry_run,
+                    "older_than_seconds": args.older_than.total_seconds(),
+                    "status": list(statuses),
+                }
+            )
+        )
         return EXIT_OK
     verb = "would prune" if args.dry_run else "pruned"
     noun = "session" if count == 1 else "sessions"

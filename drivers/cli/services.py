@@ -69,8 +69,14 @@ def serve(args: argparse.Namespace) -> int:
         for ref in args.flows:
             rt.register(load_flow(ref))
         users = read_users(args.users) if args.users else None
-        serve(rt, host=args.host, port=args.port, token=args.token, users=users,
-              session_hours=args.session_hours)
+        serve(
+            rt,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            users=users,
+            session_hours=args.session_hours,
+        )
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
             raise

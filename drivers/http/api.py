@@ -55,8 +55,15 @@ MAX_LOGS_PAGE = 10_000
 class Api(ReadingRoutes):
     """The route handlers over one runtime."""
 
-    def __init__(self, runtime: Runtime, *, users: Users, poll: float, heartbeat: float,
-                 login_limit: LoginLimit | None = None):
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        users: Users,
+        poll: float,
+        heartbeat: float,
+        login_limit: LoginLimit | None = None,
+    ):
         self.rt = runtime
         self.users = users
         self.login_limit = login_limit or LoginLimit()
@@ -81,17 +88,29 @@ class Api(ReadingRoutes):
         client = request.client.host if request.client else "?"
         wait = self.login_limit.retry_after(client)
         if wait:
-            return error_response(429, "TooManyRequests", f"too many failed logins from "
-                                  f"{client}: try again in {wait} s", {"retry-after": str(wait)})
+            return error_response(
+                429,
+                "TooManyRequests",
+                f"too many failed logins from {client}: try again in {wait} s",
+                {"retry-after": str(wait)},
+            )
         body = await read_body(request, {"token"})
         given = body.get("token")
         user = self.users.by_token(given) if isinstance(given, str) and given else None
         if user is None:
             self.login_limit.failed(client)
-            return error_response(401, "Unauthorized", "wrong token", {"www-authenticate": "Bearer"})
+            return error_response(
+                401, "Unauthorized", "wrong token", {"www-authenticate": "Bearer"}
+            )
         response = Response(None, 204)  # who logged in: GET /api/me
-        response.set_cookie(COOKIE, self.users.cookie(user), httponly=True, samesite="strict",
-                            path="/", max_age=int(self.users.session_seconds))
+        response.set_cookie(
+            COOKIE,
+            self.users.cookie(user),
+            httponly=True,
+            samesite="strict",
+            path="/",
+            max_age=int(self.users.session_seconds),
+        )
         return response
 
     async def logout(self, request: Request) -> Response:
@@ -113,24 +132,42 @@ class Api(ReadingRoutes):
         status, flow = q.get("status") or None, q.get("flow") or None
         if offset:
             if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
-                raise BadRequest("BadRequest", "?offset= pages only by status and flow: use "
-                                               "?cursor= with ?q=, ?since= or ?until=")
-            rows = await run_in_threadpool(partial(
-                self.rt.sessions, status=status, flow=flow, limit=limit + 1, offset=offset
-            ))
+                raise BadRequest(
+                    "BadRequest",
+                    "?offset= pages only by status and flow: use "
+                    "?cursor= with ?q=, ?since= or ?until=",
+                )
+            rows = await run_in_threadpool(
+                partial(self.rt.sessions, status=status, flow=flow, limit=limit + 1, offset=offset)
+            )
             more = len(rows) > limit
             del rows[limit:]
             last = rows[-1] if rows and more else None
             cursor = encode_cursor(last.created_at, last.session_id) if last else None
-            return json_response({"sessions": rows, "next_cursor": cursor, "limit": limit,
-                                  "offset": offset})
+            return json_response(
+                {"sessions": rows, "next_cursor": cursor, "limit": limit, "offset": offset}
+            )
         since, until = period(request)
-        page = await run_in_threadpool(partial(
-            self.rt.sessions_page, status=status, flow=flow, q=q.get("q") or None, since=since,
-            until=until, limit=limit, cursor=q.get("cursor") or None,
-        ))
-        return json_response({"sessions": page.sessions, "next_cursor": page.next_cursor,
-                              "limit": limit, "offset": 0})
+        page = await run_in_threadpool(
+            partial(
+                self.rt.sessions_page,
+                status=status,
+                flow=flow,
+                q=q.get("q") or None,
+                since=since,
+                until=until,
+                limit=limit,
+                cursor=q.get("cursor") or None,
+            )
+        )
+        return json_response(
+            {
+                "sessions": page.sessions,
+                "next_cursor": page.next_cursor,
+                "limit": limit,
+                "offset": 0,
+            }
+        )
 
     async def get_session(self, request: Request) -> Response:
         view = await self._view(request)
@@ -144,12 +181,14 @@ class Api(ReadingRoutes):
         events = await run_in_threadpool(view.events, after, limit + 1)
         more = len(events) > limit
         del events[limit:]
-        return json_response({
-            "session_id": view.session_id,
-            "events": [event_to_dict(e) for e in events],
-            "last_seq": events[-1].seq if events else after,
-            "more": more,
-        })
+        return json_response(
+            {
+                "session_id": view.session_id,
+                "events": [event_to_dict(e) for e in events],
+                "last_seq": events[-1].seq if events else after,
+                "more": more,
+            }
+        )
 
     async def list_logs(self, request: Request) -> Response:
         level: int | str | None = request.query_params.get("level") or None
@@ -167,20 +206,22 @@ class Api(ReadingRoutes):
         logs, dropped = await run_in_threadpool(read)
         more = len(logs) > limit
         del logs[limit:]
-        return json_response({
-            "session_id": sid,
-            "logs": [log_to_dict(r) for r in logs],
-            "last_seq": logs[-1].seq if logs else after,
-            "more": more,
-            "dropped": dropped,
-        })
+        return json_response(
+            {
+                "session_id": sid,
+                "logs": [log_to_dict(r) for r in logs],
+                "last_seq": logs[-1].seq if logs else after,
+                "more": more,
+                "dropped": dropped,
+            }
+        )
 
     async def stats(self, request: Request) -> Response:
         flow = request.query_params.get("flow") or None
         since, until = period(request)
-        return json_response(await run_in_threadpool(
-            partial(self.rt.stats, flow=flow, since=since, until=until)
-        ))
+        return json_response(
+            await run_in_threadpool(partial(self.rt.stats, flow=flow, since=since, until=until))
+        )
 
     # -- starting ----------------------------------------------------------------------------
     async def start_session(self, request: Request) -> Response:
@@ -189,8 +230,11 @@ class Api(ReadingRoutes):
         body = await read_body(request, {"flow", "input", "session_id", "version"})
         name, sid = body.get("flow"), body.get("session_id")
         if not isinstance(name, str) or not name:
-            raise BadRequest("BadRequest", 'the body must name a registered flow: {"flow": '
-                                           f'"name", "input": ...}} (got {name!r})')
+            raise BadRequest(
+                "BadRequest",
+                'the body must name a registered flow: {"flow": '
+                f'"name", "input": ...}} (got {name!r})',
+            )
         if sid is not None and (not isinstance(sid, str) or not sid):
             raise BadRequest("BadRequest", f'"session_id" must be a non-empty string (got {sid!r})')
         flow = find_flow(self.rt, name, body.get("version"))
@@ -212,8 +256,10 @@ class Api(ReadingRoutes):
         first = view.events(0, 1)
         started = first[0].data if first and first[0].type == "run.started" else {}
         if view.flow != name or "input" not in started or started["input"] != given:
-            msg = (f"session {sid!r} exists with another flow or input (flow {view.flow!r}); "
-                   f"a repeated start must send the same flow and input")
+            msg = (
+                f"session {sid!r} exists with another flow or input (flow {view.flow!r}); "
+                f"a repeated start must send the same flow and input"
+            )
             raise SessionExists(msg)
         return session_json(view)
 
@@ -221,16 +267,16 @@ class Api(ReadingRoutes):
     async def resume_session(self, request: Request) -> Response:
         body = await read_body(request, {"value"})
         sid, user = request.path_params["sid"], request.state.user
-        return json_response(await run_in_threadpool(
-            self._by_session, sid, "resume", body.get("value"), user
-        ))
+        return json_response(
+            await run_in_threadpool(self._by_session, sid, "resume", body.get("value"), user)
+        )
 
     async def skip_session(self, request: Request) -> Response:
         body = await read_body(request, {"output"})
         sid, user = request.path_params["sid"], request.state.user
-        return json_response(await run_in_threadpool(
-            self._by_session, sid, "skip", body.get("output"), user
-        ))
+        return json_response(
+            await run_in_threadpool(self._by_session, sid, "skip", body.get("output"), user)
+        )
 
     async def abort_session(self, request: Request) -> Response:
         """Stop a running session at its next checkpoint, whichever process runs it (a stored
@@ -251,20 +297,23 @@ class Api(ReadingRoutes):
 
     async def cancel_session(self, request: Request) -> Response:
         await read_body(request, set())
-        return json_response(await run_in_threadpool(
-            partial(self.rt.cancel, request.path_params["sid"], actor=request.state.user)
-        ))
+        return json_response(
+            await run_in_threadpool(
+                partial(self.rt.cancel, request.path_params["sid"], actor=request.state.user)
+            )
+        )
 
     async def resume_token(self, request: Request) -> Response:
         body = await read_body(request, {"token", "value"})
         token = body.get("token")
         if not isinstance(token, str) or not token:
-            raise BadRequest("BadRequest", 'the body must name the token: {"token": "tk_...", '
-                             '"value": ...}')
+            raise BadRequest(
+                "BadRequest", 'the body must name the token: {"token": "tk_...", "value": ...}'
+            )
         user = request.state.user
-        return json_response(await run_in_threadpool(
-            self._drive, self.rt.resume, token, body.get("value"), user
-        ))
+        return json_response(
+            await run_in_threadpool(self._drive, self.rt.resume, token, body.get("value"), user)
+        )
 
     async def deliver(self, request: Request) -> Response:
         """`{"key": ..., "value": ...}`, or a list of them: resume the waits on each key with its
@@ -279,8 +328,11 @@ class Api(ReadingRoutes):
             item = body_object(item, {"key", "value"}, where)
             key = item.get("key")
             if not isinstance(key, str) or not key:
-                raise BadRequest("BadRequest", f'{where} must name a key: {{"key": "batch-7/'
-                                               f'item-42", "value": ...}} (got {key!r})')
+                raise BadRequest(
+                    "BadRequest",
+                    f'{where} must name a key: {{"key": "batch-7/'
+                    f'item-42", "value": ...}} (got {key!r})',
+                )
             if key in deliveries:
                 raise BadRequest("BadRequest", f"key {key!r} is delivered twice in one request")
             deliveries[key] = item.get("value")
@@ -302,8 +354,9 @@ class Api(ReadingRoutes):
         drive = self.rt.resume if action == "resume" else self.rt.skip
         return self._drive(drive, token, value, user)
 
-    def _drive(self, method: Callable[..., Any], token: str, value: Any, user: str | None
-               ) -> Outcome:
+    def _drive(
+        self, method: Callable[..., Any], token: str, value: Any, user: str | None
+    ) -> Outcome:
         """Call resume or skip in this worker thread and wait for the outcome. A Gate decision
         gets the user's name as its `by` (see `decided_by`)."""
         if user is not None and method == self.rt.resume and self._at_gate(token):
@@ -348,8 +401,10 @@ class Api(ReadingRoutes):
     async def stream_session(self, request: Request) -> Response:
         given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         if not (given.isascii() and given.isdigit()):
-            raise BadRequest("BadRequest", f"Last-Event-ID or ?after= must be an event seq, "
-                                           f"an int >= 0 (got {given!r})")
+            raise BadRequest(
+                "BadRequest",
+                f"Last-Event-ID or ?after= must be an event seq, an int >= 0 (got {given!r})",
+            )
         view = await self._view(request)
         wakeup = Wakeup()
         unsubscribe = self.rt.subscribe(wakeup.fire, session_id=view.session_id)
@@ -359,8 +414,9 @@ class Api(ReadingRoutes):
             unsubscribe()
             self.streams.closed(wakeup)
 
-        feed = session_feed(view.events, int(given), wakeup, self.streams, poll=self.poll,
-                            heartbeat=self.heartbeat)
+        feed = session_feed(
+            view.events, int(given), wakeup, self.streams, poll=self.poll, heartbeat=self.heartbeat
+        )
         return EventStreamResponse(feed, on_close=close)
 
     async def stream_all(self, request: Request) -> Response:
@@ -373,8 +429,9 @@ class Api(ReadingRoutes):
             self.journal.detach(wakeup.fire)
             self.streams.closed(wakeup)
 
-        feed = journal_feed(self.journal, cursor, start, wakeup, self.streams,
-                            heartbeat=self.heartbeat)
+        feed = journal_feed(
+            self.journal, cursor, start, wakeup, self.streams, heartbeat=self.heartbeat
+        )
         return EventStreamResponse(feed, on_close=close)
 
     async def _view(self, request: Request) -> SessionView:
@@ -390,8 +447,10 @@ def decided_by(value: Any, user: str) -> Any:
     if isinstance(value, dict):
         claimed = value.get("by")
         if claimed is not None and claimed != user:
-            msg = (f"a Gate decision made through the API is by the logged-in user {user!r} "
-                   f"(the body claims by={claimed!r}): leave out 'by'")
+            msg = (
+                f"a Gate decision made through the API is by the logged-in user {user!r} "
+                f"(the body claims by={claimed!r}): leave out 'by'"
+            )
             raise InvalidResumeValue(msg)
         return {**value, "by": user}
     return value  # refused by the Gate itself, with its own message

@@ -59,8 +59,11 @@ def create_app(
             msg = f"the --token user is named {ADMIN!r}, and the users already name one"
             raise ValueError(msg)
         named[ADMIN] = token
-    for name, value in (("poll_interval", poll_interval), ("heartbeat", heartbeat),
-                        ("session_hours", session_hours)):
+    for name, value in (
+        ("poll_interval", poll_interval),
+        ("heartbeat", heartbeat),
+        ("session_hours", session_hours),
+    ):
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             msg = f"{name} must be a positive number of seconds (got {value!r})"
             raise ValueError(msg)
@@ -161,6 +164,7 @@ def serve(
             app.state.close_streams()
             await super().shutdown(sockets=sockets)
 
-    config = uvicorn.Config(app, host=host, port=port, lifespan="on",
-                            timeout_graceful_shutdown=5, log_level="info")
+    config = uvicorn.Config(
+        app, host=host, port=port, lifespan="on", timeout_graceful_shutdown=5, log_level="info"
+    )
     Server(config).run()

@@ -34,8 +34,17 @@ MAX_BODY = 1 << 20
 #: HTTP status by what the caller can do about the error.
 STATUS: list[tuple[tuple[type[Exception], ...], int]] = [
     ((UnknownSession, UnknownToken), 404),
-    ((TokenAlreadyUsed, SessionNotResumable, ConcurrentUpdate, SessionExists, FlowMismatch,
-      UnknownFlow), 409),
+    (
+        (
+            TokenAlreadyUsed,
+            SessionNotResumable,
+            ConcurrentUpdate,
+            SessionExists,
+            FlowMismatch,
+            UnknownFlow,
+        ),
+        409,
+    ),
     ((InvalidResumeValue, NotSerializable), 422),
     ((ValueError,), 400),  # InvalidArgument, and any other value a method refused
 ]
@@ -81,13 +90,15 @@ def body_object(data: Any, fields: set[str], where: str = "the request body") ->
     """`data` if it is a JSON object with only the `fields` named; else BadRequest."""
     if not isinstance(data, dict):
         example = ", ".join(f'"{f}": ...' for f in sorted(fields)) or ""
-        raise BadRequest("BadRequest", f"{where} must be a JSON object {{{example}}} "
-                                       f"(got {type(data).__name__})")
+        raise BadRequest(
+            "BadRequest", f"{where} must be a JSON object {{{example}}} (got {type(data).__name__})"
+        )
     unknown = sorted(set(data) - fields)
     if unknown:
         expected = ", ".join(sorted(fields)) or "nothing"
-        raise BadRequest("BadRequest", f"unknown field {unknown[0]!r} in {where} "
-                                       f"(expected: {expected})")
+        raise BadRequest(
+            "BadRequest", f"unknown field {unknown[0]!r} in {where} (expected: {expected})"
+        )
     return data
 
 
@@ -105,14 +116,23 @@ async def read_json(request: Request) -> Any:
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError as exc:
-        raise BadRequest("MalformedJSON", "the request body nests arrays or objects too deeply "
-                                          f"(at most about {sys.getrecursionlimit()} levels)") from exc
+        raise BadRequest(
+            "MalformedJSON",
+            "the request body nests arrays or objects too deeply "
+            f"(at most about {sys.getrecursionlimit()} levels)",
+        ) from exc
     except UnicodeDecodeError as exc:
-        raise BadRequest("MalformedJSON", f"the request body is not valid JSON: it is not UTF-8 "
-                                          f"({exc.reason} at byte {exc.start})") from exc
+        raise BadRequest(
+            "MalformedJSON",
+            f"the request body is not valid JSON: it is not UTF-8 "
+            f"({exc.reason} at byte {exc.start})",
+        ) from exc
     except json.JSONDecodeError as exc:
-        raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc.msg} at "
-                                          f"line {exc.lineno} column {exc.colno}") from exc
+        raise BadRequest(
+            "MalformedJSON",
+            f"the request body is not valid JSON: {exc.msg} at "
+            f"line {exc.lineno} column {exc.colno}",
+        ) from exc
     except ValueError as exc:
         raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc}") from exc
 
@@ -149,8 +169,9 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
     return Response(dumps(value), status, headers, media_type="application/json")
 
 
-def error_response(status: int, error: str, message: str, headers: dict[str, str] | None = None
-           ) -> Response:
+def error_response(
+    status: int, error: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
     return json_response({"error": error, "message": message}, status, headers)
 
 
@@ -168,6 +189,9 @@ async def on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     names = {404: "NotFound", 405: "MethodNotAllowed"}
     error = names.get(exc.status_code, "HTTPError")
-    message = f"no route {request.method} {request.url.path}" if exc.status_code in names \
+    message = (
+        f"no route {request.method} {request.url.path}"
+        if exc.status_code in names
         else str(exc.detail)
+    )
     return error_response(exc.status_code, error, message, dict(exc.headers or {}))

@@ -9,8 +9,9 @@ from typing import Any
 from tarry.engine.flow import Flow
 
 #: Kinds reported as they are; anything else (a user's own Element) is reported as "step".
-KINDS = frozenset({"flow", "step", "foreach", "loop", "branch", "graph", "parallel", "gate",
-                   "wait", "sleep"})
+KINDS = frozenset(
+    {"flow", "step", "foreach", "loop", "branch", "graph", "parallel", "gate", "wait", "sleep"}
+)
 
 
 def flow_summary(flow: Flow) -> dict[str, Any]:
@@ -30,8 +31,7 @@ def structure(flow: Flow) -> dict[str, Any]:
 
 def _element(element: Any, path: tuple[str, ...]) -> dict[str, Any]:
     kind = element.kind if element.kind in KINDS else "step"
-    node: dict[str, Any] = {"name": element.name, "kind": kind, "path": list(path),
-                            "children": []}
+    node: dict[str, Any] = {"name": element.name, "kind": kind, "path": list(path), "children": []}
     sides: dict[str, list[str]] = {}
     for label, body in element._bodies():
         base = path + (label,) if element.labelled else path

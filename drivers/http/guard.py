@@ -100,28 +100,40 @@ class Guard:
 
     def refusal(self, request: Request, user: str | None) -> Response | None:
         if request.method not in SAFE_METHODS and not _same_origin(request):
-            return _error(403, "Forbidden", "cross-origin requests may not change anything "
-                          f"(Origin {request.headers.get('origin')!r})")
+            return _error(
+                403,
+                "Forbidden",
+                "cross-origin requests may not change anything "
+                f"(Origin {request.headers.get('origin')!r})",
+            )
         if self.users is not None:
             if request.url.path in OPEN_PATHS or user is not None:
                 return None
-            message = ("this server requires its token: send `Authorization: Bearer <token>`, "
-                       "or log in at /login")
+            message = (
+                "this server requires its token: send `Authorization: Bearer <token>`, "
+                "or log in at /login"
+            )
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 headers = {**PAGE_HEADERS, "www-authenticate": "Bearer"}
                 return HTMLResponse(self.login_page(), 401, headers)
             return _error(401, "Unauthorized", message, {"www-authenticate": "Bearer"})
         peer = request.client.host if request.client else None
         if peer is not None and not is_loopback_host(peer):
-            return _error(401, "Unauthorized",
-                          f"this server has no token, so it answers loopback clients only "
-                          f"(not {peer}); start it with a token to serve other machines",
-                          {"www-authenticate": "Bearer"})
+            return _error(
+                401,
+                "Unauthorized",
+                f"this server has no token, so it answers loopback clients only "
+                f"(not {peer}); start it with a token to serve other machines",
+                {"www-authenticate": "Bearer"},
+            )
         host = _host_name(request.headers.get("host", ""))
         if not is_loopback_host(host):
-            return _error(403, "Forbidden",
-                          f"Host {host!r} is not a loopback name; a server without a token "
-                          f"answers only to localhost, 127.0.0.1 and [::1]")
+            return _error(
+                403,
+                "Forbidden",
+                f"Host {host!r} is not a loopback name; a server without a token "
+                f"answers only to localhost, 127.0.0.1 and [::1]",
+            )
         return None
 
 
@@ -132,6 +144,7 @@ def _same_origin(request: Request) -> bool:
     return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
 
 
-def _error(status: int, error: str, message: str, headers: dict[str, Any] | None = None
-           ) -> JSONResponse:
+def _error(
+    status: int, error: str, message: str, headers: dict[str, Any] | None = None
+) -> JSONResponse:
     return JSONResponse({"error": error, "message": message}, status, headers)

@@ -109,8 +109,11 @@ class Journal:
         of this journal (another epoch, malformed, or too old to be still held)."""
         epoch, _, number = cursor.rpartition("-")
         with self._lock:
-            if (epoch != self.epoch or not (number.isascii() and number.isdigit())
-                    or int(number) > self._count):
+            if (
+                epoch != self.epoch
+                or not (number.isascii() and number.isdigit())
+                or int(number) > self._count
+            ):
                 return None
             n = int(number)
             first = self._entries[0][0] if self._entries else self._count + 1
@@ -201,9 +204,7 @@ class Journal:
                     return
                 for event in found:
                     self._count += 1
-                    self._entries.append(
-                        (self._count, event_message(event, self._id(self._count)))
-                    )
+                    self._entries.append((self._count, event_message(event, self._id(self._count))))
                 listeners = list(self._listeners)
                 if not listeners and time.monotonic() - self._idle_since > self._idle:
                     stop.set()
@@ -235,11 +236,21 @@ class Journal:
         found: list[Event] = []
         still_behind: set[str] = set()
         for sid, record in records.items():
-            mark = (record.version, record.status, record.updated_at, record.lease_owner,
-                    record.lease_until)
+            mark = (
+                record.version,
+                record.status,
+                record.updated_at,
+                record.lease_owner,
+                record.lease_until,
+            )
             cursor = self._cursors.get(sid)
-            if (cursor is not None and sid not in dirty and sid not in behind
-                    and record.status != "running" and self._marks.get(sid) == mark):
+            if (
+                cursor is not None
+                and sid not in dirty
+                and sid not in behind
+                and record.status != "running"
+                and self._marks.get(sid) == mark
+            ):
                 continue
             try:
                 if cursor is None:

@@ -28,15 +28,21 @@ def time_param(request: Request, name: str) -> dt.datetime | None:
             return dt.datetime.fromtimestamp(seconds, dt.UTC)
         value = dt.datetime.fromisoformat(text)
     except (ValueError, OverflowError, OSError):
-        raise BadRequest("BadRequest", f"?{name}= must be an ISO 8601 time "
-                                       f"(2026-11-24T08:00:00Z) or epoch seconds "
-                                       f"(got {text[:60]!r})") from None
+        raise BadRequest(
+            "BadRequest",
+            f"?{name}= must be an ISO 8601 time "
+            f"(2026-11-24T08:00:00Z) or epoch seconds "
+            f"(got {text[:60]!r})",
+        ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
 def period(request: Request) -> tuple[dt.datetime | None, dt.datetime | None]:
     since, until = time_param(request, "since"), time_param(request, "until")
     if since is not None and until is not None and until < since:
-        raise BadRequest("BadRequest", f"?until= must not be before ?since= (got since="
-                                       f"{since.isoformat()}, until={until.isoformat()})")
+        raise BadRequest(
+            "BadRequest",
+            f"?until= must not be before ?since= (got since="
+            f"{since.isoformat()}, until={until.isoformat()})",
+        )
     return since, until

@@ -88,10 +88,15 @@ class ReadingRoutes:
         found = await run_in_threadpool(
             partial(timeline, self.rt.store, since=since, until=until, buckets=buckets, flow=flow)
         )
-        return json_response({
-            "since": since, "until": until,
-            "buckets": [{"start": b.start, "end": b.end, "by_status": b.by_status} for b in found],
-        })
+        return json_response(
+            {
+                "since": since,
+                "until": until,
+                "buckets": [
+                    {"start": b.start, "end": b.end, "by_status": b.by_status} for b in found
+                ],
+            }
+        )
 
     async def replay_session(self, request: Request) -> Response:
         """The session's stored events, paced: SSE, ending with `event: end`."""
@@ -101,8 +106,10 @@ class ReadingRoutes:
         except ValueError:
             speed = -1.0
         if not 0 <= speed <= MAX_SPEED:
-            raise BadRequest("BadRequest", f"?speed= must be a number from 0 to {MAX_SPEED:g}, "
-                                           f"or max (got {text[:40]!r})")
+            raise BadRequest(
+                "BadRequest",
+                f"?speed= must be a number from 0 to {MAX_SPEED:g}, or max (got {text[:40]!r})",
+            )
         after = int_param(request, "after", 0, 0, None)
         view = await run_in_threadpool(self.rt.session, request.path_params["sid"])
         return EventStreamResponse(replay_feed(view.events, after, speed, self.streams))

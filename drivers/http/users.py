@@ -53,8 +53,10 @@ def parse_users(text: str, source: str) -> dict[str, str]:
             msg = f"{where}: expected name:token (got {entry[:20]!r}...)"
             raise UsersError(msg)
         if not NAME.fullmatch(name):
-            msg = (f"{where}: a user name is 1-64 letters, digits or ._@- starting with a "
-                   f"letter or digit (got {name!r})")
+            msg = (
+                f"{where}: a user name is 1-64 letters, digits or ._@- starting with a "
+                f"letter or digit (got {name!r})"
+            )
             raise UsersError(msg)
         if len(token) < MIN_TOKEN:
             msg = f"{where}: the token of {name!r} must have at least {MIN_TOKEN} characters"
@@ -117,8 +119,9 @@ class Users:
 
     def _mac(self, name: str, expires: int) -> str:
         key = self._users[name].encode()
-        return hmac.new(key, f"tarry monitor cookie {name} {expires}".encode(),
-                        hashlib.sha256).hexdigest()
+        return hmac.new(
+            key, f"tarry monitor cookie {name} {expires}".encode(), hashlib.sha256
+        ).hexdigest()
 
 
 class LoginLimit:

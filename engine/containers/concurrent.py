@@ -138,7 +138,9 @@ def multiplex(
                     if WATCHER.get() is None:
                         future = pool.submit(_call, signal.fn, signal.ctx)
                     else:  # logs are captured: the call runs in the drive's context
-                        future = pool.submit(copy_context().run, call_in_lane, signal.fn, signal.ctx)
+                        future = pool.submit(
+                            copy_context().run, call_in_lane, signal.fn, signal.ctx
+                        )
                     pending[name] = (True, [future])
                 elif kind is Await:
                     item = signal.awaitable

@@ -81,7 +81,9 @@ class ForEach(Element):
     def _describe(self) -> tuple[Any, ...]:
         described = super()._describe()
         # A sequential ForEach keeps the fingerprint it always had.
-        return described if self.concurrency == 1 else described + (("concurrency", self.concurrency),)
+        return (
+            described if self.concurrency == 1 else described + (("concurrency", self.concurrency),)
+        )
 
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
@@ -115,9 +117,9 @@ class ForEach(Element):
                 first = resume_prev(body, child, frame.child_outputs, item)
             else:
                 # ex.checkpoint(ipath), inlined: a call less per item.
-                if (
-                    ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
-                ) and ex.stop(ipath):
+                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
+                    ipath
+                ):
                     yield Checkpoint(ipath)
                 if items is not None:
                     item = items[index]
@@ -132,9 +134,9 @@ class ForEach(Element):
             if child == 0 and single is not None and not ex.pooled:
                 # run_body of a body of one sync step, inlined: no generator per item.
                 cpath = ipath + (single.name,)
-                if (
-                    ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
-                ) and ex.stop(cpath):
+                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
+                    cpath
+                ):
                     yield Checkpoint(cpath)
                 sc = Scope(item, index, index)
                 out = single._call(ex, cpath, first, sc)

@@ -53,7 +53,9 @@ class Graph(Element):
                 elements[el.name] = el
         self.nodes: dict[str, Element] = elements
         if start not in elements:
-            msg = f"Graph {name!r}: start must name a node (got {start!r}; nodes: {sorted(elements)})"
+            msg = (
+                f"Graph {name!r}: start must name a node (got {start!r}; nodes: {sorted(elements)})"
+            )
             raise InvalidFlow(msg)
         self.start = start
         checked: dict[str, dict[str, str | None]] = {}
@@ -72,7 +74,9 @@ class Graph(Element):
         return (("nodes", tuple(self.nodes.values())),)
 
     def _describe(self) -> tuple[Any, ...]:
-        routes = tuple(sorted((s, tuple(sorted(t.items(), key=str))) for s, t in self.routes.items()))
+        routes = tuple(
+            sorted((s, tuple(sorted(t.items(), key=str))) for s, t in self.routes.items())
+        )
         return super()._describe() + (self.start, routes)
 
     def _next(self, ex: Execution, path: tuple[Any, ...], node: str, action: str) -> str | None:

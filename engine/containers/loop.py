@@ -32,7 +32,11 @@ class Loop(Element):
         self.name = check_name(name, "Loop")
         self.body = as_body(body, name)
         self.until = check_callable(until, f"Loop {name!r}: until")
-        if not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1:
+        if (
+            not isinstance(max_iterations, int)
+            or isinstance(max_iterations, bool)
+            or max_iterations < 1
+        ):
             msg = f"Loop {name!r}: max_iterations must be an int >= 1 (got {max_iterations!r})"
             raise InvalidFlow(msg)
         self.max_iterations = max_iterations

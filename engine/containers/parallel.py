@@ -98,7 +98,9 @@ class Parallel(Element):
                     continue
                 body = self.branches[name]
                 first = resume_prev(body, lane.child, lane.child_outputs, prev)
-                restored.append((name, run_body(ex, body, path + (name,), lane.child, first, scope)))
+                restored.append(
+                    (name, run_body(ex, body, path + (name,), lane.child, first, scope))
+                )
         yield from multiplex(ex, path, self.concurrency, start, done, restored, waiting)
         output = {name: outputs[name] for name in names}
         n = gathered[0] + list_header(len(output)) + sum(len(k) + 1 for k in output)

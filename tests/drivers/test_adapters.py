@@ -33,11 +33,14 @@ class Batch:
 
 
 def batch_flow() -> Flow:
-    return Flow("eval", [
-        lambda ctx: "submitted",
-        Wait("results", reason="batch", payload={"batch_id": "b-7"}),
-        lambda ctx: sum(ctx.prev["results"]),
-    ])
+    return Flow(
+        "eval",
+        [
+            lambda ctx: "submitted",
+            Wait("results", reason="batch", payload={"batch_id": "b-7"}),
+            lambda ctx: sum(ctx.prev["results"]),
+        ],
+    )
 
 
 def test_not_ready_twice_then_a_value_resumes_exactly_once() -> None:
@@ -183,11 +186,18 @@ class BulkBatch:
 
 
 def keyed_flow(name: str = "prompts") -> Flow:
-    return Flow(name, [
-        Wait("result", reason="batch", payload={"prompt": "p"},
-             key=lambda ctx: f"prompt-{ctx.input}"),
-        lambda ctx: {"answer": ctx.prev},
-    ])
+    return Flow(
+        name,
+        [
+            Wait(
+                "result",
+                reason="batch",
+                payload={"prompt": "p"},
+                key=lambda ctx: f"prompt-{ctx.input}",
+            ),
+            lambda ctx: {"answer": ctx.prev},
+        ],
+    )
 
 
 def test_a_bulk_adapter_is_asked_once_per_round_with_every_request(
@@ -260,11 +270,25 @@ def test_a_bulk_adapter_that_raises_is_logged_and_the_round_goes_on(
 class Counting:
     """A store that counts the calls to its methods that write."""
 
-    WRITES = frozenset({
-        "create", "save", "delete", "prune", "append_events", "put_values", "consume_token",
-        "consume_tokens", "request_stop", "claim", "release", "post", "take_mail", "discard",
-        "mark",
-    })
+    WRITES = frozenset(
+        {
+            "create",
+            "save",
+            "delete",
+            "prune",
+            "append_events",
+            "put_values",
+            "consume_token",
+            "consume_tokens",
+            "request_stop",
+            "claim",
+            "release",
+            "post",
+            "take_mail",
+            "discard",
+            "mark",
+        }
+    )
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -273,9 +297,11 @@ class Counting:
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
         if name in self.WRITES:
+
             def counted(*args: Any, **kwargs: Any) -> Any:
                 self.writes.append(name)
                 return attr(*args, **kwargs)
+
             return counted
         return attr
 
@@ -321,8 +347,9 @@ def test_a_request_decodes_its_payload_only_when_read_and_looks_like_any_other(
     assert repr(request).startswith("ResumeRequest(") and "tk_" not in repr(request)
     assert request.payload == {"prompt": "p"}
     assert request.payload is request.payload  # decoded once
-    eager = ResumeRequest(out.token, out.session_id, "external", "batch", {"prompt": "p"},
-                          ("result",), "prompt-1")
+    eager = ResumeRequest(
+        out.token, out.session_id, "external", "batch", {"prompt": "p"}, ("result",), "prompt-1"
+    )
     assert request == eager and eager == request
     assert attrs.evolve(request, key="k").payload == {"prompt": "p"}
     assert pickle.loads(pickle.dumps(request)) == eager == copy.deepcopy(request)

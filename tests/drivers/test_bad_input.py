@@ -49,8 +49,15 @@ def test_reused_token_is_rejected_and_changes_nothing(rt: Runtime) -> None:
 
 @pytest.mark.parametrize(
     "decision",
-    ["yes", None, 1, {"approved": "yes"}, {"ok": True}, {"approved": True, "extra": 1},
-     {"approved": True, "by": 5}],
+    [
+        "yes",
+        None,
+        1,
+        {"approved": "yes"},
+        {"ok": True},
+        {"approved": True, "extra": 1},
+        {"approved": True, "by": 5},
+    ],
 )
 def test_invalid_gate_decision_leaves_the_session_resumable(rt: Runtime, decision) -> None:
     out = rt.run(gated())
@@ -99,7 +106,9 @@ def test_unencodable_state_fails_the_step(rt: Runtime) -> None:
         return 1
 
     out = rt.run(Flow("st", [put]))
-    assert out.failed and out.error.type == "NotSerializable" and "['state']['x']" in out.error.message
+    assert (
+        out.failed and out.error.type == "NotSerializable" and "['state']['x']" in out.error.message
+    )
 
 
 def test_session_id_makes_run_idempotent(rt: Runtime) -> None:
@@ -132,7 +141,9 @@ def test_allow_changed_refuses_when_the_paused_position_is_gone(rt: Runtime) -> 
     assert rt.resume(out.token, True).ok
 
 
-def test_failed_step_is_retried_with_a_fixed_flow_without_rerunning_completed_steps(rt: Runtime) -> None:
+def test_failed_step_is_retried_with_a_fixed_flow_without_rerunning_completed_steps(
+    rt: Runtime,
+) -> None:
     ran: list[str] = []
 
     def fetch(ctx):
@@ -151,7 +162,9 @@ def test_failed_step_is_retried_with_a_fixed_flow_without_rerunning_completed_st
         ran.append("stamp-fixed")
         return ("stamped", ctx.outputs["fetch"]["id"], ctx.prev)
 
-    broken = Flow("pipeline", [fetch, send, ForEach("each", [1, 2], [lambda ctx: ctx.item, stamp_broken])])
+    broken = Flow(
+        "pipeline", [fetch, send, ForEach("each", [1, 2], [lambda ctx: ctx.item, stamp_broken])]
+    )
     out = rt.run(broken)
     assert out.failed and out.token and out.error.path == ("each", 0, "stamp_broken")
     stamp.__name__ = "stamp_broken"

@@ -150,8 +150,12 @@ def test_poll_asks_the_adapters_about_the_others_when_one_is_poisoned(
     store: Any, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     waiting = Flow("waiting", [Wait("job", reason="results"), lambda ctx: ctx.prev])
-    rt = Runtime(store=store, clock=clock, flows=[waiting],
-                 adapters={"external": lambda request: {"rows": 3}})
+    rt = Runtime(
+        store=store,
+        clock=clock,
+        flows=[waiting],
+        adapters={"external": lambda request: {"rows": 3}},
+    )
     starter = Runtime(store=store, clock=clock)
     bad = starter.run(waiting).session_id
     good = starter.run(waiting).session_id
@@ -163,8 +167,6 @@ def test_poll_asks_the_adapters_about_the_others_when_one_is_poisoned(
     assert everything(store, bad) == before and logged(caplog, bad) == 1
 
 
-
-
 def crash_mid_run(store: Any, clock: ManualClock, flow: Flow) -> str:
     """A session whose process died while running it: paused at its Sleep once, then resumed
     by a process that used the token, wrote `run.resumed` and died (its lease lapsed)."""
@@ -172,8 +174,9 @@ def crash_mid_run(store: Any, clock: ManualClock, flow: Flow) -> str:
     out = rt.run(flow)
     record = store.load(out.session_id)
     state = decode_state(record.state)
-    event = Event(state.last_seq + 1, ev.RUN_RESUMED, out.session_id, clock.now(),
-                  state.pause.path, {})
+    event = Event(
+        state.last_seq + 1, ev.RUN_RESUMED, out.session_id, clock.now(), state.pause.path, {}
+    )
     assert store.consume_token(record.token, owner="dead", until=clock.now(), events=[event])
     return out.session_id
 

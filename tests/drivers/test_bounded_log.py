@@ -70,7 +70,9 @@ def test_a_long_loop_resumed_in_another_runtime_gathers_every_result(tmp_path: P
     second = Runtime(SQLiteStore(tmp_path / "a.db"), flows=[flow])
     done = second.resume(out.token, "resumed")
     assert done.ok
-    assert done.output == [i * 2 for i in range(300)] + ["resumed"] + [i * 2 for i in range(301, 400)]
+    assert done.output == [i * 2 for i in range(300)] + ["resumed"] + [
+        i * 2 for i in range(301, 400)
+    ]
 
 
 def test_a_long_run_keeps_a_bounded_log_in_memory() -> None:
@@ -83,8 +85,10 @@ def test_a_long_run_keeps_a_bounded_log_in_memory() -> None:
         seen.append(len(gc.get_objects(generation=2)))
 
     rt = Runtime()
-    flow = Flow("long", [step(probe, "first")] + [step(noop, f"s{i}") for i in range(4000)]
-                + [step(probe, "last")])
+    flow = Flow(
+        "long",
+        [step(probe, "first")] + [step(noop, f"s{i}") for i in range(4000)] + [step(probe, "last")],
+    )
     rt.run(flow)  # warm up
     seen.clear()
     rt.run(flow)

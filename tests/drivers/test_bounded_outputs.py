@@ -21,7 +21,6 @@ VALUE = 1000
 SNAPSHOT = 4 * VALUE
 
 
-
 @pytest.fixture(params=["sync", "async"])
 def mode(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -72,8 +71,13 @@ def test_a_foreach_output_over_the_value_bound_fails_the_foreach_resumably(store
         return "r" * 150  # each result fits; ten of them do not
 
     rt = small(store)
-    flow = Flow("gather", [ForEach("items", list(range(10)), node(work, "work", mode)),
-                           node(lambda ctx: len(ctx.prev), "count", mode)])
+    flow = Flow(
+        "gather",
+        [
+            ForEach("items", list(range(10)), node(work, "work", mode)),
+            node(lambda ctx: len(ctx.prev), "count", mode),
+        ],
+    )
     out = settle(rt.run(flow))
     assert out.failed and out.error.type == "PayloadTooLarge"
     assert out.error.path == ("items",) and "items['output']" in out.error.message
@@ -105,7 +109,9 @@ def test_a_resumed_foreach_counts_the_results_it_gathered_before(store, mode) ->
 
 def test_resuming_a_foreach_that_failed_for_its_output_fails_it_again(mode) -> None:
     rt = small()
-    flow = Flow("gather", [ForEach("items", list(range(12)), node(lambda ctx: "r" * 150, "w", mode))])
+    flow = Flow(
+        "gather", [ForEach("items", list(range(12)), node(lambda ctx: "r" * 150, "w", mode))]
+    )
     out = settle(rt.run(flow))
     assert out.failed and out.error.type == "PayloadTooLarge"
     again = settle(rt.resume(out.token))  # the rest runs; what it gathers is still too large
@@ -116,7 +122,9 @@ def test_resuming_a_foreach_that_failed_for_its_output_fails_it_again(mode) -> N
 
 def test_a_foreach_output_within_the_bound_passes(mode) -> None:
     rt = small()
-    flow = Flow("gather", [ForEach("items", list(range(9)), node(lambda ctx: "r" * 100, "w", mode))])
+    flow = Flow(
+        "gather", [ForEach("items", list(range(9)), node(lambda ctx: "r" * 100, "w", mode))]
+    )
     out = settle(rt.run(flow))
     assert out.ok and out.output == ["r" * 100] * 9
 
@@ -164,8 +172,14 @@ def test_a_completed_snapshot_holds_at_most_the_bound_and_the_runs_output(store)
     # (one value: it is always read back), and the large outputs of the top-level elements,
     # the last one's included, by reference only.
     rt = small(store)
-    flow = Flow("end", [step(lambda ctx: "a" * 990, "a"), step(lambda ctx: "b" * 990, "b"),
-                        step(lambda ctx: "c" * 990, "c")])
+    flow = Flow(
+        "end",
+        [
+            step(lambda ctx: "a" * 990, "a"),
+            step(lambda ctx: "b" * 990, "b"),
+            step(lambda ctx: "c" * 990, "c"),
+        ],
+    )
     out = rt.run(flow)
     assert out.ok and out.output == "c" * 990
     assert 990 < len(rt.store.load(out.session_id).state) <= SNAPSHOT
@@ -221,8 +235,9 @@ def test_long_runs_whose_state_stays_small_never_fail(mode) -> None:
     body = [node(lambda ctx: "i" * 500, "a", mode), node(lambda ctx: "j" * 500, "b", mode)]
     flow = Flow("long", [ForEach("items", list(range(200)), body), lambda ctx: len(ctx.prev)])
     assert settle(rt.run(flow)).failed  # the gathered output is over the value bound...
-    flow = Flow("long", [Loop("again", body, until=lambda ctx: ctx.iteration >= 199,
-                              max_iterations=200)])
+    flow = Flow(
+        "long", [Loop("again", body, until=lambda ctx: ctx.iteration >= 199, max_iterations=200)]
+    )
     out = settle(rt.run(flow))
     assert out.ok and out.output == "j" * 500  # ...but 200 iterations of a Loop pass
 
@@ -243,8 +258,10 @@ def test_a_recovered_session_is_bounded_too(tmp_path) -> None:
         return "p" * 900
 
     store = SQLiteStore(tmp_path / "rec.db")
-    flow = Flow("rec", [grow(*parts(3, 900, "sync"), step(crash, "crash"),
-                             step(lambda ctx: "z" * 900, "last"))])
+    flow = Flow(
+        "rec",
+        [grow(*parts(3, 900, "sync"), step(crash, "crash"), step(lambda ctx: "z" * 900, "last"))],
+    )
     with pytest.raises(Crash):
         small(store, durability="step", clock=clock).run(flow)
     clock.advance(3600)
@@ -271,7 +288,9 @@ def test_a_pause_whose_snapshot_would_be_too_large_fails_there_and_keeps_everyth
 sizes = st.lists(st.integers(0, VALUE - 20), min_size=1, max_size=10)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(sizes=sizes, gate=st.booleans())
 def test_every_session_ends_readable_and_within_the_bound(sizes: list[int], gate: bool) -> None:
     rt = small()

@@ -61,8 +61,7 @@ def test_threads_and_processes_race_over_the_branches_of_one_session(
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(PROCESSES) as pool:
         pending = [
-            pool.apply_async(race, (store_url, tokens, N, 100 + i, start))
-            for i in range(PROCESSES)
+            pool.apply_async(race, (store_url, tokens, N, 100 + i, start)) for i in range(PROCESSES)
         ]
         threads = [threading.Thread(target=thread, args=(i,)) for i in range(THREADS)]
         for t in threads:

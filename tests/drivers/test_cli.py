@@ -206,8 +206,9 @@ def test_run_pauses_and_another_process_resumes(jobs: Path) -> None:
 
 def test_tarry_secret_signs_tokens_for_every_command(jobs: Path) -> None:
     signed = _env(TARRY_SECRET="a secret of at least sixteen bytes")
-    ran = tarry("run", "jobs:approval", "--input", '{"xs": [1]}', "--store", db(jobs), cwd=jobs,
-                env=signed)
+    ran = tarry(
+        "run", "jobs:approval", "--input", '{"xs": [1]}', "--store", db(jobs), cwd=jobs, env=signed
+    )
     assert ran.returncode == 3, ran.stderr
     token = field(ran.stdout, "token")
     key = Runtime(store=db(jobs)).store.load(field(ran.stdout, "session")).token
@@ -647,8 +648,18 @@ def test_worker_recovers_a_run_whose_process_was_killed(jobs: Path) -> None:
 @pytest.mark.parametrize("cancel", [False, True])
 def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
     url = db(jobs)
-    run = start("run", "jobs:ticker", "--input", '{"n": 400, "delay": 0.02}', "--session-id",
-                "t1", "--store", url, "--no-progress", cwd=jobs)
+    run = start(
+        "run",
+        "jobs:ticker",
+        "--input",
+        '{"n": 400, "delay": 0.02}',
+        "--session-id",
+        "t1",
+        "--store",
+        url,
+        "--no-progress",
+        cwd=jobs,
+    )
     rt = Runtime(store=url)
     deadline = time.monotonic() + 30
     while True:  # until the run has written its progress once
@@ -679,8 +690,10 @@ def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
 
 def keyed_sessions(jobs: Path, n: int) -> list[str]:
     """`n` sessions of jobs:keyed waiting on keys job-0 .. job-(n-1)."""
-    runs = [tarry("run", "jobs:keyed", "--input", str(i), "--store", db(jobs), cwd=jobs)
-            for i in range(n)]
+    runs = [
+        tarry("run", "jobs:keyed", "--input", str(i), "--store", db(jobs), cwd=jobs)
+        for i in range(n)
+    ]
     assert [r.returncode for r in runs] == [3] * n, runs[0].stderr
     return [field(r.stdout, "session") for r in runs]
 
@@ -713,8 +726,7 @@ def test_deliver_a_results_file_reports_bad_lines_and_goes_on(jobs: Path) -> Non
         '{"key": "job-1", "value": "one"}',
     ]
     (jobs / "results.jsonl").write_text("\n".join(lines) + "\n")
-    r = tarry("deliver", "--file", "results.jsonl", "--batch", "2", "--store", db(jobs),
-              cwd=jobs)
+    r = tarry("deliver", "--file", "results.jsonl", "--batch", "2", "--store", db(jobs), cwd=jobs)
     assert r.returncode == 1, r.stderr
     assert "delivered to 3 sessions, kept 1 as mail, 3 refused" in r.stdout
     assert "line 2: not valid JSON" in r.stderr
@@ -722,22 +734,28 @@ def test_deliver_a_results_file_reports_bad_lines_and_goes_on(jobs: Path) -> Non
     assert "deliver 8/8 lines" in r.stderr  # progress, plain lines when not a terminal
     rt = Runtime(store=db(jobs))
     assert [rt.session(s).outcome.output for s in sids] == [
-        {"got": "zero"}, {"got": "one"}, {"got": "two"}
+        {"got": "zero"},
+        {"got": "one"},
+        {"got": "two"},
     ]
     assert rt.store.mail("early") is not None
 
 
 def test_worker_loads_adapters_by_import_path(jobs: Path) -> None:
     sids = keyed_sessions(jobs, 2)
-    r = tarry("worker", "--once", "--adapters", "jobs:make_adapters", "--store", db(jobs),
-              cwd=jobs)
+    r = tarry("worker", "--once", "--adapters", "jobs:make_adapters", "--store", db(jobs), cwd=jobs)
     assert r.returncode == 0, r.stderr
     rt = Runtime(store=db(jobs))
     assert [rt.session(s).outcome.output for s in sids] == [
-        {"got": {"from": "adapter", "key": "job-0"}}, {"got": {"from": "adapter", "key": "job-1"}}
+        {"got": {"from": "adapter", "key": "job-0"}},
+        {"got": {"from": "adapter", "key": "job-1"}},
     ]
-    for ref, words in [("jobs:not_a_flow", "must be a dict"), ("jobs:nothing", "no attribute"),
-                       ("nojobs:adapters", "no module"), ("jobs", "expected MODULE:OBJ")]:
+    for ref, words in [
+        ("jobs:not_a_flow", "must be a dict"),
+        ("jobs:nothing", "no attribute"),
+        ("nojobs:adapters", "no module"),
+        ("jobs", "expected MODULE:OBJ"),
+    ]:
         bad = tarry("worker", "--once", "--adapters", ref, "--store", db(jobs), cwd=jobs)
         assert bad.returncode == 2 and words in bad.stderr, (ref, bad.stderr)
 
@@ -749,20 +767,69 @@ def test_commands_record_the_actor_given_or_the_os_user(jobs_here: Path, monkeyp
 
     store = f"sqlite:///{jobs_here / 'actors.db'}"
     monkeypatch.setattr(getpass, "getuser", lambda: "osuser")
-    assert main(["run", "jobs:approval", "--store", store, "--input", '{"xs": [1]}',
-                 "--session-id", "a1", "--no-progress"]) == 3
+    assert (
+        main(
+            [
+                "run",
+                "jobs:approval",
+                "--store",
+                store,
+                "--input",
+                '{"xs": [1]}',
+                "--session-id",
+                "a1",
+                "--no-progress",
+            ]
+        )
+        == 3
+    )
     rt = Runtime(store=store)
     token = rt.session("a1").outcome.token
-    assert main(["resume", token, "--store", store, "--value", "true", "--actor", "ann",
-                 "--no-progress"]) == 0
-    assert main(["run", "jobs:approval", "--store", store, "--input", '{"xs": [1]}',
-                 "--session-id", "a2", "--no-progress"]) == 3
+    assert (
+        main(
+            [
+                "resume",
+                token,
+                "--store",
+                store,
+                "--value",
+                "true",
+                "--actor",
+                "ann",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "run",
+                "jobs:approval",
+                "--store",
+                store,
+                "--input",
+                '{"xs": [1]}',
+                "--session-id",
+                "a2",
+                "--no-progress",
+            ]
+        )
+        == 3
+    )
     assert main(["cancel", "a2", "--store", store, "--actor", "bob"]) == 0
-    actors = [(e.session_id, e.type, e.data.get("actor"))
-              for sid in ("a1", "a2") for e in rt.session(sid).events()
-              if e.type in ("run.started", "run.resumed", "run.cancelled")]
-    assert actors == [("a1", "run.started", "osuser"), ("a1", "run.resumed", "ann"),
-                      ("a2", "run.started", "osuser"), ("a2", "run.cancelled", "bob")]
+    actors = [
+        (e.session_id, e.type, e.data.get("actor"))
+        for sid in ("a1", "a2")
+        for e in rt.session(sid).events()
+        if e.type in ("run.started", "run.resumed", "run.cancelled")
+    ]
+    assert actors == [
+        ("a1", "run.started", "osuser"),
+        ("a1", "run.resumed", "ann"),
+        ("a2", "run.started", "osuser"),
+        ("a2", "run.cancelled", "bob"),
+    ]
 
 
 def test_serve_reads_its_users_file_and_flows(jobs_here: Path, monkeypatch) -> None:
@@ -770,12 +837,29 @@ def test_serve_reads_its_users_file_and_flows(jobs_here: Path, monkeypatch) -> N
     from tarry.drivers.cli import main
 
     served: list[dict] = []
-    monkeypatch.setattr(http, "serve", lambda rt, **kw: served.append(
-        {**kw, "flows": [f.name for f in rt.flows.all()]}))
+    monkeypatch.setattr(
+        http,
+        "serve",
+        lambda rt, **kw: served.append({**kw, "flows": [f.name for f in rt.flows.all()]}),
+    )
     (jobs_here / "users").write_text("# who\nann:ann-token-1234\nbob:bob-token-5678\n")
     store = f"sqlite:///{jobs_here / 'serve.db'}"
-    assert main(["serve", "--store", store, "--users", "users", "--flow", "jobs:approval",
-                 "--session-hours", "2"]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "--store",
+                store,
+                "--users",
+                "users",
+                "--flow",
+                "jobs:approval",
+                "--session-hours",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert served[0]["users"] == {"ann": "ann-token-1234", "bob": "bob-token-5678"}
     assert served[0]["session_hours"] == 2.0 and served[0]["flows"] == ["approval"]
     (jobs_here / "bad").write_text("ann\n")

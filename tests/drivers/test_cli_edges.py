@@ -180,7 +180,14 @@ def test_a_refused_repair_names_the_cli_option(
     assert code == 2 and "--allow-changed" in err and "allow_changed=True" not in err
     # Nothing was used: the repair goes through with the option.
     code, out, _ = cli(
-        capsys, "resume", token, "--value", "true", "--flow", "jobs_v2:job", "--allow-changed",
+        capsys,
+        "resume",
+        token,
+        "--value",
+        "true",
+        "--flow",
+        "jobs_v2:job",
+        "--allow-changed",
         "--json",
     )
     assert code == 3 and json.loads(out)["pause"]["path"] == ["again"]

@@ -47,13 +47,20 @@ def _env() -> dict[str, str]:
 
 
 def tarry(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TARRY, *args], capture_output=True, text=True, timeout=60, cwd=cwd,
-                          env=_env())
+    return subprocess.run(
+        [TARRY, *args], capture_output=True, text=True, timeout=60, cwd=cwd, env=_env()
+    )
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([TARRY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=cwd, env=_env())
+    return subprocess.Popen(
+        [TARRY, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=_env(),
+    )
 
 
 class Lines:
@@ -89,12 +96,27 @@ def test_logs_prints_a_line_per_record(tmp_path: Path) -> None:
         "2025-01-02 03:04:05.000123 INFO app.cli fetch: fetched 2 rows",
         "2025-01-02 03:04:05.000123 WARNING app.cli fetch: row 2 has no id",
     ]
-    warned = tarry("logs", out.session_id, "--level", "warning", "--json", "--store",
-                   url(tmp_path), cwd=tmp_path)
+    warned = tarry(
+        "logs",
+        out.session_id,
+        "--level",
+        "warning",
+        "--json",
+        "--store",
+        url(tmp_path),
+        cwd=tmp_path,
+    )
     assert warned.returncode == 0, warned.stderr
     (only,) = [json.loads(line) for line in warned.stdout.splitlines()]
-    assert only == {"seq": 2, "at": T0.isoformat(), "level": "WARNING", "levelno": 30,
-                    "logger": "app.cli", "message": "row 2 has no id", "path": ["fetch"]}
+    assert only == {
+        "seq": 2,
+        "at": T0.isoformat(),
+        "level": "WARNING",
+        "levelno": 30,
+        "logger": "app.cli",
+        "message": "row 2 has no id",
+        "path": ["fetch"],
+    }
 
 
 def test_logs_says_how_many_were_dropped(tmp_path: Path) -> None:
@@ -109,8 +131,16 @@ def test_logs_says_how_many_were_dropped(tmp_path: Path) -> None:
 def test_logs_follow_stops_when_the_session_ends(tmp_path: Path) -> None:
     rt = Runtime(store=url(tmp_path), flows=[FLOW])
     out = rt.run(FLOW)
-    follower = start("logs", out.session_id, "--follow", "--interval", "0.1", "--store",
-                     url(tmp_path), cwd=tmp_path)
+    follower = start(
+        "logs",
+        out.session_id,
+        "--follow",
+        "--interval",
+        "0.1",
+        "--store",
+        url(tmp_path),
+        cwd=tmp_path,
+    )
     lines = Lines(follower.stdout)
     lines.wait_for("row 2 has no id")
     assert follower.poll() is None  # still following

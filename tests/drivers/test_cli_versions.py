@@ -63,8 +63,17 @@ def test_allow_changed_records_the_new_module_for_the_next_resume_and_the_worker
     sid = ran["session_id"]
 
     code, repaired = tarry(
-        capsys, "resume", ran["token"], "--value", "true", "--flow", "jobs_v2:job",
-        "--allow-changed", "--store", store, "--json",
+        capsys,
+        "resume",
+        ran["token"],
+        "--value",
+        "true",
+        "--flow",
+        "jobs_v2:job",
+        "--allow-changed",
+        "--store",
+        store,
+        "--json",
     )
     assert code == 3 and repaired["pause"]["path"] == ["nap"]
     assert Runtime(store=store).session(sid).meta == {"flow_ref": "jobs_v2:job"}
@@ -91,7 +100,9 @@ def test_the_server_imports_the_version_a_session_records_beside_another(here: P
     store = f"sqlite:///{here / 'runs.db'}"
     out = Runtime(store=store).run(load_flow("jobs:job"), meta={"flow_ref": "jobs:job"})
     server = Runtime(store=store, flows=[load_flow("jobs_v2:job")])
-    api = TestClient(create_app(server), base_url="http://127.0.0.1:8765", client=("127.0.0.1", 50000))
+    api = TestClient(
+        create_app(server), base_url="http://127.0.0.1:8765", client=("127.0.0.1", 50000)
+    )
     r = api.post(f"/api/sessions/{out.session_id}/resume", json={"value": True})
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "paused" and r.json()["pause"]["path"] == ["again"]

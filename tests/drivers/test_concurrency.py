@@ -97,9 +97,10 @@ def test_concurrency_one_is_the_sequential_foreach_event_for_event() -> None:
     plain = run(ForEach("fe", [1, 2, 3], [double, triple]))
     one = run(ForEach("fe", [1, 2, 3], [double, triple], concurrency=1))
     assert plain == one
-    assert Flow("f", [ForEach("fe", [1], double)]).fingerprint == Flow(
-        "f", [ForEach("fe", [1], double, concurrency=1)]
-    ).fingerprint
+    assert (
+        Flow("f", [ForEach("fe", [1], double)]).fingerprint
+        == Flow("f", [ForEach("fe", [1], double, concurrency=1)]).fingerprint
+    )
 
 
 def test_parallel_runs_named_branches_and_returns_a_dict_in_their_order(store: Any) -> None:

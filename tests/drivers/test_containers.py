@@ -24,7 +24,14 @@ def test_loop_coder_reviewer_pauses_between_iterations_and_resumes_there(rt: Run
 
     flow = Flow(
         "review",
-        [Loop("rounds", [coder, reviewer], until=lambda ctx: ctx.prev["approved"], max_iterations=10)],
+        [
+            Loop(
+                "rounds",
+                [coder, reviewer],
+                until=lambda ctx: ctx.prev["approved"],
+                max_iterations=10,
+            )
+        ],
     )
     out = rt.run(flow)
     assert out.paused and out.pause.reason == "aborted"
@@ -46,7 +53,9 @@ def test_loop_sees_previous_iteration_through_prev_and_outputs(rt: Runtime) -> N
 
 
 def test_loop_stops_at_max_iterations_with_last_output(rt: Runtime) -> None:
-    flow = Flow("cap", [Loop("l", lambda ctx: ctx.iteration, until=lambda ctx: False, max_iterations=3)])
+    flow = Flow(
+        "cap", [Loop("l", lambda ctx: ctx.iteration, until=lambda ctx: False, max_iterations=3)]
+    )
     assert rt.run(flow).output == 2
 
 
@@ -135,7 +144,9 @@ def test_graph_abort_between_nodes_keeps_the_actions_taken(rt: Runtime) -> None:
     assert log == ["a", "b"]
 
 
-def test_graph_unknown_action_fails_and_a_repaired_flow_routes_without_rerunning(rt: Runtime) -> None:
+def test_graph_unknown_action_fails_and_a_repaired_flow_routes_without_rerunning(
+    rt: Runtime,
+) -> None:
     log: list[str] = []
 
     def a(ctx):
@@ -148,7 +159,9 @@ def test_graph_unknown_action_fails_and_a_repaired_flow_routes_without_rerunning
     broken = Flow("route", [Graph("g", [a, b], start="a", routes={"a": {"left": "b"}})])
     out = rt.run(broken)
     assert out.failed and out.error.type == "UnknownRoute" and "sideways" in out.error.message
-    fixed = Flow("route", [Graph("g", [a, b], start="a", routes={"a": {"left": "b", "sideways": "b"}})])
+    fixed = Flow(
+        "route", [Graph("g", [a, b], start="a", routes={"a": {"left": "b", "sideways": "b"}})]
+    )
     done = rt.resume(out.token, flow=fixed, allow_changed=True)
     assert done.ok and done.output == 14
     assert log == ["a"]
@@ -215,13 +228,20 @@ def test_every_element_below_an_untaken_side_is_skipped(rt: Runtime) -> None:
         return Route("done", 1)
 
     untaken = [
-        Loop("loop", [lambda ctx: 1, ForEach("fe", [1, 2], [Gate("ok")])], until=lambda c: True,
-             max_iterations=2),
+        Loop(
+            "loop",
+            [lambda ctx: 1, ForEach("fe", [1, 2], [Gate("ok")])],
+            until=lambda c: True,
+            max_iterations=2,
+        ),
         Branch("inner", lambda ctx: True, then=[Wait("w")], otherwise=[Sleep("s", 5)]),
         Graph("g", [step(route, "a")], "a", {"a": {"done": None}}),
         lambda ctx: "last",
     ]
-    flow = Flow("f", [Branch("b", lambda ctx: False, then=untaken, otherwise=[step(lambda ctx: "no", "no")])])
+    flow = Flow(
+        "f",
+        [Branch("b", lambda ctx: False, then=untaken, otherwise=[step(lambda ctx: "no", "no")])],
+    )
     out = rt.run(flow)
     assert out.ok and out.output == "no"
     view = rt.session(out.session_id)

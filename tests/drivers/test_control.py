@@ -69,14 +69,30 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def start_child(
-    url: str, sid: str, log: Path, n: int, delay: float, durability: str = "pause",
+    url: str,
+    sid: str,
+    log: Path,
+    n: int,
+    delay: float,
+    durability: str = "pause",
     lease: float = 30.0,
 ) -> subprocess.Popen[str]:
-    args = [sys.executable, HERE, "run", url, sid, str(log), str(n), str(delay), durability,
-            str(lease)]
+    args = [
+        sys.executable,
+        HERE,
+        "run",
+        url,
+        sid,
+        str(log),
+        str(n),
+        str(delay),
+        durability,
+        str(lease),
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(HERE).parents[1])}
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def lines(log: Path) -> list[int]:

@@ -20,10 +20,13 @@ BIG = "y" * 100_000
 
 
 def flow() -> Flow:
-    return Flow("cost", [
-        step(lambda ctx: BIG, "big"),
-        ForEach("items", lambda ctx: ctx.input["prompts"], [lambda ctx: ctx.item, Gate("g")]),
-    ])
+    return Flow(
+        "cost",
+        [
+            step(lambda ctx: BIG, "big"),
+            ForEach("items", lambda ctx: ctx.input["prompts"], [lambda ctx: ctx.item, Gate("g")]),
+        ],
+    )
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])

@@ -14,11 +14,14 @@ from tarry.snapshots import dumps
 
 
 def keyed(name: str = "keyed", key: Any = "batch-7/item-42") -> Flow:
-    return Flow(name, [
-        lambda ctx: "submitted",
-        Wait("result", reason="batch", key=key),
-        lambda ctx: {"got": ctx.prev},
-    ])
+    return Flow(
+        name,
+        [
+            lambda ctx: "submitted",
+            Wait("result", reason="batch", key=key),
+            lambda ctx: {"got": ctx.prev},
+        ],
+    )
 
 
 def stays(rt: Runtime, out: tarry.Outcome) -> None:
@@ -58,9 +61,14 @@ def test_a_delivery_before_the_wait_is_kept_and_the_wait_does_not_pause(store) -
 
 def test_a_dynamic_key_names_the_item(store) -> None:
     rt = Runtime(store=store)
-    flow = Flow("items", [
-        ForEach("items", lambda ctx: ctx.input, [Wait("job", key=lambda ctx: f"job-{ctx.item}")]),
-    ])
+    flow = Flow(
+        "items",
+        [
+            ForEach(
+                "items", lambda ctx: ctx.input, [Wait("job", key=lambda ctx: f"job-{ctx.item}")]
+            ),
+        ],
+    )
     rt.deliver("job-b", "B")  # before its wait is reached: kept as mail
     out = rt.run(flow, ["a", "b", "c"])
     assert out.paused and out.pause.path == ("items", 0, "job")
@@ -160,8 +168,10 @@ def test_a_delivery_racing_a_token_resume_is_applied_once_and_never_lost(store) 
 
     for i, out in enumerate(outs):
         results.clear()
-        threads = [threading.Thread(target=by_token, args=(out,)),
-                   threading.Thread(target=by_key, args=(i,))]
+        threads = [
+            threading.Thread(target=by_token, args=(out,)),
+            threading.Thread(target=by_key, args=(i,)),
+        ]
         for t in threads:
             t.start()
         for t in threads:

@@ -20,8 +20,14 @@ FLOWS = str(Path(__file__).resolve().parents[1] / "flows.py")
 
 
 def python(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, FLOWS, *args], capture_output=True, text=True,
-                          check=True, timeout=60, **kwargs)
+    return subprocess.run(
+        [sys.executable, FLOWS, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        **kwargs,
+    )
 
 
 def test_cross_process_resume_runs_every_step_exactly_once(tmp_path: Path) -> None:
@@ -36,7 +42,9 @@ def test_cross_process_resume_runs_every_step_exactly_once(tmp_path: Path) -> No
     assert status == ["ok", str(n)]
     seen = counts(log)
     assert {i: len(v) for i, v in seen["end"].items()} == {i: 1 for i in range(n)}
-    view = Runtime(store=f"sqlite:///{db}").session(Runtime(store=f"sqlite:///{db}").sessions()[0].session_id)
+    view = Runtime(store=f"sqlite:///{db}").session(
+        Runtime(store=f"sqlite:///{db}").sessions()[0].session_id
+    )
     assert view.status == "completed" and view.derive_state() == view.state
 
 
@@ -50,8 +58,11 @@ class Later:
 def crash_trial(tmp_path: Path, trial: int, n: int = 200) -> None:
     db, log = tmp_path / f"crash{trial}.db", tmp_path / f"crash{trial}.log"
     log.touch()
-    proc = subprocess.Popen([sys.executable, FLOWS, "batch", str(db), str(log), str(n)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, FLOWS, "batch", str(db), str(log), str(n)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     # Kill once the child is somewhere in the loop: after a random number of started steps.
     target = random.Random(trial).randint(1, n - 20)
     deadline = time.monotonic() + 30

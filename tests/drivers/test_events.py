@@ -69,7 +69,9 @@ def test_subscriber_for_one_session_and_a_failing_subscriber(rt: Runtime) -> Non
 
 
 def test_pause_partial_holds_completed_top_level_outputs(rt: Runtime) -> None:
-    flow = Flow("p", [lambda ctx: "one", Loop("l", Wait("w"), until=lambda ctx: True, max_iterations=2)])
+    flow = Flow(
+        "p", [lambda ctx: "one", Loop("l", Wait("w"), until=lambda ctx: True, max_iterations=2)]
+    )
     out = rt.run(flow)
     assert out.pause.partial == {"<lambda>": "one"}
     assert out.pause.kind == "external" and out.meta == {"pause_kind": "external"}
@@ -80,9 +82,16 @@ def test_context_fields(rt: Runtime) -> None:
 
     def look(ctx):
         seen.update(
-            input=ctx.input, item=ctx.item, index=ctx.index, iteration=ctx.iteration,
-            prev=ctx.prev, path=ctx.path, attempt=ctx.attempt, sid=ctx.session_id,
-            key=ctx.idempotency_key, first=ctx.outputs["first"],
+            input=ctx.input,
+            item=ctx.item,
+            index=ctx.index,
+            iteration=ctx.iteration,
+            prev=ctx.prev,
+            path=ctx.path,
+            attempt=ctx.attempt,
+            sid=ctx.session_id,
+            key=ctx.idempotency_key,
+            first=ctx.outputs["first"],
         )
         ctx.state["seen"] = ctx.state.get("seen", 0) + 1
         ctx.metric("tokens", 5)

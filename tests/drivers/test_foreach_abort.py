@@ -115,7 +115,10 @@ def test_nested_foreach_pause_and_resume(rt: Runtime) -> None:
             ForEach(
                 "outer",
                 [0, 1, 2],
-                [mark_outer, ForEach("inner", lambda ctx: [ctx.item * 10 + j for j in range(5)], inner_step)],
+                [
+                    mark_outer,
+                    ForEach("inner", lambda ctx: [ctx.item * 10 + j for j in range(5)], inner_step),
+                ],
             )
         ],
     )
@@ -129,7 +132,9 @@ def test_nested_foreach_pause_and_resume(rt: Runtime) -> None:
     assert done.ok
     # the paused step re-runs with the value; then inner 3-4; then outer 2 with inner 0-4
     assert ran[count:] == [(1, 2), (1, 3), (1, 4)] + [(2, j) for j in range(5)]
-    assert done.output == [[i * 10 + j if (i, j) != (1, 2) else "ok" for j in range(5)] for i in range(3)]
+    assert done.output == [
+        [i * 10 + j if (i, j) != (1, 2) else "ok" for j in range(5)] for i in range(3)
+    ]
 
 
 def test_three_levels_deep(rt: Runtime) -> None:

@@ -52,8 +52,10 @@ def test_start_runs_a_registered_flow_until_it_pauses() -> None:
     r = api.post("/api/sessions", json={"flow": "simple", "input": 21})
     assert r.status_code == 201, r.text
     assert r.json()["status"] == "ok" and r.json()["output"] == 42
-    r = api.post("/api/sessions", json={"flow": "approval", "input": 2, "session_id": "job-1",
-                                        "version": "2"})
+    r = api.post(
+        "/api/sessions",
+        json={"flow": "approval", "input": 2, "session_id": "job-1", "version": "2"},
+    )
     assert r.status_code == 201 and r.json()["status"] == "paused"
     assert r.json()["session_id"] == "job-1"
     assert rt.session("job-1").status == "paused"
@@ -76,15 +78,18 @@ def test_start_with_a_session_id_is_idempotent() -> None:
     assert len(rt.sessions()) == 1
 
 
-@pytest.mark.parametrize("body, status, error", [
-    ({"flow": "nope"}, 404, "UnknownFlow"),
-    ({"flow": "approval", "version": "9"}, 404, "UnknownFlow"),
-    ({"input": 1}, 400, "BadRequest"),
-    ({"flow": "simple", "extra": 1}, 400, "BadRequest"),
-    ({"flow": "simple", "session_id": ""}, 400, "BadRequest"),
-    ({"flow": "simple", "session_id": "x" * 300}, 400, "InvalidArgument"),
-    ([1], 400, "BadRequest"),
-])
+@pytest.mark.parametrize(
+    "body, status, error",
+    [
+        ({"flow": "nope"}, 404, "UnknownFlow"),
+        ({"flow": "approval", "version": "9"}, 404, "UnknownFlow"),
+        ({"input": 1}, 400, "BadRequest"),
+        ({"flow": "simple", "extra": 1}, 400, "BadRequest"),
+        ({"flow": "simple", "session_id": ""}, 400, "BadRequest"),
+        ({"flow": "simple", "session_id": "x" * 300}, 400, "InvalidArgument"),
+        ([1], 400, "BadRequest"),
+    ],
+)
 def test_a_refused_start_runs_nothing(body: Any, status: int, error: str) -> None:
     rt = tarry.Runtime(flows=[APPROVAL, SIMPLE])
     r = client(rt).post("/api/sessions", json=body)
@@ -130,22 +135,30 @@ def test_stats_of_a_period_and_the_timeline() -> None:
     rt.run(SIMPLE, 2)
     api = client(rt)
     assert api.get("/api/stats").json()["by_status"] == {"completed": 2, "paused": 1}
-    iso = (start.replace(microsecond=0).timestamp() + 1800)
+    iso = start.replace(microsecond=0).timestamp() + 1800
     later = api.get("/api/stats", params={"since": str(iso)}).json()
     assert later["by_status"] == {"completed": 1, "paused": 1}
     assert set(later) >= {"by_status", "nodes", "metrics"}
     until = api.get("/api/stats", params={"until": "1970-01-01T00:00:00Z"}).json()
     assert until["by_status"] == {}
     assert api.get("/api/stats", params={"since": "yesterday"}).status_code == 400
-    line = api.get("/api/stats/timeline", params={
-        "since": start.isoformat(), "until": (start.timestamp() + 7200), "buckets": 2,
-    })
+    line = api.get(
+        "/api/stats/timeline",
+        params={
+            "since": start.isoformat(),
+            "until": (start.timestamp() + 7200),
+            "buckets": 2,
+        },
+    )
     assert line.status_code == 200, line.text
     body = line.json()
     assert [b["by_status"] for b in body["buckets"]] == [
-        {"completed": 1}, {"completed": 1, "paused": 1}
+        {"completed": 1},
+        {"completed": 1, "paused": 1},
     ]
-    assert body["buckets"][0]["start"] == body["since"] and body["buckets"][1]["end"] == body["until"]
+    assert (
+        body["buckets"][0]["start"] == body["since"] and body["buckets"][1]["end"] == body["until"]
+    )
     default = api.get("/api/stats/timeline").json()
     assert len(default["buckets"]) == 24
     assert sum(sum(b["by_status"].values()) for b in default["buckets"]) == 3
@@ -156,13 +169,16 @@ def test_flows_and_their_structure() -> None:
     def pick(ctx):
         return Route("done", 1)
 
-    rich = Flow("rich", [
-        ForEach("items", [1, 2], [double, Wait("w")]),
-        Branch("b", lambda ctx: True, [shout], Sleep("nap", 1)),
-        Graph("g", [pick, shout], "pick", {"pick": {"done": "shout"}, "shout": {}}),
-        Parallel("p", {"left": [double], "right": [shout]}),
-        Gate("ok"),
-    ])
+    rich = Flow(
+        "rich",
+        [
+            ForEach("items", [1, 2], [double, Wait("w")]),
+            Branch("b", lambda ctx: True, [shout], Sleep("nap", 1)),
+            Graph("g", [pick, shout], "pick", {"pick": {"done": "shout"}, "shout": {}}),
+            Parallel("p", {"left": [double], "right": [shout]}),
+            Gate("ok"),
+        ],
+    )
     rt = tarry.Runtime(flows=[rich, SIMPLE])
     api = client(rt)
     flows = api.get("/api/flows").json()["flows"]
@@ -176,7 +192,8 @@ def test_flows_and_their_structure() -> None:
     assert kinds == {"items": "foreach", "b": "branch", "g": "graph", "p": "parallel", "ok": "gate"}
     items = tree["children"][0]
     assert [(c["name"], c["kind"], c["path"]) for c in items["children"]] == [
-        ("double", "step", ["items", "double"]), ("w", "wait", ["items", "w"])
+        ("double", "step", ["items", "double"]),
+        ("w", "wait", ["items", "w"]),
     ]
     branch, graph, parallel = tree["children"][1:4]
     assert branch["sides"] == {"then": ["shout"], "otherwise": ["nap"]}
@@ -218,8 +235,10 @@ def test_replay_keeps_the_gaps_divided_by_the_speed_and_capped() -> None:
 
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     gaps = [0, 10, 15, 3615]  # seconds since t0
-    events = [Event(i + 1, "node.started", "s", t0 + dt.timedelta(seconds=g), (), {})
-              for i, g in enumerate(gaps)]
+    events = [
+        Event(i + 1, "node.started", "s", t0 + dt.timedelta(seconds=g), (), {})
+        for i, g in enumerate(gaps)
+    ]
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -240,9 +259,14 @@ def test_replay_keeps_the_gaps_divided_by_the_speed_and_capped() -> None:
 def test_users_parse_from_lines_or_commas_and_refuse_bad_ones() -> None:
     assert parse_users("# ops\nann:ann-token-1234\n\n bob : bob-token-5678 \n", "f") == USERS
     assert parse_users("ann:ann-token-1234,bob:bob-token-5678", "env") == USERS
-    for bad, words in (("ann", "name:token"), ("ann:short", "at least"), ("a b:xxxxxxxxxx", "name"),
-                       ("ann:xxxxxxxxxx\nann:yyyyyyyyyy", "twice"),
-                       ("ann:xxxxxxxxxx\nbob:xxxxxxxxxx", "another"), ("# none", "no user")):
+    for bad, words in (
+        ("ann", "name:token"),
+        ("ann:short", "at least"),
+        ("a b:xxxxxxxxxx", "name"),
+        ("ann:xxxxxxxxxx\nann:yyyyyyyyyy", "twice"),
+        ("ann:xxxxxxxxxx\nbob:xxxxxxxxxx", "another"),
+        ("# none", "no user"),
+    ):
         with pytest.raises(UsersError, match=words):
             parse_users(bad, "f")
 
@@ -263,8 +287,10 @@ def test_each_user_logs_in_and_is_recorded_as_the_actor() -> None:
     r = api.post(f"/api/sessions/{sid}/resume", json={"value": True})
     assert r.status_code == 200 and r.json()["status"] == "ok", r.text
     events = rt.session(sid).events()
-    assert [e.data.get("actor") for e in events if e.type in ("run.started", "run.resumed")] \
-        == ["ann", "ann"]
+    assert [e.data.get("actor") for e in events if e.type in ("run.started", "run.resumed")] == [
+        "ann",
+        "ann",
+    ]
     (resumed,) = [e for e in events if e.type == "run.resumed"]
     assert resumed.data["value"] == {"approved": True, "by": "ann"}
     # bob cancels another session by bearer token
@@ -280,17 +306,25 @@ def test_a_decision_in_another_users_name_is_refused_and_changes_nothing() -> No
     rt = tarry.Runtime(flows=[APPROVAL])
     out = rt.run(APPROVAL, 1)
     api = client(rt, users=USERS)
-    r = api.post(f"/api/sessions/{out.session_id}/resume",
-                 json={"value": {"approved": True, "by": "bob"}}, headers=bearer(ANN))
+    r = api.post(
+        f"/api/sessions/{out.session_id}/resume",
+        json={"value": {"approved": True, "by": "bob"}},
+        headers=bearer(ANN),
+    )
     assert r.status_code == 422 and "ann" in r.json()["message"], r.text
-    r = api.post("/api/resume", json={"token": out.token, "value": {"approved": False, "by": "x"}},
-                 headers=bearer(ANN))
+    r = api.post(
+        "/api/resume",
+        json={"token": out.token, "value": {"approved": False, "by": "x"}},
+        headers=bearer(ANN),
+    )
     assert r.status_code == 422
     assert rt.session(out.session_id).status == "paused"
     assert rt.session(out.session_id).outcome.token == out.token
-    r = api.post("/api/resume", json={"token": out.token, "value": {"approved": False,
-                                                                     "comment": "no"}},
-                 headers=bearer(ANN))
+    r = api.post(
+        "/api/resume",
+        json={"token": out.token, "value": {"approved": False, "comment": "no"}},
+        headers=bearer(ANN),
+    )
     assert r.status_code == 200
     (resumed,) = [e for e in rt.session(out.session_id).events() if e.type == "run.resumed"]
     assert resumed.data["value"] == {"approved": False, "comment": "no", "by": "ann"}
@@ -354,9 +388,14 @@ def _exists(path: str) -> bool:
 HELD = Flow("held", [ForEach("items", [0, 1, 2], _hold)])
 
 
-@pytest.mark.parametrize("action, body, status", [
-    ("abort", {}, "paused"), ("abort", {"resumable": False}, "cancelled"), ("cancel", None, "cancelled"),
-])
+@pytest.mark.parametrize(
+    "action, body, status",
+    [
+        ("abort", {}, "paused"),
+        ("abort", {"resumable": False}, "cancelled"),
+        ("cancel", None, "cancelled"),
+    ],
+)
 def test_abort_and_cancel_reach_a_session_run_by_another_runtime(tmp_path, action, body, status):
     """The server's Runtime and the running one share only the store (as two processes do)."""
     url = f"sqlite:///{tmp_path / 'tarry.db'}"
@@ -379,5 +418,9 @@ def test_abort_and_cancel_reach_a_session_run_by_another_runtime(tmp_path, actio
     open(marker + ".go", "w").close()
     thread.join(20)
     assert server.session(sid).status == status
-    assert json.loads(json.dumps(api.get(f"/api/sessions/{sid}", headers=bearer(ANN)).json()))[
-        "status"] == status
+    assert (
+        json.loads(json.dumps(api.get(f"/api/sessions/{sid}", headers=bearer(ANN)).json()))[
+            "status"
+        ]
+        == status
+    )

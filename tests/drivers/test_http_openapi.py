@@ -75,17 +75,31 @@ def test_the_document_is_served() -> None:
 
 def _example(param: dict[str, Any], sid: str) -> str | None:
     name = param["name"]
-    return {"sid": sid, "name": FLOW.name, "limit": "5", "after": "0", "status": "paused",
-            "flow": FLOW.name, "q": "doc", "since": "2000-01-01T00:00:00Z",
-            "until": "4102444800", "buckets": "3", "speed": "max", "version": "1",
-            "fingerprint": FLOW.fingerprint}.get(name)
+    return {
+        "sid": sid,
+        "name": FLOW.name,
+        "limit": "5",
+        "after": "0",
+        "status": "paused",
+        "flow": FLOW.name,
+        "q": "doc",
+        "since": "2000-01-01T00:00:00Z",
+        "until": "4102444800",
+        "buckets": "3",
+        "speed": "max",
+        "version": "1",
+        "fingerprint": FLOW.fingerprint,
+    }.get(name)
 
 
 def test_each_documented_get_answers_in_its_documented_shape() -> None:
     rt = tarry.Runtime(flows=[FLOW])
     out = rt.run(FLOW, 1)
-    api = TestClient(create_app(rt, token=TOKEN), base_url="http://127.0.0.1:8765",
-                     headers={"authorization": f"Bearer {TOKEN}"})
+    api = TestClient(
+        create_app(rt, token=TOKEN),
+        base_url="http://127.0.0.1:8765",
+        headers={"authorization": f"Bearer {TOKEN}"},
+    )
     doc = document()
     checked = 0
     for path, ops in doc["paths"].items():

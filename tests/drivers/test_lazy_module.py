@@ -9,14 +9,13 @@ from pathlib import Path
 from tarry.drivers.lazy_module import lazy_module
 
 
-def test_threads_that_race_to_first_use_all_see_the_whole_module(tmp_path: Path, monkeypatch) -> None:
+def test_threads_that_race_to_first_use_all_see_the_whole_module(
+    tmp_path: Path, monkeypatch
+) -> None:
     # The module takes a while to run, so that the other threads arrive while it is in
     # sys.modules but not yet initialised; each must wait for it, not read it half-built.
     (tmp_path / "slow_family.py").write_text(
-        "import time\n"
-        "time.sleep(0.3)\n"
-        "def answer():\n"
-        "    return 42\n"
+        "import time\ntime.sleep(0.3)\ndef answer():\n    return 42\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "slow_family", raising=False)

@@ -183,7 +183,9 @@ def test_concurrent_lanes_name_their_own_step(asynchronous: bool) -> None:
         "lanes",
         [
             ForEach("items", list(range(8)), [both(work, asynchronous)], concurrency=4),
-            Parallel("sides", {"left": both(side, asynchronous), "right": both(side, asynchronous)}),
+            Parallel(
+                "sides", {"left": both(side, asynchronous), "right": both(side, asynchronous)}
+            ),
         ],
     )
     rt = Runtime()
@@ -193,7 +195,10 @@ def test_concurrent_lanes_name_their_own_step(asynchronous: bool) -> None:
     items = {r.message: r.path for r in got if r.message.startswith("item")}
     assert items == {f"item {i}": ("items", i, "work") for i in range(8)}
     sides = {r.message: r.path for r in got if r.message.startswith("side")}
-    assert sides == {"side left": ("sides", "left", "side"), "side right": ("sides", "right", "side")}
+    assert sides == {
+        "side left": ("sides", "left", "side"),
+        "side right": ("sides", "right", "side"),
+    }
     assert [r.seq for r in got] == list(range(1, 11))
 
 

@@ -13,8 +13,14 @@ from tarry import Branch, Flow, ForEach, Gate
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "monitor.png"
 TIMEOUT = 10_000  # ms, for every wait on the page
@@ -136,9 +142,9 @@ def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: P
 
             # A session started elsewhere shows up in the table without a reload.
             other = rt.run(TICKETS)
-            expect(page.locator(f'#sessions tr[data-session="{other.session_id}"]')).to_contain_text(
-                "paused"
-            )
+            expect(
+                page.locator(f'#sessions tr[data-session="{other.session_id}"]')
+            ).to_contain_text("paused")
             assert page.evaluate("window.__sameDocument") is True
 
             # A failed session shows its error and offers to skip the failed step.

@@ -28,8 +28,14 @@ from tarry import Flow, ForEach, Gate, Parallel, Wait
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TIMEOUT = 10_000  # ms, for every wait on the page
@@ -96,10 +102,14 @@ def hold(ctx):
     RELEASE[ctx.session_id].wait(30)
 
 
-SPREAD = Flow("spread", [Parallel("sources", {"crm": lambda ctx: 1, "erp": lambda ctx: 2, "ledger": hold})])
+SPREAD = Flow(
+    "spread", [Parallel("sources", {"crm": lambda ctx: 1, "erp": lambda ctx: 2, "ledger": hold})]
+)
 
 #: The routes an older server lacks (before users, flows, the timeline, logs and replay).
-NEW_ROUTES = re.compile(r"/api/me|/api/flows(/.*)?|/api/stats/timeline|/api/sessions/[^/]+/(logs|replay)")
+NEW_ROUTES = re.compile(
+    r"/api/me|/api/flows(/.*)?|/api/stats/timeline|/api/sessions/[^/]+/(logs|replay)"
+)
 
 
 class WithoutNewRoutes:
@@ -113,7 +123,9 @@ class WithoutNewRoutes:
         from starlette.responses import JSONResponse
 
         if scope["type"] == "http" and NEW_ROUTES.fullmatch(scope["path"]):
-            answer = JSONResponse({"error": "NotFound", "message": f"no route {scope['path']}"}, 404)
+            answer = JSONResponse(
+                {"error": "NotFound", "message": f"no route {scope['path']}"}, 404
+            )
             await answer(scope, receive, send)
         else:
             await self.real(scope, receive, send)
@@ -147,8 +159,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     # Logging creates a record only for a logger enabled for its level (the root is at WARNING).
     APP_LOG.setLevel(logging.DEBUG)
     db = tmp_path_factory.mktemp("monitor") / "tarry.db"
-    rt = tarry.Runtime(store=f"sqlite:///{db}", log_level=logging.DEBUG,
-                       flows=[TICKETS, APPROVAL, PAYMENTS, FRAGILE, BATCH, FANOUT, QUICK, SPREAD])
+    rt = tarry.Runtime(
+        store=f"sqlite:///{db}",
+        log_level=logging.DEBUG,
+        flows=[TICKETS, APPROVAL, PAYMENTS, FRAGILE, BATCH, FANOUT, QUICK, SPREAD],
+    )
     s: dict[str, Any] = {"rt": rt}
     for _ in range(8):
         assert rt.run(QUICK).ok
@@ -158,14 +173,20 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     s["reject"] = rt.run(APPROVAL).session_id
     s["tickets"] = rt.run(TICKETS).session_id
     threads: list[threading.Thread] = []
-    for name, flow, done in (("batch", BATCH, 3), ("abort", BATCH, 3), ("cancel", FANOUT, 3),
-                             ("spread", SPREAD, 2)):
+    for name, flow, done in (
+        ("batch", BATCH, 3),
+        ("abort", BATCH, 3),
+        ("cancel", FANOUT, 3),
+        ("spread", SPREAD, 2),
+    ):
         s[name] = f"{name}-0123456789"
         RELEASE[s[name]] = threading.Event()
         _run_in_background(rt, flow, s[name], threads, done)
     with ExitStack() as stack:
         stack.callback(APP_LOG.setLevel, logging.NOTSET)
-        s["base"] = stack.enter_context(live(create_app(rt, users={USER: TOKEN}, poll_interval=0.2)))
+        s["base"] = stack.enter_context(
+            live(create_app(rt, users={USER: TOKEN}, poll_interval=0.2))
+        )
         s["older"] = stack.enter_context(live(WithoutNewRoutes(create_app(rt, poll_interval=0.2))))
         pw = stack.enter_context(sync_api.sync_playwright())
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
@@ -271,7 +292,10 @@ def test_reject_sends_the_comment(site, page) -> None:
     page.click("#reject")
     expect(page.locator("#detail-status")).to_have_text("completed")
     assert site["rt"].session(sid).state.output == {
-        "approved": False, "comment": "not before the audit", "by": USER}
+        "approved": False,
+        "comment": "not before the audit",
+        "by": USER,
+    }
 
 
 def test_a_wait_resumes_with_a_json_value(site, page) -> None:
@@ -417,9 +441,15 @@ def test_the_flow_diagram_is_the_sessions_version_with_where_it_waits(site, page
         open_session(page, site, sid)
     assert asked.value.ok and f"fingerprint={fingerprint}" in asked.value.url
     shown = page.locator("#flow .fnode").evaluate_all(
-        "ns => ns.map(n => [n.dataset.path, n.querySelector('.kind').textContent])")
-    assert shown == [["", "flow"], ["load", "step"], ["tickets", "foreach"],
-                     ["tickets/triage", "step"], ["tickets/review", "gate"]]
+        "ns => ns.map(n => [n.dataset.path, n.querySelector('.kind').textContent])"
+    )
+    assert shown == [
+        ["", "flow"],
+        ["load", "step"],
+        ["tickets", "foreach"],
+        ["tickets/triage", "step"],
+        ["tickets/review", "gate"],
+    ]
     expect(page.locator("#flow .fnode.current")).to_have_attribute("data-path", "tickets/review")
     expect(page.locator('#flow .fnode[data-path="tickets"]')).to_have_class("fnode on-path")
     expect(page.locator('#flow .fnode[data-path="load"]')).to_have_class("fnode")

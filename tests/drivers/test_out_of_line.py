@@ -23,14 +23,21 @@ def snapshot_size(store: Any, sid: str) -> int:
 
 
 def flow() -> Flow:
-    return Flow("big", [
-        step(lambda ctx: BIG, "big"),
-        ForEach("fe", lambda ctx: ctx.input["prompts"][:3], [
-            lambda ctx: (ctx.item[:4], len(ctx.outputs["big"]), len(ctx.input["prompts"])),
-            Gate("ok"),
-        ]),
-        step(lambda ctx: [len(ctx.prev), ctx.outputs["big"][:2], ctx.input["tag"]], "last"),
-    ])
+    return Flow(
+        "big",
+        [
+            step(lambda ctx: BIG, "big"),
+            ForEach(
+                "fe",
+                lambda ctx: ctx.input["prompts"][:3],
+                [
+                    lambda ctx: (ctx.item[:4], len(ctx.outputs["big"]), len(ctx.input["prompts"])),
+                    Gate("ok"),
+                ],
+            ),
+            step(lambda ctx: [len(ctx.prev), ctx.outputs["big"][:2], ctx.input["tag"]], "last"),
+        ],
+    )
 
 
 def test_the_snapshot_refers_to_a_large_input_and_output(store: Any) -> None:
@@ -61,8 +68,11 @@ def test_another_process_reads_them_back(store: Any) -> None:
     assert out.ok
     assert out.output == [3, "oo", "t"]
     view = Runtime(store=store).session(out.session_id)
-    items = [e.data["output"] for e in view.events()
-             if e.type == "node.completed" and e.path[-1] == "<lambda>"]
+    items = [
+        e.data["output"]
+        for e in view.events()
+        if e.type == "node.completed" and e.path[-1] == "<lambda>"
+    ]
     assert items == [(p[:4], len(BIG), len(PROMPTS)) for p in PROMPTS[:3]]
     assert view.derive_state() == view.state
     assert view.state.input["tag"] == "t"
@@ -78,8 +88,14 @@ def test_a_small_input_and_small_outputs_stay_in_the_state(store: Any) -> None:
 
 def test_prev_of_a_resumed_element_is_read_back() -> None:
     rt = Runtime()
-    flow = Flow("f", [lambda ctx: BIG, Gate("g", lambda ctx: f"{len(ctx.prev)} chars"),
-                      lambda ctx: ctx.outputs["<lambda>"][:3]])
+    flow = Flow(
+        "f",
+        [
+            lambda ctx: BIG,
+            Gate("g", lambda ctx: f"{len(ctx.prev)} chars"),
+            lambda ctx: ctx.outputs["<lambda>"][:3],
+        ],
+    )
     out = rt.run(flow)
     assert out.pause.reason == "20000 chars"
     assert rt.resume(out.token, True).output == "ooo"
@@ -96,12 +112,17 @@ def test_reading_them_changes_nothing(store: Any) -> None:
         ctx.outputs["first"]["rows"].clear()
         return len(ctx.prev["rows"])
 
-    flow = Flow("f", [
-        step(lambda ctx: {"rows": list(range(300))}, "first"),
-        step(spoil, "spoil"),
-        Gate("g"),
-        step(lambda ctx: (len(ctx.input["prompts"]), len(ctx.outputs["first"]["rows"])), "read"),
-    ])
+    flow = Flow(
+        "f",
+        [
+            step(lambda ctx: {"rows": list(range(300))}, "first"),
+            step(spoil, "spoil"),
+            Gate("g"),
+            step(
+                lambda ctx: (len(ctx.input["prompts"]), len(ctx.outputs["first"]["rows"])), "read"
+            ),
+        ],
+    )
     rt = Runtime(store=store)
     out = rt.run(flow, input=data)
     data["prompts"].clear()  # the caller's copy: not the session's

@@ -12,12 +12,18 @@ from tarry.snapshots import dumps, loads
 
 def graphy() -> Flow:
     route = step(lambda ctx: Route("next", 1), "route")
-    return Flow("graphy", [Graph("g", [route, Gate("gate")], start="route", routes={"route": {"next": "gate"}})])
+    return Flow(
+        "graphy",
+        [Graph("g", [route, Gate("gate")], start="route", routes={"route": {"next": "gate"}})],
+    )
 
 
 def nest() -> Flow:
     """Pauses at items/0/ok, with the ForEach's three items stored out of line."""
-    return Flow("nest", [ForEach("items", [1, 2, 3], [step(lambda ctx: ctx.item * 2, "double"), Gate("ok")])])
+    return Flow(
+        "nest",
+        [ForEach("items", [1, 2, 3], [step(lambda ctx: ctx.item * 2, "double"), Gate("ok")])],
+    )
 
 
 def resume_to_end(rt: Runtime, token: str) -> Any:

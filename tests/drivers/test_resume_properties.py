@@ -102,7 +102,10 @@ def elements(h: Harness, depth: int) -> st.SearchStrategy[Any]:
         ),
         st.tuples(st.integers(1, 3), bodies).map(
             lambda t: Loop(
-                _name("lp"), t[1], until=lambda ctx, n=t[0]: ctx.iteration + 1 >= n, max_iterations=5
+                _name("lp"),
+                t[1],
+                until=lambda ctx, n=t[0]: ctx.iteration + 1 >= n,
+                max_iterations=5,
             )
         ),
         st.tuples(st.booleans(), bodies, bodies).map(
@@ -125,7 +128,9 @@ def _graph(first: Any, second: Any) -> Graph:
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Harness, Flow]:
     h = Harness(
-        draw(st.frozensets(st.integers(1, 40), max_size=4)), draw(st.booleans()), draw(st.booleans())
+        draw(st.frozensets(st.integers(1, 40), max_size=4)),
+        draw(st.booleans()),
+        draw(st.booleans()),
     )
     body = draw(st.lists(elements(h, 2), min_size=1, max_size=3))
     return h, Flow(_name("flow"), body)

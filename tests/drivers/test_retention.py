@@ -32,8 +32,6 @@ BROKEN = Flow("broken", [boom])
 GATED = Flow("gated", [Gate("ok"), lambda ctx: "approved"])
 
 
-
-
 def every_kind(rt: Runtime) -> dict[str, tarry.Outcome]:
     """A session of each status: completed, failed, cancelled, paused."""
     cancelled = rt.run(GATED)
@@ -125,7 +123,9 @@ def test_prune_of_many_sessions_goes_in_batches(monkeypatch: pytest.MonkeyPatch)
         ({"older_than": HOUR, "status": None}, "status"),
     ],
 )
-def test_bad_prune_arguments_are_refused_and_delete_nothing(kwargs: dict[str, Any], word: str) -> None:
+def test_bad_prune_arguments_are_refused_and_delete_nothing(
+    kwargs: dict[str, Any], word: str
+) -> None:
     clock = ManualClock()
     rt = Runtime(clock=clock)
     every_kind(rt)
@@ -247,7 +247,10 @@ def test_tarry_prune(tmp_path: Path) -> None:
     )
     assert only.returncode == 0, only.stderr
     assert json.loads(only.stdout) == {
-        "sessions": 1, "dry_run": False, "older_than_seconds": 43200.0, "status": ["failed"],
+        "sessions": 1,
+        "dry_run": False,
+        "older_than_seconds": 43200.0,
+        "status": ["failed"],
     }
     done = tarry_cli("--store", url, "prune", "--older-than", "30s", cwd=tmp_path)
     assert done.returncode == 0 and "pruned 2 sessions" in done.stdout

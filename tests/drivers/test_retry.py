@@ -147,7 +147,10 @@ def test_runtime_default_retry_applies_to_steps_without_their_own() -> None:
     own = Flaky(failures=1)
     flow = Flow(
         "f",
-        [step(name="plain")(plain), step(name="own", retry=Retry(attempts=2, initial=0.5, jitter=False))(own)],
+        [
+            step(name="plain")(plain),
+            step(name="own", retry=Retry(attempts=2, initial=0.5, jitter=False))(own),
+        ],
     )
     out = rt.run(flow)
     assert out.ok
@@ -318,7 +321,9 @@ def test_attempts_are_counted_across_processes_on_sqlite(tmp_path: Path) -> None
         when = (t0 + timedelta(seconds=at_seconds)).isoformat()
         result = subprocess.run(
             [sys.executable, "-c", DRIVER, str(tmp_path), str(db), when, action],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()

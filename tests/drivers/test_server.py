@@ -110,9 +110,10 @@ def test_list_sessions_filters_by_status() -> None:
     assert [(s["session_id"], s["status"], s["flow"]) for s in only] == [
         (p.session_id, "paused", "review")
     ]
-    assert api.get("/api/sessions", params={"flow": "fragile"}).json()["sessions"][0][
-        "session_id"
-    ] == f.session_id
+    assert (
+        api.get("/api/sessions", params={"flow": "fragile"}).json()["sessions"][0]["session_id"]
+        == f.session_id
+    )
     assert len(api.get("/api/sessions", params={"limit": 1}).json()["sessions"]) == 1
 
 
@@ -202,7 +203,9 @@ def test_resume_by_session_id_continues_until_completed() -> None:
     assert second.status_code == 200, second.text
     assert second.json()["status"] == "ok"
     # Each iteration's output is its last element's: the Gate's decision.
-    assert second.json()["output"] == {"done": [{"approved": True, "by": "ann"}, {"approved": True}]}
+    assert second.json()["output"] == {
+        "done": [{"approved": True, "by": "ann"}, {"approved": True}]
+    }
     assert rt.session(out.session_id).status == "completed"
     again = api.post(url, json={"value": True})
     assert again.status_code == 409
@@ -358,18 +361,25 @@ REQUESTS = [
 ]
 
 
-def _request(api: TestClient, method: str, path: str, body: Any, out: tarry.Outcome,
-             headers: dict[str, str]) -> httpx.Response:
+def _request(
+    api: TestClient, method: str, path: str, body: Any, out: tarry.Outcome, headers: dict[str, str]
+) -> httpx.Response:
     path = path.format(sid=out.session_id)
     if body is not None:
         body = json.loads(json.dumps(body).replace("{token}", out.token))
     return api.request(method, path, json=body, headers=headers)
 
 
-@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer wrong"},
-                                     {"authorization": f"Basic {SECRET}"},
-                                     {"cookie": f"tarry_token={SECRET}"}],
-                         ids=["none", "wrong", "not-bearer", "raw-cookie"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"authorization": "Bearer wrong"},
+        {"authorization": f"Basic {SECRET}"},
+        {"cookie": f"tarry_token={SECRET}"},
+    ],
+    ids=["none", "wrong", "not-bearer", "raw-cookie"],
+)
 @pytest.mark.parametrize("method, path, body", REQUESTS)
 def test_unauthorized_requests_are_401_and_change_nothing(
     method: str, path: str, body: Any, headers: dict[str, str]
@@ -391,8 +401,11 @@ def test_an_authorized_caller_sees_the_token() -> None:
     r = api.get(f"/api/sessions/{out.session_id}", headers={"authorization": f"Bearer {SECRET}"})
     assert r.status_code == 200
     assert r.json()["token"] == out.token
-    done = api.post(f"/api/sessions/{out.session_id}/resume", json={"value": True},
-                    headers={"authorization": f"Bearer {SECRET}"})
+    done = api.post(
+        f"/api/sessions/{out.session_id}/resume",
+        json={"value": True},
+        headers={"authorization": f"Bearer {SECRET}"},
+    )
     assert done.status_code == 200 and done.json()["status"] == "paused"
 
 
@@ -427,8 +440,9 @@ def test_without_a_token_only_loopback_peers_are_served() -> None:
     assert "token" in r.json()["message"]
     unchanged(rt, out)
     # A loopback peer with a Host that is not a loopback name: a DNS-rebinding page.
-    rebound = TestClient(create_app(rt), base_url="http://attacker.example:8765",
-                         client=("127.0.0.1", 40000))
+    rebound = TestClient(
+        create_app(rt), base_url="http://attacker.example:8765", client=("127.0.0.1", 40000)
+    )
     r = rebound.get(f"/api/sessions/{out.session_id}")
     assert r.status_code == 403
     assert out.token not in r.text
@@ -438,8 +452,9 @@ def test_cross_origin_writes_are_refused() -> None:
     rt = runtime()
     out = paused(rt)
     api = client(rt)
-    r = api.post(f"/api/sessions/{out.session_id}/cancel",
-                 headers={"origin": "http://attacker.example"})
+    r = api.post(
+        f"/api/sessions/{out.session_id}/cancel", headers={"origin": "http://attacker.example"}
+    )
     assert r.status_code == 403
     assert r.json()["error"] == "Forbidden"
     unchanged(rt, out)
@@ -462,7 +477,9 @@ def test_serve_refuses_a_public_host_without_a_token(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TARRY_TOKEN", SECRET)
     serve(runtime(), host="0.0.0.0")  # the token comes from the environment
     assert [(c.host, c.port) for c in started] == [
-        ("0.0.0.0", 9999), ("127.0.0.1", 8765), ("0.0.0.0", 8765)
+        ("0.0.0.0", 9999),
+        ("127.0.0.1", 8765),
+        ("0.0.0.0", 8765),
     ]
 
 
@@ -684,8 +701,11 @@ def test_abort_and_cancel_a_running_session() -> None:
         assert api.get(f"/api/sessions/{sid}").json()["actions"]["abort"] is True
         r = api.post(f"/api/sessions/{sid}/abort", json=body)
         assert r.status_code == 202, r.text
-        assert r.json() == {"session_id": sid, "requested": "cancel" if body else "abort",
-                            "status": "running"}
+        assert r.json() == {
+            "session_id": sid,
+            "requested": "cancel" if body else "abort",
+            "status": "running",
+        }
         gate.set()
         thread.join(10)
         assert result[0].status == expected
@@ -791,8 +811,10 @@ def test_the_all_sessions_stream_reads_a_long_log_in_pages() -> None:
 # --- keyed delivery ------------------------------------------------------------------------------
 
 
-KEYED = Flow("keyed", [tarry.Wait("result", key=lambda ctx: f"job-{ctx.input}"),
-                       lambda ctx: {"got": ctx.prev}])
+KEYED = Flow(
+    "keyed",
+    [tarry.Wait("result", key=lambda ctx: f"job-{ctx.input}"), lambda ctx: {"got": ctx.prev}],
+)
 
 
 def test_deliver_one_key_or_a_list() -> None:
@@ -804,11 +826,14 @@ def test_deliver_one_key_or_a_list() -> None:
     [out] = r.json()["outcomes"]
     assert out["session_id"] == outs[0].session_id and out["status"] == "ok"
     assert out["output"] == {"got": "zero"} and r.json()["kept"] == []
-    r = api.post("/api/deliver", json=[{"key": "job-2", "value": 2}, {"key": "early"},
-                                       {"key": "job-1", "value": 1}])
+    r = api.post(
+        "/api/deliver",
+        json=[{"key": "job-2", "value": 2}, {"key": "early"}, {"key": "job-1", "value": 1}],
+    )
     assert r.status_code == 200
     assert [o["session_id"] for o in r.json()["outcomes"]] == [
-        outs[2].session_id, outs[1].session_id
+        outs[2].session_id,
+        outs[1].session_id,
     ]
     assert r.json()["kept"] == ["early"]
     assert rt.store.mail("early") is not None

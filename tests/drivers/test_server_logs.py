@@ -32,8 +32,9 @@ def noisy(ctx: Any) -> None:
 
 
 def client(rt: tarry.Runtime, token: str | None = None) -> TestClient:
-    return TestClient(create_app(rt, token=token), base_url="http://127.0.0.1:8765",
-                      client=("127.0.0.1", 50000))
+    return TestClient(
+        create_app(rt, token=token), base_url="http://127.0.0.1:8765", client=("127.0.0.1", 50000)
+    )
 
 
 def session(**runtime: Any) -> tuple[tarry.Runtime, str]:
@@ -47,16 +48,22 @@ def test_logs_are_paged_and_filtered_by_level() -> None:
     body = api.get(f"/api/sessions/{sid}/logs").json()
     assert body["session_id"] == sid
     assert body["logs"][1] == {
-        "seq": 2, "at": T0.isoformat(), "level": "WARNING", "levelno": 30,
-        "logger": "app.server", "message": "line 1", "path": ["noisy"],
+        "seq": 2,
+        "at": T0.isoformat(),
+        "level": "WARNING",
+        "levelno": 30,
+        "logger": "app.server",
+        "message": "line 1",
+        "path": ["noisy"],
     }
     assert [r["seq"] for r in body["logs"]] == [1, 2, 3, 4, 5, 6]
     assert (body["last_seq"], body["more"], body["dropped"]) == (6, False, 0)
     page = api.get(f"/api/sessions/{sid}/logs", params={"level": "WARNING", "limit": 2}).json()
     assert [r["seq"] for r in page["logs"]] == [2, 4]
     assert (page["last_seq"], page["more"]) == (4, True)
-    rest = api.get(f"/api/sessions/{sid}/logs",
-                   params={"level": "30", "after": page["last_seq"]}).json()
+    rest = api.get(
+        f"/api/sessions/{sid}/logs", params={"level": "30", "after": page["last_seq"]}
+    ).json()
     assert [r["seq"] for r in rest["logs"]] == [6] and rest["more"] is False
     empty = api.get(f"/api/sessions/{sid}/logs", params={"after": 6}).json()
     assert (empty["logs"], empty["last_seq"], empty["more"]) == ([], 6, False)
@@ -84,6 +91,7 @@ def test_logs_need_the_token_when_one_is_set() -> None:
     rt, sid = session()
     api = client(rt, token="s3cret-monitor-token")
     assert api.get(f"/api/sessions/{sid}/logs").status_code == 401
-    ok = api.get(f"/api/sessions/{sid}/logs",
-                 headers={"authorization": "Bearer s3cret-monitor-token"})
+    ok = api.get(
+        f"/api/sessions/{sid}/logs", headers={"authorization": "Bearer s3cret-monitor-token"}
+    )
     assert ok.status_code == 200 and len(ok.json()["logs"]) == 6

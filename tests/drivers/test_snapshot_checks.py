@@ -54,13 +54,18 @@ def nest() -> Flow:
 
 def branchy() -> Flow:
     """Paused at br/yes: a Branch frame on its 'then' side."""
-    return Flow("branchy", [Branch("br", when=lambda ctx: True, then=Gate("yes"), otherwise=Gate("no"))])
+    return Flow(
+        "branchy", [Branch("br", when=lambda ctx: True, then=Gate("yes"), otherwise=Gate("no"))]
+    )
 
 
 def graphy() -> Flow:
     """Paused at g/1/gate: a Graph frame at node 'gate', its second iteration."""
     route = step(lambda ctx: Route("next", 1), "route")
-    return Flow("graphy", [Graph("g", [route, Gate("gate")], start="route", routes={"route": {"next": "gate"}})])
+    return Flow(
+        "graphy",
+        [Graph("g", [route, Gate("gate")], start="route", routes={"route": {"next": "gate"}})],
+    )
 
 
 def deep() -> Flow:
@@ -124,7 +129,11 @@ INCONSISTENT = {
     "graph node that does not exist": ("graphy", frame(0, selected="ghost"), "ghost"),
     "graph node of another type": ("graphy", frame(0, selected=["gate"]), "node"),
     "branch side that does not exist": ("branchy", frame(0, selected="maybe"), "maybe"),
-    "nested frame of another iteration": ("deep", frame(1, path=["outer", 1, "inner"]), "outer/1/inner"),
+    "nested frame of another iteration": (
+        "deep",
+        frame(1, path=["outer", 1, "inner"]),
+        "outer/1/inner",
+    ),
     "nested frame of a container not begun": ("deep", frame(0, started=False), "no iteration"),
 }
 
@@ -158,8 +167,16 @@ def write(store: Any, sid: str, blob: bytes) -> None:
 
 def unchanged(store: Any, sid: str, token_key: str) -> tuple[Any, ...]:
     record = store.load(sid)
-    return (record.status, record.state, record.version, record.token, record.lease_owner,
-            record.lease_until, store.find_token(token_key), [e.seq for e in store.events(sid)])
+    return (
+        record.status,
+        record.state,
+        record.version,
+        record.token,
+        record.lease_owner,
+        record.lease_until,
+        store.find_token(token_key),
+        [e.seq for e in store.events(sid)],
+    )
 
 
 def bad(name: str) -> tuple[str, Callable[[bytes], bytes], str]:
@@ -210,7 +227,10 @@ def resume_to_end(rt: Runtime, token: str) -> Any:
 
 
 def napping() -> Flow:
-    return Flow("naps", [ForEach("items", [1, 2], [Sleep("nap", seconds=60), step(lambda ctx: ctx.item, "after")])])
+    return Flow(
+        "naps",
+        [ForEach("items", [1, 2], [Sleep("nap", seconds=60), step(lambda ctx: ctx.item, "after")])],
+    )
 
 
 @pytest.mark.parametrize("case", ["child past the end of the body", "truncated"])
@@ -251,8 +271,16 @@ def crashing(crashes: list[int]) -> Flow:
     return Flow("rc", [ForEach("items", [1, 2], [Gate("ok"), step(work, "work")])])
 
 
-@pytest.mark.parametrize("case", ["child past the end of the body", "iteration past the items",
-                                  "frame naming no element", "truncated", "child of the wrong type"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "child past the end of the body",
+        "iteration past the items",
+        "frame naming no element",
+        "truncated",
+        "child of the wrong type",
+    ],
+)
 def test_recover_leaves_a_bad_snapshot_alone_and_its_lease_expired(store, case: str) -> None:
     clock = ManualClock()
     crashes: list[int] = []
@@ -289,7 +317,9 @@ def test_recover_leaves_alone_a_session_whose_events_do_not_apply(store) -> None
     sid, key = out.session_id, rt.tokens.key(out.token)
     last = store.events(sid)[-1]
     # An iteration of no container: the reducer cannot fold it into the state.
-    store.append_events(sid, [Event(last.seq + 1, "container.iteration_started", sid, last.at, (), {})])
+    store.append_events(
+        sid, [Event(last.seq + 1, "container.iteration_started", sid, last.at, (), {})]
+    )
     clock.advance(31)
     before = unchanged(store, sid, key)
     worker = Runtime(store=store, clock=clock, flows=[crashing(crashes)])
@@ -303,13 +333,30 @@ _VALUES = st.one_of(
     st.integers(-2, 12),
     st.none(),
     st.booleans(),
-    st.sampled_from(["then", "otherwise", "ok", "items", "outer", "inner", "g", "gate", "route", "ghost"]),
-    st.lists(st.one_of(st.integers(-1, 3), st.sampled_from(["items", "outer", "inner", "g", "ok"])), max_size=5),
+    st.sampled_from(
+        ["then", "otherwise", "ok", "items", "outer", "inner", "g", "gate", "route", "ghost"]
+    ),
+    st.lists(
+        st.one_of(st.integers(-1, 3), st.sampled_from(["items", "outer", "inner", "g", "ok"])),
+        max_size=5,
+    ),
     st.dictionaries(st.sampled_from(["ok", "double", "g"]), st.integers(0, 3), max_size=2),
 )
 _FRAME_FIELDS = st.sampled_from(
-    ["node", "kind", "path", "iteration", "child", "completed_iterations", "child_outputs",
-     "selected", "started", "size", "last_output", "action"]
+    [
+        "node",
+        "kind",
+        "path",
+        "iteration",
+        "child",
+        "completed_iterations",
+        "child_outputs",
+        "selected",
+        "started",
+        "size",
+        "last_output",
+        "action",
+    ]
 )
 
 
@@ -319,7 +366,9 @@ def corruptions(draw: st.DrawFn) -> tuple[str, list[tuple[str, Any, Any]]]:
     which = draw(st.sampled_from(sorted(FLOWS)))
     changes = []
     for _ in range(draw(st.integers(1, 3))):
-        where = draw(st.sampled_from(["frame 0", "frame 1", "frame -1", "pause", "outputs", "state"]))
+        where = draw(
+            st.sampled_from(["frame 0", "frame 1", "frame -1", "pause", "outputs", "state"])
+        )
         if where.startswith("frame"):
             field = draw(_FRAME_FIELDS)
         elif where == "pause":
@@ -374,7 +423,9 @@ def test_a_randomly_corrupted_snapshot_resumes_or_is_refused_with_its_token_unus
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(sorted(FLOWS)),
-    st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=3),
+    st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=3
+    ),
     st.one_of(st.none(), st.floats(0, 1)),
 )
 def test_a_snapshot_with_random_bytes_changed_resumes_or_is_refused_with_its_token_unused(

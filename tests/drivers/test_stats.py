@@ -132,8 +132,6 @@ def test_export_events_as_json_lines(tmp_path: Path) -> None:
 # -- stats on big and damaged stores --------------------------------------------------------------
 
 
-
-
 def corrupt_an_event(store, session_id: str) -> None:
     """Overwrite the stored bytes of the session's second event with something undecodable."""
     junk = b"\xc1"  # never valid msgpack

@@ -81,8 +81,9 @@ def test_bad_sleeps_and_timeouts_are_refused() -> None:
 
 
 def test_gate_timeout_approve_resolves_approved_by_timeout(rt: Runtime, clock: ManualClock) -> None:
-    flow = Flow("f", [Gate("ok?", "Ship it?", timeout=3600, on_timeout="approve"),
-                      lambda ctx: ctx.prev])
+    flow = Flow(
+        "f", [Gate("ok?", "Ship it?", timeout=3600, on_timeout="approve"), lambda ctx: ctx.prev]
+    )
     out = rt.run(flow)
     assert out.pause.kind == "human"
     assert out.pause.expires_at == clock.now() + timedelta(hours=1)
@@ -139,11 +140,14 @@ def test_a_decision_before_the_deadline_wins_and_the_timer_does_nothing(
 
 
 def test_two_gates_with_timers_in_one_run(rt: Runtime, clock: ManualClock) -> None:
-    flow = Flow("f", [
-        Gate("first", timeout=10, on_timeout="approve"),
-        Gate("second", timeout=20, on_timeout="reject"),
-        lambda ctx: "never",
-    ])
+    flow = Flow(
+        "f",
+        [
+            Gate("first", timeout=10, on_timeout="approve"),
+            Gate("second", timeout=20, on_timeout="reject"),
+            lambda ctx: "never",
+        ],
+    )
     out = rt.run(flow)
     assert out.pause.path == ("first",)
     clock.advance(10)
@@ -173,10 +177,19 @@ def test_a_timer_after_the_run_was_cancelled_is_a_no_op(rt: Runtime, clock: Manu
 
 
 def test_gates_with_timeouts_inside_a_foreach(rt: Runtime, clock: ManualClock) -> None:
-    flow = Flow("f", [ForEach("items", [1, 2, 3], [
-        Gate("ok", timeout=5, on_timeout="approve"),
-        lambda ctx: ctx.item * 10,
-    ])])
+    flow = Flow(
+        "f",
+        [
+            ForEach(
+                "items",
+                [1, 2, 3],
+                [
+                    Gate("ok", timeout=5, on_timeout="approve"),
+                    lambda ctx: ctx.item * 10,
+                ],
+            )
+        ],
+    )
     out = rt.run(flow)
     for index in range(3):
         assert out.paused and out.pause.path == ("items", index, "ok")
@@ -197,8 +210,7 @@ def test_wait_timeout_fails_with_wait_timeout(rt: Runtime, clock: ManualClock) -
 
 
 def test_wait_timeout_with_a_default_value(rt: Runtime, clock: ManualClock) -> None:
-    flow = Flow("f", [Wait("batch", timeout=120, on_timeout={"results": []}),
-                      lambda ctx: ctx.prev])
+    flow = Flow("f", [Wait("batch", timeout=120, on_timeout={"results": []}), lambda ctx: ctx.prev])
     assert rt.run(flow).paused
     clock.advance(121)
     [done] = rt.resume_due()

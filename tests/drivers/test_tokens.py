@@ -85,7 +85,9 @@ def test_a_signed_token_resumes_and_the_store_holds_only_its_key(tmp_path: Path)
     [
         pytest.param(lambda token, key: key, id="the stored key alone"),
         pytest.param(lambda token, key: key + ".", id="key and empty signature"),
-        pytest.param(lambda token, key: token[:-1] + ("A" if token[-1] != "A" else "B"), id="one char off"),
+        pytest.param(
+            lambda token, key: token[:-1] + ("A" if token[-1] != "A" else "B"), id="one char off"
+        ),
         pytest.param(lambda token, key: token[:-4], id="truncated"),
         pytest.param(lambda token, key: token + "A", id="extended"),
         pytest.param(lambda token, key: Tokens(OTHER).token(key), id="signed with another secret"),

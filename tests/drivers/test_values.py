@@ -73,8 +73,9 @@ def state_flow(mode: str, hook: Callable[[], None] = lambda: None) -> Flow:
         hook()
         return ctx.state["cfg"]
 
-    return Flow("cfg", [node(setup, "setup", mode), node(tamper, "tamper", mode),
-                        node(read, "read", mode)])
+    return Flow(
+        "cfg", [node(setup, "setup", mode), node(tamper, "tamper", mode), node(read, "read", mode)]
+    )
 
 
 def test_a_ctx_state_value_changed_in_place_changes_nothing(mode: str) -> None:
@@ -101,8 +102,14 @@ def test_assigning_ctx_state_is_the_way_to_change_it(mode: str) -> None:
         cfg["t"] = 99  # on the step's own copy...
         ctx.state["cfg"] = cfg  # ...which it assigns: recorded when the step completes
 
-    flow = Flow("assign", [node(setup, "setup", mode), node(change, "change", mode),
-                           node(lambda ctx: ctx.state["cfg"], "read", mode)])
+    flow = Flow(
+        "assign",
+        [
+            node(setup, "setup", mode),
+            node(change, "change", mode),
+            node(lambda ctx: ctx.state["cfg"], "read", mode),
+        ],
+    )
     assert run(Runtime(), flow).output == {"t": 99}
 
 
@@ -114,8 +121,10 @@ def test_within_a_step_each_read_is_a_fresh_copy_of_the_stored_value(mode: str) 
         seen.append(ctx.state["cfg"]["t"])
         return ctx.state.get("cfg")
 
-    flow = Flow("fresh", [node(lambda ctx: ctx.state.update(cfg={"t": 1}), "setup", mode),
-                          node(look, "look", mode)])
+    flow = Flow(
+        "fresh",
+        [node(lambda ctx: ctx.state.update(cfg={"t": 1}), "setup", mode), node(look, "look", mode)],
+    )
     assert run(Runtime(), flow).output == {"t": 1} and seen == [1]
 
 
@@ -137,9 +146,15 @@ def test_changing_ctx_prev_and_ctx_outputs_in_place_changes_nothing(mode: str) -
             if isinstance(value, dict):
                 value.clear()
 
-    flow = Flow("prev", [node(make, "make", mode), node(tamper_prev, "tamper_prev", mode),
-                         node(tamper_outputs, "tamper_outputs", mode),
-                         node(lambda ctx: ctx.outputs["make"], "read", mode)])
+    flow = Flow(
+        "prev",
+        [
+            node(make, "make", mode),
+            node(tamper_prev, "tamper_prev", mode),
+            node(tamper_outputs, "tamper_outputs", mode),
+            node(lambda ctx: ctx.outputs["make"], "read", mode),
+        ],
+    )
     rt = Runtime()
     out = run(rt, flow)
     assert out.output == {"xs": [1], "n": 1}
@@ -156,8 +171,9 @@ def test_changing_ctx_item_changes_neither_the_results_nor_the_flow(mode: str) -
     def echo(ctx):
         return ctx.item
 
-    flow = Flow("items", [ForEach("each", items, [node(mark, "mark", mode),
-                                                  node(echo, "echo", mode)])])
+    flow = Flow(
+        "items", [ForEach("each", items, [node(mark, "mark", mode), node(echo, "echo", mode)])]
+    )
     rt = Runtime()
     first, second = run(rt, flow), run(rt, flow)
     assert first.output == second.output == [{"id": 1, "seen": []}, {"id": 2, "seen": []}]
@@ -184,10 +200,19 @@ def test_a_loop_body_changing_its_prev_in_place_changes_nothing(mode: str) -> No
             ctx.outputs["start"].append("x")
         return acc
 
-    flow = Flow("loop", [node(lambda ctx: ["s"], "start", mode),
-                         Loop("again", node(grow, "grow", mode),
-                              until=lambda ctx: len(ctx.prev) >= 4, max_iterations=5),
-                         node(lambda ctx: ctx.outputs["start"], "read", mode)])
+    flow = Flow(
+        "loop",
+        [
+            node(lambda ctx: ["s"], "start", mode),
+            Loop(
+                "again",
+                node(grow, "grow", mode),
+                until=lambda ctx: len(ctx.prev) >= 4,
+                max_iterations=5,
+            ),
+            node(lambda ctx: ctx.outputs["start"], "read", mode),
+        ],
+    )
     rt = Runtime()
     out = run(rt, flow)
     assert out.output == ["s"]
@@ -208,8 +233,14 @@ def test_a_step_changing_the_value_it_returned_after_returning_it_changes_nothin
         kept[0].append(2)  # the list it returned, changed from outside the log
         return "later"
 
-    flow = Flow("kept", [node(make, "make", mode), node(later, "later", mode),
-                         node(lambda ctx: ctx.outputs["make"], "read", mode)])
+    flow = Flow(
+        "kept",
+        [
+            node(make, "make", mode),
+            node(later, "later", mode),
+            node(lambda ctx: ctx.outputs["make"], "read", mode),
+        ],
+    )
     rt = Runtime()
     out = run(rt, flow)
     assert out.output == [1]
@@ -229,8 +260,14 @@ def test_a_state_value_changed_by_the_step_after_assigning_it_is_recorded_as_it_
     def later(ctx):
         kept["cfg"]["t"] = 3  # another step: changes nothing
 
-    flow = Flow("kept", [node(setup, "setup", mode), node(later, "later", mode),
-                         node(lambda ctx: ctx.state["cfg"], "read", mode)])
+    flow = Flow(
+        "kept",
+        [
+            node(setup, "setup", mode),
+            node(later, "later", mode),
+            node(lambda ctx: ctx.state["cfg"], "read", mode),
+        ],
+    )
     assert run(Runtime(), flow).output == {"t": 2}
 
 
@@ -251,8 +288,9 @@ def test_the_callers_input_changed_after_run_returned_changes_nothing() -> None:
 
 
 def test_a_resume_value_changed_by_the_caller_afterwards_changes_nothing(mode: str) -> None:
-    flow = Flow("answer", [Wait("ask"), Gate("check"),
-                           node(lambda ctx: ctx.outputs["ask"], "read", mode)])
+    flow = Flow(
+        "answer", [Wait("ask"), Gate("check"), node(lambda ctx: ctx.outputs["ask"], "read", mode)]
+    )
     rt = Runtime()
     out = run(rt, flow)
     answer = {"rows": [1, 2]}
@@ -314,9 +352,9 @@ def test_immutable_values_are_handed_on_as_they_are(value: Any) -> None:
 # -- a property: whatever steps change in place, a recovered run ends as the normal one ----------
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["prev", "state", "outputs", "input", "kept"]),
-              st.integers(0, 3)),
-    min_size=1, max_size=6,
+    st.tuples(st.sampled_from(["prev", "state", "outputs", "input", "kept"]), st.integers(0, 3)),
+    min_size=1,
+    max_size=6,
 )
 
 
@@ -349,7 +387,9 @@ def mutating_flow(plan: list[tuple[str, int]], hook: Callable[[], None], crash_a
     return Flow("mut", [*steps, lambda ctx: (dict(ctx.outputs), dict(ctx.state))])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(plan=ops, data=st.data())
 def test_in_place_changes_never_make_a_recovered_run_differ(plan, data) -> None:
     crash_at = data.draw(st.integers(0, len(plan) - 1))

@@ -48,8 +48,16 @@ def unchanged(store: Any, sid: str) -> tuple[Any, ...]:
     """What the store holds of a session, to show that a refused call changed nothing."""
     record = store.load(sid)
     used = None if record.token is None else store.find_token(record.token)
-    return (record.status, record.state, record.version, record.fingerprint, record.meta,
-            record.lease_owner, used, [e.seq for e in store.events(sid)])
+    return (
+        record.status,
+        record.state,
+        record.version,
+        record.fingerprint,
+        record.meta,
+        record.lease_owner,
+        used,
+        [e.seq for e in store.events(sid)],
+    )
 
 
 # --- resume ----------------------------------------------------------------------------------
@@ -73,7 +81,9 @@ def test_two_versions_side_by_side_each_session_resumes_with_its_own(store) -> N
     assert rt.resume(second.token, True).output == ("v2 after", ("v2", {"approved": True}))
 
 
-def test_a_deploy_that_changed_the_flow_refuses_the_resume_and_names_both_fingerprints(store) -> None:
+def test_a_deploy_that_changed_the_flow_refuses_the_resume_and_names_both_fingerprints(
+    store,
+) -> None:
     v1 = gated("v1")
     out = Runtime(store=store).run(v1)
     ran: list[str] = []
@@ -131,7 +141,11 @@ def test_allow_changed_records_the_new_flow_its_version_and_module_reference(sto
     assert second.paused and second.pause.path == ("b",)
     record = store.load(out.session_id)
     assert (record.fingerprint, record.flow_version) == (v2.fingerprint, 2)
-    assert loads(record.state)["flow"] == {"name": "job", "fingerprint": v2.fingerprint, "version": 2}
+    assert loads(record.state)["flow"] == {
+        "name": "job",
+        "fingerprint": v2.fingerprint,
+        "version": 2,
+    }
     assert record.meta == {"flow_ref": "jobs_v2:job", "owner": "ops"}
     assert rt.session(out.session_id).meta["flow_ref"] == "jobs_v2:job"
 
@@ -144,7 +158,9 @@ def test_allow_changed_records_the_new_flow_its_version_and_module_reference(sto
     assert done.output == ("v2", {"approved": True})
 
 
-def test_a_meta_that_is_not_a_dict_or_not_encodable_is_refused_before_the_token_is_used(store) -> None:
+def test_a_meta_that_is_not_a_dict_or_not_encodable_is_refused_before_the_token_is_used(
+    store,
+) -> None:
     from tarry import InvalidArgument, NotSerializable
 
     rt = Runtime(store=store)
@@ -198,7 +214,9 @@ def crashing(ran: list[Any], tag: str, *extra: Any, crash_at: int | None = None)
             raise Crash
         return ctx.item * 10
 
-    return Flow("rec", [ForEach("items", [1, 2, 3], work), step(lambda ctx: (tag, ctx.prev), "end"), *extra])
+    return Flow(
+        "rec", [ForEach("items", [1, 2, 3], work), step(lambda ctx: (tag, ctx.prev), "end"), *extra]
+    )
 
 
 def test_recover_checks_the_fingerprint_and_leaves_a_changed_flows_session_alone(store) -> None:

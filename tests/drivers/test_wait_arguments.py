@@ -118,7 +118,9 @@ def test_a_bad_literal_is_refused_when_the_flow_is_built() -> None:
     with pytest.raises(tarry.InvalidFlow) as info:
         Sleep("nap", "x")
     assert str(info.value) == "Sleep 'nap': seconds must be a number >= 0 (got 'x')"
-    with pytest.raises(tarry.InvalidFlow, match=r"Wait 'w': key must be a non-empty str \(got ''\)"):
+    with pytest.raises(
+        tarry.InvalidFlow, match=r"Wait 'w': key must be a non-empty str \(got ''\)"
+    ):
         Wait("w", key="")
     with pytest.raises(tarry.InvalidFlow, match=r"Wait 'w': key must be a non-empty str \(got 5\)"):
         Wait("w", key=5)

@@ -71,17 +71,24 @@ def every_container() -> Flow:
         picks = ctx.state["picks"] = ctx.state.get("picks", 0) + 1
         return Route("again" if picks < 3 else "done", picks)
 
-    return Flow("all", [
-        step(busy, "first"),
-        ForEach("each", [1, 2, 3], [step(busy, "a"), Branch("b", lambda c: c.item % 2, busy)]),
-        Loop("loop", step(busy, "body"), until=lambda c: c.iteration >= 2, max_iterations=5),
-        Graph("g", [step(pick, "pick")], "pick", {"pick": {"again": "pick", "done": None}}),
-    ])
+    return Flow(
+        "all",
+        [
+            step(busy, "first"),
+            ForEach("each", [1, 2, 3], [step(busy, "a"), Branch("b", lambda c: c.item % 2, busy)]),
+            Loop("loop", step(busy, "body"), until=lambda c: c.iteration >= 2, max_iterations=5),
+            Graph("g", [step(pick, "pick")], "pick", {"pick": {"again": "pick", "done": None}}),
+        ],
+    )
 
 
 def test_the_live_state_is_the_fold_of_its_events() -> None:
     ex, out = execute(every_container())
-    assert out == 3 and ex.state.shared["seen"] == 9 and ex.state.metrics["calls"] == ex.state.shared["seen"]
+    assert (
+        out == 3
+        and ex.state.shared["seen"] == 9
+        and ex.state.metrics["calls"] == ex.state.shared["seen"]
+    )
     assert [e.seq for e in ex.log] == list(range(1, len(ex.log) + 1))
     assert derive_state(ex.log, SessionState("s", flow="all")) == ex.state
 

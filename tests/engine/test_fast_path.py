@@ -57,7 +57,9 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
     body: list[Element] = []
     for i in range(n):
         name = f"{prefix}{i}"
-        kind = draw(st.sampled_from(["step", "step", "foreach", "loop", "branch"] if depth else ["step"]))
+        kind = draw(
+            st.sampled_from(["step", "step", "foreach", "loop", "branch"] if depth else ["step"])
+        )
         if kind == "step":
             body.append(draw(steps(name)))
         elif kind == "foreach":
@@ -65,12 +67,24 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
             body.append(ForEach(name, items, draw(bodies(depth - 1, name + "_"))))
         elif kind == "loop":
             times = draw(st.integers(1, 3))
-            body.append(Loop(name, draw(bodies(depth - 1, name + "_")),
-                             until=lambda ctx, t=times: ctx.iteration + 1 >= t, max_iterations=5))
+            body.append(
+                Loop(
+                    name,
+                    draw(bodies(depth - 1, name + "_")),
+                    until=lambda ctx, t=times: ctx.iteration + 1 >= t,
+                    max_iterations=5,
+                )
+            )
         else:
             side = draw(st.booleans())
-            body.append(Branch(name, lambda ctx, s=side: s, draw(bodies(depth - 1, name + "t_")),
-                               draw(bodies(depth - 1, name + "f_"))))
+            body.append(
+                Branch(
+                    name,
+                    lambda ctx, s=side: s,
+                    draw(bodies(depth - 1, name + "t_")),
+                    draw(bodies(depth - 1, name + "f_")),
+                )
+            )
     return body
 
 
@@ -92,10 +106,17 @@ def run(flow: Flow, sid: str) -> tuple[list[tuple[Any, ...]], Any]:
     assert view.derive_state() == view.state
     state = view.state
     # Tracebacks name the frames that called the step, which differ by path.
-    datas = [{k: v if k != "error" else {**v, "traceback": None} for k, v in e.data.items()}
-             for e in events]
-    return [(e.type, e.path, d) for e, d in zip(events, datas, strict=True)], (out.status, out.output, state.outputs,
-                                                        state.shared, state.metrics)
+    datas = [
+        {k: v if k != "error" else {**v, "traceback": None} for k, v in e.data.items()}
+        for e in events
+    ]
+    return [(e.type, e.path, d) for e, d in zip(events, datas, strict=True)], (
+        out.status,
+        out.output,
+        state.outputs,
+        state.shared,
+        state.metrics,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -112,8 +133,10 @@ def test_the_fast_paths_give_what_the_general_path_gives(data: Any) -> None:
 
 def test_rows_become_the_events_they_stand_for() -> None:
     at = ns_of(at_of(1_700_000_000_123_456_789))
-    rows: list[Row] = [(1, "node.started", at, ("a",), {"kind": "step"}),
-                       (2, "node.completed", at + 1000, ("a",), {"output": 1})]
+    rows: list[Row] = [
+        (1, "node.started", at, ("a",), {"kind": "step"}),
+        (2, "node.completed", at + 1000, ("a",), {"output": 1}),
+    ]
     log = EventLog("s", rows)
     assert len(log) == 2 and log[1].seq == 2 and log[-1].data == {"output": 1}
     assert [e.at for e in log] == [at_of(at), at_of(at + 1000)]

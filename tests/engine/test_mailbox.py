@@ -43,9 +43,18 @@ def execute(flow: Flow, mail: dict[str, Any] | None) -> tuple[Execution, Any]:
 
 
 def keyed() -> Flow:
-    return Flow("f", [ForEach("each", ["a", "b", "c"], [
-        Wait("w", key=lambda ctx: f"job/{ctx.item}"),
-    ])])
+    return Flow(
+        "f",
+        [
+            ForEach(
+                "each",
+                ["a", "b", "c"],
+                [
+                    Wait("w", key=lambda ctx: f"job/{ctx.item}"),
+                ],
+            )
+        ],
+    )
 
 
 def test_a_delivered_value_completes_the_wait_without_a_pause() -> None:

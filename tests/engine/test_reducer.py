@@ -39,25 +39,51 @@ def test_a_foreach_paused_mid_iteration() -> None:
     assert state.status == "paused" and state.input == {"n": 2} and state.flow == "f"
     [frame] = state.container_stack
     assert (frame.node, frame.kind, frame.size) == ("each", "foreach", 2)
-    assert (frame.iteration, frame.started, frame.child, frame.completed_iterations) == (1, True, 1, 1)
+    assert (frame.iteration, frame.started, frame.child, frame.completed_iterations) == (
+        1,
+        True,
+        1,
+        1,
+    )
     assert frame.child_outputs == {"x": 2}  # reset per ForEach iteration
     assert state.shared == {"k": 1} and state.metrics == {"m": 5}
     assert state.pause.path == ("each", 1, "g") and state.last_seq == len(FOREACH_PAUSED)
 
 
 def test_resume_value_then_completion_pops_the_frame() -> None:
-    more = stream(*[(e.type, e.path, e.data) for e in FOREACH_PAUSED],
-                  ("run.resumed", ("each", 1, "g"), {"value": True}),
-                  ("node.started", ("each", 1, "g"), {"kind": "gate"}))
+    more = stream(
+        *[(e.type, e.path, e.data) for e in FOREACH_PAUSED],
+        ("run.resumed", ("each", 1, "g"), {"value": True}),
+        ("node.started", ("each", 1, "g"), {"kind": "gate"}),
+    )
     state = derive_state(more)
     assert state.status == "running" and state.resume_values == (True,)
-    done = apply(state, Event(state.last_seq + 1, "node.completed", "s", AT, ("each", 1, "g"),
-                              {"output": {"approved": True}}))
+    done = apply(
+        state,
+        Event(
+            state.last_seq + 1,
+            "node.completed",
+            "s",
+            AT,
+            ("each", 1, "g"),
+            {"output": {"approved": True}},
+        ),
+    )
     assert done.resume_values == ()  # consumed by the node that completed
-    finish = apply(done, Event(done.last_seq + 1, "container.iteration_completed", "s", AT,
-                               ("each",), {"index": 1, "output": 3}))
-    out = apply(finish, Event(finish.last_seq + 1, "node.completed", "s", AT, ("each",),
-                              {"output": [1, 3]}))
+    finish = apply(
+        done,
+        Event(
+            done.last_seq + 1,
+            "container.iteration_completed",
+            "s",
+            AT,
+            ("each",),
+            {"index": 1, "output": 3},
+        ),
+    )
+    out = apply(
+        finish, Event(finish.last_seq + 1, "node.completed", "s", AT, ("each",), {"output": [1, 3]})
+    )
     assert out.container_stack == () and out.outputs == {"each": [1, 3]}
 
 
@@ -78,16 +104,35 @@ def test_loop_and_graph_scopes_keep_outputs_across_iterations() -> None:
 
 def test_cancel_and_failure() -> None:
     base = stream(("run.started", (), {}), ("node.started", ("x",), {"kind": "step"}))
-    failed = apply(derive_state(base), Event(3, "run.failed", "s", AT, ("x",), {
-        "error": {"type": "ValueError", "message": "m", "path": ("x",), "retryable": True,
-                  "attempts": 1, "traceback": None}}))
+    failed = apply(
+        derive_state(base),
+        Event(
+            3,
+            "run.failed",
+            "s",
+            AT,
+            ("x",),
+            {
+                "error": {
+                    "type": "ValueError",
+                    "message": "m",
+                    "path": ("x",),
+                    "retryable": True,
+                    "attempts": 1,
+                    "traceback": None,
+                }
+            },
+        ),
+    )
     assert failed.status == "failed" and failed.error.type == "ValueError"
     assert apply(failed, Event(4, "run.cancelled", "s", AT, (), {})).status == "cancelled"
 
 
 values = st.recursive(
     st.none() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -97,8 +142,16 @@ values = st.recursive(
 def test_apply_never_changes_its_input(outputs: list) -> None:
     events = list(FOREACH_PAUSED[:3])
     for i, output in enumerate(outputs):
-        events.append(Event(len(events) + 1, "node.completed", "s", AT, ("each", 0, f"c{i}"),
-                            {"output": output, "state": {f"k{i}": output}}))
+        events.append(
+            Event(
+                len(events) + 1,
+                "node.completed",
+                "s",
+                AT,
+                ("each", 0, f"c{i}"),
+                {"output": output, "state": {f"k{i}": output}},
+            )
+        )
     state = SessionState("s")
     for event in events:
         before = copy.deepcopy(state)
@@ -138,7 +191,10 @@ def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> N
             assert live is start and live == derive_state(events)
             # The state it was made from is untouched: the driver may keep and reuse it.
             assert restored == before
-            assert all(a == b for a, b in zip(restored.container_stack, before.container_stack, strict=True))
+            assert all(
+                a == b
+                for a, b in zip(restored.container_stack, before.container_stack, strict=True)
+            )
 
 
 def test_a_value_kept_out_of_line_becomes_a_reference_to_its_event() -> None:
@@ -151,8 +207,11 @@ def test_a_value_kept_out_of_line_becomes_a_reference_to_its_event() -> None:
         ("node.started", ("small",), {"kind": "step"}),
         ("node.completed", ("small",), {"output": 1}),
         ("node.started", ("g",), {"kind": "gate"}),
-        ("run.paused", ("g",), {"kind": "human", "reason": "ok?", "key": "k",
-                                "on_timeout": "approve"}),
+        (
+            "run.paused",
+            ("g",),
+            {"kind": "human", "reason": "ok?", "key": "k", "on_timeout": "approve"},
+        ),
     )
     state = derive_state(events)
     assert state.input == OutOfLine(1)

@@ -36,10 +36,15 @@ def test_a_bare_execution_hands_steps_copies_too() -> None:
         ctx.prev["xs"].append(2)
         ctx.outputs["make"]["xs"].append(3)
 
-    flow = Flow("bare", [step(make, "make"), step(tamper, "tamper"),
-                         step(lambda ctx: ctx.outputs["make"], "read")])
-    ex = Execution(SessionState("s", flow="bare"), now=lambda: dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
-                   ledger=None)  # type: ignore[arg-type]
+    flow = Flow(
+        "bare",
+        [step(make, "make"), step(tamper, "tamper"), step(lambda ctx: ctx.outputs["make"], "read")],
+    )
+    ex = Execution(
+        SessionState("s", flow="bare"),
+        now=lambda: dt.datetime(2030, 1, 1, tzinfo=dt.UTC),
+        ledger=None,
+    )  # type: ignore[arg-type]
     gen = flow._run(ex)
     with pytest.raises(StopIteration) as done:
         gen.send(None)

@@ -125,12 +125,16 @@ def check(obs: Observed, ref: Reference) -> list[str]:
         gens = [r[3] for r in by_path.get(path, [])]
         writer = bisect.bisect_left(obs.boundaries, done[0].seq) - 1
         if writer not in gens:
-            bad.append(f"{_p(path)} was completed by generation {writer} without its side "
-                       f"effect there (lost; executions in generations {gens})")
+            bad.append(
+                f"{_p(path)} was completed by generation {writer} without its side "
+                f"effect there (lost; executions in generations {gens})"
+            )
         late = [g for g in gens if g < len(obs.boundaries) and obs.boundaries[g] >= done[0].seq]
         if late:
-            bad.append(f"{_p(path)} ran again after its completion was written "
-                       f"(seq {done[0].seq}; in generations {late})")
+            bad.append(
+                f"{_p(path)} ran again after its completion was written "
+                f"(seq {done[0].seq}; in generations {late})"
+            )
     for path in sorted(set(by_path) - ref.steps, key=str):
         bad.append(f"the ledger has executions of {_p(path)}, which the reference never ran")
     # 4. repeats: same key, only across killed generations, one step in flight per kill
@@ -148,13 +152,17 @@ def check(obs: Observed, ref: Reference) -> list[str]:
             by_attempt[row[2]].append(row[3])
         for attempt, gens in by_attempt.items():
             if gens != sorted(set(gens)):
-                bad.append(f"{_p(path)} attempt {attempt} ran twice in one process or out of "
-                           f"order (generations {gens})")
+                bad.append(
+                    f"{_p(path)} attempt {attempt} ran twice in one process or out of "
+                    f"order (generations {gens})"
+                )
             for gen in gens[:-1]:
                 in_flight[gen].add(path)
                 if gen not in obs.killed:
-                    bad.append(f"{_p(path)} attempt {attempt} ran again after generation {gen}, "
-                               f"which was not killed (generations {gens})")
+                    bad.append(
+                        f"{_p(path)} attempt {attempt} ran again after generation {gen}, "
+                        f"which was not killed (generations {gens})"
+                    )
     for gen, paths in sorted(in_flight.items()):
         if len(paths) > 1:
             bad.append(f"generation {gen} left {len(paths)} steps to run again: {_ps(paths)}")
@@ -276,8 +284,9 @@ def run_trial(
         if generation:
             kills["during_recovery"] += 1
     else:
-        return Trial(number, None, [f"not complete after {MAX_GENERATIONS} generations"],
-                     plans, kills)
+        return Trial(
+            number, None, [f"not complete after {MAX_GENERATIONS} generations"], plans, kills
+        )
     observed = observe(db, ledger, frozenset(killed), tuple(boundaries))
     return Trial(number, observed, check(observed, ref), plans, kills)
 
@@ -302,9 +311,16 @@ def observe(
         view = Runtime(store=store).session(child.SESSION)
         state = view.state
         record = store.load(child.SESSION)
-        return Observed(view.status, state.output, view.events(), child.read_ledger(ledger),
-                        killed, view.derive_state() == state, boundaries,
-                        record is not None and record.lease_owner is None)
+        return Observed(
+            view.status,
+            state.output,
+            view.events(),
+            child.read_ledger(ledger),
+            killed,
+            view.derive_state() == state,
+            boundaries,
+            record is not None and record.lease_owner is None,
+        )
     finally:
         store.close()  # no connection may be open across the next fork
 
@@ -451,8 +467,18 @@ def _tally(totals: Counter, trial: Trial) -> None:
 def _in_subprocess(*, seed: int, budget: int, only: int | None, durability: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="tarry-crash-") as tmp:
         out = Path(tmp) / "crash.json"
-        args = [sys.executable, str(Path(__file__).resolve()), "--json", str(out),
-                "--seed", str(seed), "--trials", str(budget), "--durability", durability]
+        args = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--json",
+            str(out),
+            "--seed",
+            str(seed),
+            "--trials",
+            str(budget),
+            "--durability",
+            durability,
+        ]
         if only is not None:
             args += ["--trial", str(only)]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=3600)
@@ -490,13 +516,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, help=f"number of trials (default {QUICK})")
     parser.add_argument("--trial", type=int, help="run only this trial")
     parser.add_argument("--keep", action="store_true", help="keep the trials' files")
-    parser.add_argument("--durability", choices=("step", "pause"), default="step",
-                        help="pause: the weaker mode, on which the checks must fail")
+    parser.add_argument(
+        "--durability",
+        choices=("step", "pause"),
+        default="step",
+        help="pause: the weaker mode, on which the checks must fail",
+    )
     args = parser.parse_args(argv)
     budget = args.trials or (FULL if args.full else QUICK)
     keep = Path(tempfile.mkdtemp(prefix=f"tarry-crash-{args.seed}-")) if args.keep else None
-    result = campaign(seed=args.seed, budget=budget, only=args.trial, keep=keep,
-                      durability=args.durability)
+    result = campaign(
+        seed=args.seed, budget=budget, only=args.trial, keep=keep, durability=args.durability
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(summary(result))

@@ -211,8 +211,12 @@ def build_flow() -> Flow:
             when=lambda ctx: ctx.item["qty"] >= 3,
             then=[
                 Gate("approve", "large order"),
-                Graph("route", [check, ship, hold], start="check",
-                      routes={"check": {"ship": "ship", "hold": "hold"}}),
+                Graph(
+                    "route",
+                    [check, ship, hold],
+                    start="check",
+                    routes={"check": {"ship": "ship", "hold": "hold"}},
+                ),
             ],
             otherwise=note,
         ),

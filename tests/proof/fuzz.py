@@ -253,8 +253,11 @@ class Tally:
         if got.seconds > self.time_limit:
             self.fail(trial, f"{what} took {got.seconds:.3f} s (limit {self.time_limit} s)", given)
         if got.peak > self.memory_limit:
-            self.fail(trial, f"{what} used {got.peak / 2**20:.1f} MiB "
-                      f"(limit {self.memory_limit / 2**20:g} MiB)", given)
+            self.fail(
+                trial,
+                f"{what} used {got.peak / 2**20:.1f} MiB (limit {self.memory_limit / 2**20:g} MiB)",
+                given,
+            )
         return got
 
     def figures(self) -> dict[str, Any]:
@@ -270,8 +273,9 @@ class Tally:
         }
 
 
-def drive(strategy: st.SearchStrategy[Any], tally: Tally,
-          body: Callable[[int, Any, random.Random], None]) -> None:
+def drive(
+    strategy: st.SearchStrategy[Any], tally: Tally, body: Callable[[int, Any, random.Random], None]
+) -> None:
     """Call `body(example_number, example, rnd)` until the tally has its budget of inputs,
     seeded. Nothing is raised back to hypothesis, so it neither stops at the first violation
     nor shrinks; `rnd` is a generator hypothesis seeds, for cheap variants of the example."""
@@ -279,8 +283,14 @@ def drive(strategy: st.SearchStrategy[Any], tally: Tally,
     fanout = FANOUT.get(tally.target, 1)
 
     @hypothesis_seed(tally.seed)
-    @settings(max_examples=max(1, -(-tally.budget // fanout)), database=None, deadline=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck), print_blob=False)
+    @settings(
+        max_examples=max(1, -(-tally.budget // fanout)),
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
     @given(strategy, st.randoms(use_true_random=True))
     def run(example: Any, rnd: random.Random) -> None:
         body(next(examples), example, rnd)
@@ -369,37 +379,61 @@ def realize(value: Any) -> Any:
 
 #: Values hypothesis does not make: each factory gives a fresh one (some are mutable).
 ODD = [
-    Made(label, make) for label, make in {
-        "object()": object, "a lambda": lambda: (lambda: 1), "a generator": _generator,
+    Made(label, make)
+    for label, make in {
+        "object()": object,
+        "a lambda": lambda: lambda: 1,
+        "a generator": _generator,
         "RuntimeError('boom')": lambda: RuntimeError("boom"),
         "bytearray(b'ab')": lambda: bytearray(b"ab"),
         "memoryview(b'ab')": lambda: memoryview(b"ab"),
         "OrderedDict(a=1)": lambda: collections.OrderedDict(a=1),
         "defaultdict(list, b=[1])": lambda: collections.defaultdict(list, b=[1]),
-        "Parcel('p', (1, 2))": lambda: Parcel("p", (1, 2)), "Stranger()": Stranger,
-        "Hue.RED": lambda: Hue.RED, "Mood.CALM (unregistered)": lambda: Mood.CALM,
-        "complex(1, 2)": lambda: complex(1, 2), "range(3)": lambda: range(3),
-        "Ellipsis": lambda: ..., "the type int": lambda: int,
-        "a list holding itself": _cycle_list, "a dict holding itself": _cycle_dict,
-        "10**5000": lambda: 10**5000, "2**64": lambda: 2**64, "2**64 - 1": lambda: 2**64 - 1,
-        "-(2**63)": lambda: -(2**63), "-(2**63) - 1": lambda: -(2**63) - 1,
-        "Text('sub')": lambda: Text("sub"), "Count(3)": lambda: Count(3),
-        "Decimal('sNaN')": lambda: Decimal("sNaN"), "Decimal('NaN')": lambda: Decimal("NaN"),
+        "Parcel('p', (1, 2))": lambda: Parcel("p", (1, 2)),
+        "Stranger()": Stranger,
+        "Hue.RED": lambda: Hue.RED,
+        "Mood.CALM (unregistered)": lambda: Mood.CALM,
+        "complex(1, 2)": lambda: complex(1, 2),
+        "range(3)": lambda: range(3),
+        "Ellipsis": lambda: ...,
+        "the type int": lambda: int,
+        "a list holding itself": _cycle_list,
+        "a dict holding itself": _cycle_dict,
+        "10**5000": lambda: 10**5000,
+        "2**64": lambda: 2**64,
+        "2**64 - 1": lambda: 2**64 - 1,
+        "-(2**63)": lambda: -(2**63),
+        "-(2**63) - 1": lambda: -(2**63) - 1,
+        "Text('sub')": lambda: Text("sub"),
+        "Count(3)": lambda: Count(3),
+        "Decimal('sNaN')": lambda: Decimal("sNaN"),
+        "Decimal('NaN')": lambda: Decimal("NaN"),
         "Decimal('1e999999')": lambda: Decimal("1e999999"),
         "datetime.max (UTC)": lambda: dt.datetime.max.replace(tzinfo=dt.UTC),
         "datetime.min": lambda: dt.datetime.min,
-        "{2: .., (1, 2): .., None: .., True: ..}":
-            lambda: {2: "int", (1, 2): "tuple", None: "none", True: "bool"},
+        "{2: .., (1, 2): .., None: .., True: ..}": lambda: {
+            2: "int",
+            (1, 2): "tuple",
+            None: "none",
+            True: "bool",
+        },
         "frozenset({1, (2, 3)})": lambda: frozenset({1, (2, 3)}),
-        "{'\\ud800': 1}": lambda: {"\ud800": 1}, "'\\udfff'": lambda: "\udfff",
-        "nan": lambda: float("nan"), "-0.0": lambda: -0.0, "-inf": lambda: float("-inf"),
+        "{'\\ud800': 1}": lambda: {"\ud800": 1},
+        "'\\udfff'": lambda: "\udfff",
+        "nan": lambda: float("nan"),
+        "-0.0": lambda: -0.0,
+        "-inf": lambda: float("-inf"),
         "[nan, nan, nan]": lambda: [float("nan")] * 3,
         "{'approved': True, 'by': '\\ud800'}": lambda: {"approved": True, "by": "\ud800"},
         "{'approved': 1}": lambda: {"approved": 1},
-        "{'approved': True, 'by': None, 'comment': None}":
-            lambda: {"approved": True, "by": None, "comment": None},
+        "{'approved': True, 'by': None, 'comment': None}": lambda: {
+            "approved": True,
+            "by": None,
+            "comment": None,
+        },
         "{'approved': False, 'x': 1}": lambda: {"approved": False, "x": 1},
-        "UUID(int=0)": lambda: uuid.UUID(int=0), "timedelta.max": lambda: dt.timedelta.max,
+        "UUID(int=0)": lambda: uuid.UUID(int=0),
+        "timedelta.max": lambda: dt.timedelta.max,
         "time(23, 59, UTC)": lambda: dt.time(23, 59, tzinfo=dt.UTC),
     }.items()
 ]
@@ -410,14 +444,30 @@ surrogate_text = st.lists(
 texts = st.one_of(st.text(max_size=24), surrogate_text)
 offsets = st.integers(-23 * 3600, 23 * 3600).map(lambda s: dt.timezone(dt.timedelta(seconds=s)))
 hashables = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
-    st.binary(max_size=8), st.tuples(st.integers(), st.text(max_size=4)),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.tuples(st.integers(), st.text(max_size=4)),
 )
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(),
-    st.integers(min_value=-(2**70), max_value=2**70), st.floats(), texts,
-    st.binary(max_size=32), st.datetimes(timezones=st.none() | offsets), st.dates(), st.times(),
-    st.timedeltas(), st.decimals(), st.uuids(), st.sampled_from(list(Hue)), st.sampled_from(ODD),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    texts,
+    st.binary(max_size=32),
+    st.datetimes(timezones=st.none() | offsets),
+    st.dates(),
+    st.times(),
+    st.timedeltas(),
+    st.decimals(),
+    st.uuids(),
+    st.sampled_from(list(Hue)),
+    st.sampled_from(ODD),
 )
 
 
@@ -487,8 +537,9 @@ def same(a: Any, b: Any) -> bool:
                 return False
             if a.keys() == b.keys():
                 stack.extend((a[k], b[k]) for k in a)
-            elif not all(any(same(k, j) and same(v, w) for j, w in b.items())
-                         for k, v in a.items()):  # NaN keys: pair them by hand
+            elif not all(
+                any(same(k, j) and same(v, w) for j, w in b.items()) for k, v in a.items()
+            ):  # NaN keys: pair them by hand
                 return False
         elif isinstance(a, set | frozenset) and isinstance(b, set | frozenset):
             if type(a) is not type(b) or len(a) != len(b):
@@ -631,8 +682,10 @@ def runtimes(tmp: str) -> list[tuple[str, Callable[[], Runtime]]]:
     return [
         ("memory", lambda: Runtime(flows=FLOWS.values())),
         ("memory+secret", lambda: Runtime(flows=FLOWS.values(), secret=SECRET)),
-        ("sqlite", lambda: Runtime(f"sqlite:///{tmp}/fuzz-{next(counter)}.db",
-                                   flows=FLOWS.values())),
+        (
+            "sqlite",
+            lambda: Runtime(f"sqlite:///{tmp}/fuzz-{next(counter)}.db", flows=FLOWS.values()),
+        ),
     ]
 
 
@@ -666,13 +719,24 @@ def corpus() -> list[bytes]:
     rt = Runtime()
     rich = {
         "when": dt.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=dt.timezone(dt.timedelta(hours=5))),
-        "day": dt.date(2024, 1, 2), "at": dt.time(1, 2, 3), "gap": dt.timedelta(days=2, seconds=3),
-        "id": uuid.UUID(int=7), "money": Decimal("12.50"), "raw": b"\x00\xff", "pair": (1, (2,)),
-        "tags": frozenset({"a", "b"}), "set": {3}, "hue": Hue.BLUE, "grade": Grade.LOW,
-        "parcel": Parcel("p", [1.5, None, True]), "big": 2**64 - 1, "neg": -(2**63),
+        "day": dt.date(2024, 1, 2),
+        "at": dt.time(1, 2, 3),
+        "gap": dt.timedelta(days=2, seconds=3),
+        "id": uuid.UUID(int=7),
+        "money": Decimal("12.50"),
+        "raw": b"\x00\xff",
+        "pair": (1, (2,)),
+        "tags": frozenset({"a", "b"}),
+        "set": {3},
+        "hue": Hue.BLUE,
+        "grade": Grade.LOW,
+        "parcel": Parcel("p", [1.5, None, True]),
+        "big": 2**64 - 1,
+        "neg": -(2**63),
     }
-    flow = Flow("fuzz-corpus", [_remember, ForEach("items", [1, 2], [_double, Gate("ok")]),
-                                Wait("w")])
+    flow = Flow(
+        "fuzz-corpus", [_remember, ForEach("items", [1, 2], [_double, Gate("ok")]), Wait("w")]
+    )
     blobs = []
     out = rt.run_sync(flow, rich)
     while out.paused:
@@ -701,17 +765,17 @@ def mutate(blob: bytes, ops: list[tuple[Any, ...]], pool: list[bytes]) -> bytes:
         elif op == "byte" and data:
             data[a % n] = b % 256
         elif op == "truncate":
-            del data[a % n:]
+            del data[a % n :]
         elif op == "insert":
-            data[a % n:a % n] = bytes([b % 256]) * (1 + b % 7)
+            data[a % n : a % n] = bytes([b % 256]) * (1 + b % 7)
         elif op == "delete":
-            del data[a % n:a % n + 1 + b % 16]
+            del data[a % n : a % n + 1 + b % 16]
         elif op == "splice":
             other = pool[b % len(pool)]
-            data = data[: a % n] + other[(a * 7 + b) % max(len(other), 1):]
+            data = data[: a % n] + other[(a * 7 + b) % max(len(other), 1) :]
         elif op == "duplicate":
             start = a % n
-            data[start:start] = data[start:start + 1 + b % 64]
+            data[start:start] = data[start : start + 1 + b % 64]
         elif op in ("ext", "length"):
             # Headers are found by their first byte: some of these bytes are not headers at
             # all, which is fine for a fuzzer; the rest hit real ext codes and lengths.
@@ -754,39 +818,81 @@ def replace(doc: Any, path: tuple[Any, ...], new: Any, delete: bool = False) -> 
 
 
 encodable = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(),
-              st.text(max_size=16), st.binary(max_size=16), st.datetimes(timezones=offsets),
-              st.sampled_from(list(Hue))),
-    lambda kids: st.one_of(st.lists(kids, max_size=4), st.lists(kids, max_size=4).map(tuple),
-                           st.dictionaries(st.text(max_size=8), kids, max_size=4),
-                           st.frozensets(st.integers(-(2**63), 2**63), max_size=3)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(),
+        st.text(max_size=16),
+        st.binary(max_size=16),
+        st.datetimes(timezones=offsets),
+        st.sampled_from(list(Hue)),
+    ),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4),
+        st.lists(kids, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=8), kids, max_size=4),
+        st.frozensets(st.integers(-(2**63), 2**63), max_size=3),
+    ),
     max_leaves=8,
 )
-OPS = ("flip", "byte", "truncate", "insert", "delete", "splice", "duplicate", "ext", "length",
-       "fixlength")
-ops = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 2**16), st.integers(0, 2**16)),
-               min_size=1, max_size=4)
+OPS = (
+    "flip",
+    "byte",
+    "truncate",
+    "insert",
+    "delete",
+    "splice",
+    "duplicate",
+    "ext",
+    "length",
+    "fixlength",
+)
+ops = st.lists(
+    st.tuples(st.sampled_from(OPS), st.integers(0, 2**16), st.integers(0, 2**16)),
+    min_size=1,
+    max_size=4,
+)
 
 
 def random_ops(rnd: random.Random) -> list[tuple[str, int, int]]:
-    return [(rnd.choice(OPS), rnd.randrange(2**16), rnd.randrange(2**16))
-            for _ in range(rnd.randint(1, 3))]
+    return [
+        (rnd.choice(OPS), rnd.randrange(2**16), rnd.randrange(2**16))
+        for _ in range(rnd.randint(1, 3))
+    ]
 
 
 decoder_inputs = st.one_of(
     st.tuples(st.just("random"), st.binary(max_size=600)),
     st.tuples(st.just("mutated"), st.integers(0, 10**6), ops),
-    st.tuples(st.just("shape"), st.integers(0, 10**6), st.integers(0, 10**6),
-              st.sampled_from(["replace", "delete"]), encodable),
-    st.tuples(st.just("unregistered"), st.integers(0, 10**6), st.integers(0, 10**6),
-              st.sampled_from([9, 8]), st.text(max_size=12), encodable),
-    st.tuples(st.just("nested"), st.integers(0, 140), st.sampled_from([1, 2, 3, 8, 9]),
-              st.integers(0, 40)),
+    st.tuples(
+        st.just("shape"),
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        st.sampled_from(["replace", "delete"]),
+        encodable,
+    ),
+    st.tuples(
+        st.just("unregistered"),
+        st.integers(0, 10**6),
+        st.integers(0, 10**6),
+        st.sampled_from([9, 8]),
+        st.text(max_size=12),
+        encodable,
+    ),
+    st.tuples(
+        st.just("nested"), st.integers(0, 140), st.sampled_from([1, 2, 3, 8, 9]), st.integers(0, 40)
+    ),
     st.tuples(st.just("plain-deep"), st.integers(0, 5000), st.sampled_from([b"\x91", b"\x81\xc0"])),
 )
 
-def build_blob(recipe: tuple[Any, ...], blobs: list[bytes], docs: list[Any],
-               doc_paths: list[list[tuple[Any, ...]]]) -> bytes | None:
+
+def build_blob(
+    recipe: tuple[Any, ...],
+    blobs: list[bytes],
+    docs: list[Any],
+    doc_paths: list[list[tuple[Any, ...]]],
+) -> bytes | None:
     """The bytes a decoder recipe names (None when the recipe cannot be encoded)."""
     kind = recipe[0]
     if kind == "random":
@@ -821,8 +927,9 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
 }
 
 
-def decode_trial(tally: Tally, trial: str, kind: str, data: bytes,
-                 decoders: dict[str, Callable[[bytes], Any]]) -> None:
+def decode_trial(
+    tally: Tally, trial: str, kind: str, data: bytes, decoders: dict[str, Callable[[bytes], Any]]
+) -> None:
     """One input to every decoder: a value or SnapshotError, never an unregistered class, and a
     decoded state must encode again (or refuse with a TarryError)."""
     tally.inputs += 1
@@ -832,12 +939,16 @@ def decode_trial(tally: Tally, trial: str, kind: str, data: bytes,
         if got.error is None and kind == "unregistered":
             tally.fail(trial, f"{name}() restored a class that is not registered", shown)
         if got.error is None and name == "decode_state":
-            tally.call(trial, "encode_state() of a decoded state",
-                       lambda v=got.value: encode_state(v), shown, pure=True)
+            tally.call(
+                trial,
+                "encode_state() of a decoded state",
+                lambda v=got.value: encode_state(v),
+                shown,
+                pure=True,
+            )
 
 
-def decoder_target(tally: Tally, decoders: dict[str, Callable[[bytes], Any]] | None = None
-                   ) -> None:
+def decoder_target(tally: Tally, decoders: dict[str, Callable[[bytes], Any]] | None = None) -> None:
     """Each example (random bytes, a mutated real snapshot or event, valid msgpack of a wrong
     shape, an unregistered class, deep nesting) and random mutations of it."""
     decoders = decoders or DECODERS
@@ -852,8 +963,9 @@ def decoder_target(tally: Tally, decoders: dict[str, Callable[[bytes], Any]] | N
             return
         decode_trial(tally, f"{n}.0", recipe[0], blob, decoders)
         for k in range(1, FANOUT["decoder"]):
-            decode_trial(tally, f"{n}.{k}", "mutated", mutate(blob, random_ops(rnd), blobs),
-                         decoders)
+            decode_trial(
+                tally, f"{n}.{k}", "mutated", mutate(blob, random_ops(rnd), blobs), decoders
+            )
 
     drive(decoder_inputs, tally, body)
 
@@ -861,19 +973,40 @@ def decoder_target(tally: Tally, decoders: dict[str, Callable[[bytes], Any]] | N
 # --- target 2: the token parser ------------------------------------------------------------------
 
 URLSAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-MUTATIONS = ("change", "truncate", "extend", "insert", "delete", "swapcase", "unprefix", "pad",
-             "nul", "fullwidth", "double")
+MUTATIONS = (
+    "change",
+    "truncate",
+    "extend",
+    "insert",
+    "delete",
+    "swapcase",
+    "unprefix",
+    "pad",
+    "nul",
+    "fullwidth",
+    "double",
+)
 mutations = st.sampled_from(MUTATIONS)
 token_inputs = st.one_of(
     st.tuples(st.just("value"), st.one_of(values, texts, st.binary())),
     st.tuples(st.just("tk_"), texts),
-    st.tuples(st.just("live"), st.sampled_from(SITES), mutations, st.integers(0, 2**16),
-              st.one_of(st.sampled_from(list(URLSAFE + ".~=+/ ")), st.characters())),
+    st.tuples(
+        st.just("live"),
+        st.sampled_from(SITES),
+        mutations,
+        st.integers(0, 2**16),
+        st.one_of(st.sampled_from(list(URLSAFE + ".~=+/ ")), st.characters()),
+    ),
     st.tuples(st.just("used"), st.integers(0, 2)),
-    st.tuples(st.just("sid"), st.sampled_from(SITES), mutations, st.integers(0, 2**16),
-              st.characters()),
-    st.tuples(st.just("huge"), st.sampled_from([2**16, 2**20, 2**23]),
-              st.sampled_from(["", "tk_"]), st.sampled_from(["A", "\u00e9", "\x00"])),
+    st.tuples(
+        st.just("sid"), st.sampled_from(SITES), mutations, st.integers(0, 2**16), st.characters()
+    ),
+    st.tuples(
+        st.just("huge"),
+        st.sampled_from([2**16, 2**20, 2**23]),
+        st.sampled_from(["", "tk_"]),
+        st.sampled_from(["A", "\u00e9", "\x00"]),
+    ),
 )
 
 
@@ -883,16 +1016,16 @@ def alter(text: str, how: str, at: int, char: str) -> str:
         return char or "x"
     i = at % len(text)
     changed = {
-        "change": text[:i] + char + text[i + 1:],
+        "change": text[:i] + char + text[i + 1 :],
         "truncate": text[:i],
         "extend": text + char,
         "insert": text[:i] + char + text[i:],
-        "delete": text[:i] + text[i + 1:],
+        "delete": text[:i] + text[i + 1 :],
         "swapcase": text.swapcase(),
         "unprefix": text[3:],
         "pad": f" {text}\n",
         "nul": text[:i] + "\x00" + text[i:],
-        "fullwidth": text[:i] + chr(0xFF01 + (ord(text[i]) - 0x21) % 94) + text[i + 1:],
+        "fullwidth": text[:i] + chr(0xFF01 + (ord(text[i]) - 0x21) % 94) + text[i + 1 :],
         "double": text + text,
     }[how]
     if changed == text:  # e.g. a char replaced by itself
@@ -917,8 +1050,7 @@ def random_token_recipe(rnd: random.Random) -> tuple[Any, ...]:
         return ("tk_", "".join(random_char(rnd) for _ in range(rnd.randrange(60))))
     if kind == "used":
         return ("used", rnd.randrange(3))
-    return (kind, rnd.choice(SITES), rnd.choice(MUTATIONS), rnd.randrange(2**16),
-            random_char(rnd))
+    return (kind, rnd.choice(SITES), rnd.choice(MUTATIONS), rnd.randrange(2**16), random_char(rnd))
 
 
 def token_input(recipe: tuple[Any, ...], pool: Pool) -> tuple[Any, str]:
@@ -971,12 +1103,14 @@ def token_trial(tally: Tally, trial: str, pool: Pool, recipe: tuple[Any, ...]) -
             continue
         if isinstance(got.error, TarryError) and not isinstance(got.error, allowed):
             names = "/".join(c.__name__ for c in allowed)
-            tally.fail(trial, f"{what} raised {type(got.error).__name__}, expected {names}",
-                       shown)
+            tally.fail(trial, f"{what} raised {type(got.error).__name__}, expected {names}", shown)
         refusals.append(f"{method}() ({type(got.error).__name__})")
     if refusals and pool.image() != before:
-        tally.fail(trial, f"{pool.label} refused it, as {', '.join(refusals)}, but the store "
-                   f"changed", shown)
+        tally.fail(
+            trial,
+            f"{pool.label} refused it, as {', '.join(refusals)}, but the store changed",
+            shown,
+        )
         pool.refresh()
 
 
@@ -1014,8 +1148,13 @@ def gate_accepts(value: Any) -> bool:
 
 
 #: Where each site's flow keeps the value it was given.
-OUTPUT_OF = {"gate": "approve", "wait": "w", "interrupt": "_ask", "nested": "items",
-             "failed": "_explode"}
+OUTPUT_OF = {
+    "gate": "approve",
+    "wait": "w",
+    "interrupt": "_ask",
+    "nested": "items",
+    "failed": "_explode",
+}
 
 
 def value_trial(tally: Tally, trial: str, pool: Pool, site: str, recipe: Any) -> None:
@@ -1030,16 +1169,23 @@ def value_trial(tally: Tally, trial: str, pool: Pool, site: str, recipe: Any) ->
     before = pool.image()
     got = tally.call(trial, what, lambda: method(out.token, value), shown)
     if got.error is not None:
-        if site == "gate" and not gate_accepts(value) and not isinstance(
-            got.error, tarry.InvalidResumeValue | tarry.NotSerializable
+        if (
+            site == "gate"
+            and not gate_accepts(value)
+            and not isinstance(got.error, tarry.InvalidResumeValue | tarry.NotSerializable)
         ):
-            tally.fail(trial, f"{what} refused a bad decision with "
-                       f"{type(got.error).__name__}, not InvalidResumeValue", shown)
+            tally.fail(
+                trial,
+                f"{what} refused a bad decision with "
+                f"{type(got.error).__name__}, not InvalidResumeValue",
+                shown,
+            )
         if site != "gate" and isinstance(got.error, tarry.InvalidResumeValue):
             tally.fail(trial, f"{what} refused a value with InvalidResumeValue", shown)
         if pool.image() != before:
-            tally.fail(trial, f"{what} refused ({error_text(got.error)}) but the store changed",
-                       shown)
+            tally.fail(
+                trial, f"{what} refused ({error_text(got.error)}) but the store changed", shown
+            )
             pool.refresh()
         return
     result = got.value
@@ -1051,8 +1197,9 @@ def value_trial(tally: Tally, trial: str, pool: Pool, site: str, recipe: Any) ->
         result = rt.resume_sync(result.token, None)
     if not result.ok:
         detail = result.error and f"{result.error.type}: {describe(result.error.message, 160)}"
-        tally.fail(trial, f"{what} accepted the value, then the run ended {result.status}: "
-                   f"{detail}", shown)
+        tally.fail(
+            trial, f"{what} accepted the value, then the run ended {result.status}: {detail}", shown
+        )
     else:
         if site == "gate":
             expected = {"approved": value} if isinstance(value, bool) else dict(value)
@@ -1060,17 +1207,20 @@ def value_trial(tally: Tally, trial: str, pool: Pool, site: str, recipe: Any) ->
             expected = [value] if site == "nested" else value
         stored = pool.stored_output(out.session_id, OUTPUT_OF[site])
         if not same(expected, stored):
-            tally.fail(trial, f"{what} stored {describe(stored, 120)}, not the value given",
-                       shown)
+            tally.fail(trial, f"{what} stored {describe(stored, 120)}, not the value given", shown)
     pool.retire(site)
 
 
 value_inputs = st.one_of(
     values,
-    st.fixed_dictionaries({"approved": st.booleans()},
-                          optional={"by": st.one_of(st.none(), texts, scalars),
-                                    "comment": st.one_of(st.none(), texts, scalars),
-                                    "extra": scalars}),
+    st.fixed_dictionaries(
+        {"approved": st.booleans()},
+        optional={
+            "by": st.one_of(st.none(), texts, scalars),
+            "comment": st.one_of(st.none(), texts, scalars),
+            "extra": scalars,
+        },
+    ),
 )
 
 
@@ -1089,8 +1239,12 @@ def value_target(tally: Tally, makers: list[tuple[str, Callable[[], Runtime]]]) 
         for pool in pools:
             for site, out in list(pool.live.items()):
                 method = pool.rt.skip if site == "failed" else pool.rt.resume
-                got = tally.call("end", f"{pool.label} a good value at {site}",
-                                 lambda m=method, t=out.token: m(t, True), (site, True))
+                got = tally.call(
+                    "end",
+                    f"{pool.label} a good value at {site}",
+                    lambda m=method, t=out.token: m(t, True),
+                    (site, True),
+                )
                 tally.ends["usable after refusals"] += got.error is None
     finally:
         for pool in pools:
@@ -1102,10 +1256,12 @@ def value_target(tally: Tally, makers: list[tuple[str, Callable[[], Runtime]]]) 
 MAX_BODY = 1 << 20
 ROUTES = ("resume", "cancel", "skip", "token", "login")
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-              st.text(max_size=16)),
-    lambda kids: st.one_of(st.lists(kids, max_size=4),
-                           st.dictionaries(st.text(max_size=8), kids, max_size=4)),
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=16)
+    ),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=4), st.dictionaries(st.text(max_size=8), kids, max_size=4)
+    ),
     max_leaves=12,
 )
 field_names = st.sampled_from(["value", "output", "token", "approved", "", "__proto__"])
@@ -1113,19 +1269,58 @@ bodies = st.one_of(
     st.tuples(st.just("bytes"), st.binary(max_size=300)),
     st.tuples(st.just("object"), st.dictionaries(field_names, json_values, max_size=3)),
     st.tuples(st.just("top"), json_values),
-    st.tuples(st.just("decision"), st.fixed_dictionaries(
-        {"value": st.fixed_dictionaries({"approved": st.one_of(st.booleans(), json_values)},
-                                        optional={"by": json_values, "comment": json_values})})),
+    st.tuples(
+        st.just("decision"),
+        st.fixed_dictionaries(
+            {
+                "value": st.fixed_dictionaries(
+                    {"approved": st.one_of(st.booleans(), json_values)},
+                    optional={"by": json_values, "comment": json_values},
+                )
+            }
+        ),
+    ),
     st.tuples(st.just("malformed"), json_values, ops),
-    st.tuples(st.just("deep"), st.one_of(st.integers(0, 3000), st.integers(10_000, 200_000)),
-              st.sampled_from(["[", '{"a":']), st.booleans()),
-    st.tuples(st.just("number"), st.sampled_from(
-        ["1e400", "-1e400", "NaN", "Infinity", "-0", "1e-400", "1" * 5000, "1" * 4300,
-         "18446744073709551616", "-9223372036854775809", "0.1e99999999"])),
+    st.tuples(
+        st.just("deep"),
+        st.one_of(st.integers(0, 3000), st.integers(10_000, 200_000)),
+        st.sampled_from(["[", '{"a":']),
+        st.booleans(),
+    ),
+    st.tuples(
+        st.just("number"),
+        st.sampled_from(
+            [
+                "1e400",
+                "-1e400",
+                "NaN",
+                "Infinity",
+                "-0",
+                "1e-400",
+                "1" * 5000,
+                "1" * 4300,
+                "18446744073709551616",
+                "-9223372036854775809",
+                "0.1e99999999",
+            ]
+        ),
+    ),
     st.tuples(st.just("huge"), st.sampled_from([MAX_BODY - 16, MAX_BODY + 1, 4 * MAX_BODY])),
-    st.tuples(st.just("text"), st.sampled_from(['"\\ud800"', '{"value": "\\udfff"}',
-                                                '{"token": "tk_\\ud800"}', '\ufeff{}', '{}{}',
-                                                '{"value": 1, "value": 2}', " ", ""])),
+    st.tuples(
+        st.just("text"),
+        st.sampled_from(
+            [
+                '"\\ud800"',
+                '{"value": "\\udfff"}',
+                '{"token": "tk_\\ud800"}',
+                "\ufeff{}",
+                "{}{}",
+                '{"value": 1, "value": 2}',
+                " ",
+                "",
+            ]
+        ),
+    ),
 )
 sids = st.one_of(st.sampled_from((*SITES, "ended")), st.text(max_size=16), surrogate_text)
 http_inputs = st.tuples(sids, bodies, st.sampled_from(SITES), st.one_of(st.none(), mutations))
@@ -1164,11 +1359,9 @@ def http_request(route: str, recipe: tuple[Any, ...], pool: Pool) -> tuple[str, 
     body = http_body(spec)
     if route == "token" and spec[0] == "object" and "token" in spec[1] and how is not None:
         # a body naming a token nobody issued: a live one, altered
-        body = json.dumps({**spec[1], "token": alter(pool.live[site].token, how, 9, "A")}
-                          ).encode()
+        body = json.dumps({**spec[1], "token": alter(pool.live[site].token, how, 9, "A")}).encode()
     quoted = urllib.parse.quote(sid, safe="", errors="surrogatepass")
-    path = {"token": "/api/resume", "login": "/login"}.get(
-        route, f"/api/sessions/{quoted}/{route}")
+    path = {"token": "/api/resume", "login": "/login"}.get(route, f"/api/sessions/{quoted}/{route}")
     return path, body
 
 
@@ -1180,8 +1373,9 @@ def strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-def check_answer(tally: Tally, trial: str, pool: Pool, what: str, got: Probe, before: Any,
-                 shown: Any) -> None:
+def check_answer(
+    tally: Tally, trial: str, pool: Pool, what: str, got: Probe, before: Any, shown: Any
+) -> None:
     """The HTTP oracle: 2xx or 4xx, a strict JSON body, and a 4xx changed nothing."""
     if got.error is not None:
         return  # Tally.call reported it
@@ -1198,30 +1392,49 @@ def check_answer(tally: Tally, trial: str, pool: Pool, what: str, got: Probe, be
                 msg = f"content-type {kind!r}"
                 raise ValueError(msg)
         except ValueError as exc:
-            tally.fail(trial, f"HTTP {status} from {what}: body not strict JSON ({exc}): "
-                       f"{describe(answer.text, 160)}", shown)
+            tally.fail(
+                trial,
+                f"HTTP {status} from {what}: body not strict JSON ({exc}): "
+                f"{describe(answer.text, 160)}",
+                shown,
+            )
     if 400 <= status < 500 and pool.image() != before:
-        tally.fail(trial, f"HTTP {status} from {what} refused ({describe(answer.text, 120)}) "
-                   f"but the store changed", shown)
+        tally.fail(
+            trial,
+            f"HTTP {status} from {what} refused ({describe(answer.text, 120)}) "
+            f"but the store changed",
+            shown,
+        )
     if 200 <= status < 300:
         pool.refresh()
 
 
-def http_trial(tally: Tally, trial: str, pool: Pool, token: str | None, client: Poster,
-               route: str, recipe: tuple[Any, ...]) -> None:
+def http_trial(
+    tally: Tally,
+    trial: str,
+    pool: Pool,
+    token: str | None,
+    client: Poster,
+    route: str,
+    recipe: tuple[Any, ...],
+) -> None:
     tally.inputs += 1
     path, content = http_request(route, recipe, pool)
     headers = {"authorization": f"Bearer {token}"} if token and route != "login" else {}
     what = f"{pool.label}{'+token' if token else ''} POST {path[:60]}"
     shown = (pool.label, path[:80], recipe[1][0], len(content), content[:160])
     before = pool.image()
-    got = tally.call(trial, what, lambda: client.post(path, content=content, headers=headers),
-                     shown)
+    got = tally.call(
+        trial, what, lambda: client.post(path, content=content, headers=headers), shown
+    )
     check_answer(tally, trial, pool, what, got, before, shown)
 
 
-def http_target(tally: Tally, makers: list[tuple[str, Callable[[], Runtime]]],
-                app_factory: Callable[[Runtime, str | None], Any] | None = None) -> None:
+def http_target(
+    tally: Tally,
+    makers: list[tuple[str, Callable[[], Runtime]]],
+    app_factory: Callable[[Runtime, str | None], Any] | None = None,
+) -> None:
     """Each body goes to every POST route, through an app without a token or one with a token
     (sent as a bearer header, except to /login), over each runtime in turn. Requests go
     in-process (httpx's ASGI transport) on one event loop: no sockets, no thread per call."""
@@ -1236,9 +1449,11 @@ def http_target(tally: Tally, makers: list[tuple[str, Callable[[], Runtime]]],
     clients = []
     for pool in pools:
         for token in (None, "fuzz-monitor-token"):
-            transport = httpx.ASGITransport(app=make_app(pool.rt, token),
-                                            raise_app_exceptions=False,
-                                            client=("127.0.0.1", 50000))
+            transport = httpx.ASGITransport(
+                app=make_app(pool.rt, token),
+                raise_app_exceptions=False,
+                client=("127.0.0.1", 50000),
+            )
             client = httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765")
             clients.append((pool, token, Poster(loop, client)))
 
@@ -1279,18 +1494,32 @@ def atheris_status() -> str:
     return f"atheris {importlib.metadata.version('atheris')}"
 
 
-def run_atheris(harness: str, runs: int, seed: int, timeout: float = 300.0,
-                per_input: int = 2) -> dict[str, Any]:
+def run_atheris(
+    harness: str, runs: int, seed: int, timeout: float = 300.0, per_input: int = 2
+) -> dict[str, Any]:
     """Run one fuzz_atheris.py harness in a child process (libFuzzer ends the process): the
     inputs it ran, its coverage, the known bugs it met and, if it crashed, the crash."""
-    cmd = [sys.executable, str(HERE / "fuzz_atheris.py"), harness, "--runs", str(runs),
-           "--seed", str(seed), "--timeout", str(per_input)]
+    cmd = [
+        sys.executable,
+        str(HERE / "fuzz_atheris.py"),
+        harness,
+        "--runs",
+        str(runs),
+        "--seed",
+        str(seed),
+        "--timeout",
+        str(per_input),
+    ]
     with tempfile.TemporaryDirectory(prefix="tarry-atheris-") as cwd:
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
         except subprocess.TimeoutExpired:
-            return {"runs": 0, "coverage": 0, "known": [],
-                    "crash": f"{harness}: no end within {timeout:g} s"}
+            return {
+                "runs": 0,
+                "coverage": 0,
+                "known": [],
+                "crash": f"{harness}: no end within {timeout:g} s",
+            }
         crash = None
         log = done.stdout + done.stderr
         if done.returncode != 0:  # keep the input libFuzzer wrote, to reproduce the crash
@@ -1301,22 +1530,33 @@ def run_atheris(harness: str, runs: int, seed: int, timeout: float = 300.0,
             crash = (found[0] if found else log.strip()[-600:])[:700] + f" [input kept in {kept}]"
     executed = re.findall(r"stat::number_of_executed_units:\s*(\d+)", log)
     coverage = re.findall(r"\bcov: (\d+)", log)
-    return {"runs": int(executed[-1]) if executed else 0,
-            "coverage": int(coverage[-1]) if coverage else 0,
-            "known": re.findall(r"^known bug \S+: (.*)$", log, re.M), "crash": crash}
+    return {
+        "runs": int(executed[-1]) if executed else 0,
+        "coverage": int(coverage[-1]) if coverage else 0,
+        "known": re.findall(r"^known bug \S+: (.*)$", log, re.M),
+        "crash": crash,
+    }
 
 
 # --- the campaign --------------------------------------------------------------------------------
 
 
-def campaign(*, seed: int = 0, budget: int = QUICK_BUDGET, targets: tuple[str, ...] = TARGETS,
-             atheris_runs: int = 0) -> dict[str, Any]:
+def campaign(
+    *,
+    seed: int = 0,
+    budget: int = QUICK_BUDGET,
+    targets: tuple[str, ...] = TARGETS,
+    atheris_runs: int = 0,
+) -> dict[str, Any]:
     """Run the targets with about `budget` inputs each (and atheris for `atheris_runs`
     executions per harness, when installed); the JSON-able result of the proof harness."""
     start = time.perf_counter()
-    figures: dict[str, Any] = {"seed": seed, "inputs_per_target": budget,
-                               "time_limit_s": TIME_LIMIT,
-                               "memory_limit_mib": MEMORY_LIMIT // 2**20}
+    figures: dict[str, Any] = {
+        "seed": seed,
+        "inputs_per_target": budget,
+        "time_limit_s": TIME_LIMIT,
+        "memory_limit_mib": MEMORY_LIMIT // 2**20,
+    }
     tallies = []
     with tempfile.TemporaryDirectory(prefix="tarry-fuzz-") as tmp:
         makers = runtimes(tmp)
@@ -1347,8 +1587,14 @@ def campaign(*, seed: int = 0, budget: int = QUICK_BUDGET, targets: tuple[str, .
             for message in report["known"]:  # each known bug is reported once per run
                 violations.append(Violation(target, "-", message, ""))
             if report["crash"]:
-                violations.append(Violation(target, str(report["runs"]), report["crash"],
-                                            "the crash file kept, as named"))
+                violations.append(
+                    Violation(
+                        target,
+                        str(report["runs"]),
+                        report["crash"],
+                        "the crash file kept, as named",
+                    )
+                )
     elif not atheris_runs:
         figures["atheris"] = f"{status} (runs with --full only)"
     known = collections.Counter(known_bug(v) for v in violations)
@@ -1357,7 +1603,8 @@ def campaign(*, seed: int = 0, budget: int = QUICK_BUDGET, targets: tuple[str, .
     figures["known_bug_failures"] = sum(known.values())
     figures["known_bugs_hit"] = ", ".join(f"{k} {n}" for k, n in sorted(known.items())) or "none"
     inputs = sum(t.inputs for t in tallies) + sum(
-        v for k, v in figures.items() if k.startswith("atheris_") and k.endswith("_runs"))
+        v for k, v in figures.items() if k.startswith("atheris_") and k.endswith("_runs")
+    )
     return {
         "name": NAME,
         "trials": inputs,
@@ -1394,12 +1641,17 @@ def examples(violations: list[Violation], seed: int, budget: int) -> list[str]:
 
 def summary(result: dict[str, Any]) -> str:
     f = result["figures"]
-    parts = [f"{t}: {f[f'{t}_inputs']} inputs, {f[f'{t}_failures']} failures, "
-             f"slowest {f[f'{t}_slowest_ms']} ms, peak {f[f'{t}_peak_traced_mib']} MiB"
-             for t in TARGETS if f"{t}_inputs" in f]
-    return (f"fuzz (seed {result['seed']}): {result['trials']} inputs in {result['seconds']} s; "
-            f"{'; '.join(parts)}; atheris: {f['atheris']}; {result['failures']} failures "
-            f"({f['new_failures']} new; known bugs hit: {f['known_bugs_hit']}).")
+    parts = [
+        f"{t}: {f[f'{t}_inputs']} inputs, {f[f'{t}_failures']} failures, "
+        f"slowest {f[f'{t}_slowest_ms']} ms, peak {f[f'{t}_peak_traced_mib']} MiB"
+        for t in TARGETS
+        if f"{t}_inputs" in f
+    ]
+    return (
+        f"fuzz (seed {result['seed']}): {result['trials']} inputs in {result['seconds']} s; "
+        f"{'; '.join(parts)}; atheris: {f['atheris']}; {result['failures']} failures "
+        f"({f['new_failures']} new; known bugs hit: {f['known_bugs_hit']})."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1408,21 +1660,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--full", action="store_true", help="the make proof size")
     parser.add_argument("--budget", type=int, help="inputs per target (overrides --full)")
-    parser.add_argument("--target", choices=TARGETS, action="append",
-                        help="run only this target (repeatable)")
+    parser.add_argument(
+        "--target", choices=TARGETS, action="append", help="run only this target (repeatable)"
+    )
     parser.add_argument("--verbose", action="store_true", help="print one line per distinct bug")
     args = parser.parse_args(argv)
     budget = args.budget or (FULL_BUDGET if args.full else QUICK_BUDGET)
-    result = campaign(seed=args.seed, budget=budget, targets=tuple(args.target or TARGETS),
-                      atheris_runs=ATHERIS_RUNS if args.full else 0)
+    result = campaign(
+        seed=args.seed,
+        budget=budget,
+        targets=tuple(args.target or TARGETS),
+        atheris_runs=ATHERIS_RUNS if args.full else 0,
+    )
     violations = result.pop("violations")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(summary(result))
     shown = distinct(violations) if args.verbose else []
-    for line in result["failure_examples"] if not shown else [
-        f"{known_bug(v) or 'NEW'} {v.target} {v.trial}: {v.message} | {v.input}" for v in shown
-    ]:
+    for line in (
+        result["failure_examples"]
+        if not shown
+        else [
+            f"{known_bug(v) or 'NEW'} {v.target} {v.trial}: {v.message} | {v.input}" for v in shown
+        ]
+    ):
         print(" -", line)
     return 0 if result["failures"] == 0 else 1
 

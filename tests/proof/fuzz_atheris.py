@@ -40,15 +40,19 @@ def guard(what: str, call: Any, given: Any) -> Any:
     except tarry.TarryError:
         return None
     except Exception as exc:
-        violation = fuzz.Violation("atheris", "-", f"{what} raised {fuzz.error_text(exc)}",
-                                   fuzz.describe(given, 200))
+        violation = fuzz.Violation(
+            "atheris", "-", f"{what} raised {fuzz.error_text(exc)}", fuzz.describe(given, 200)
+        )
         key = fuzz.known_bug(violation)
         if key is None:
             raise
         if key not in _reported:
             _reported.add(key)
-            print(f"known bug {key}: {violation.message} | {violation.input}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"known bug {key}: {violation.message} | {violation.input}",
+                file=sys.stderr,
+                flush=True,
+            )
         return None
 
 
@@ -75,8 +79,9 @@ class Tokens:
     def __init__(self) -> None:
         self.pools = [
             fuzz.Pool(tarry.Runtime(flows=fuzz.FLOWS.values()), "memory"),
-            fuzz.Pool(tarry.Runtime(flows=fuzz.FLOWS.values(), secret=fuzz.SECRET),
-                      "memory+secret"),
+            fuzz.Pool(
+                tarry.Runtime(flows=fuzz.FLOWS.values(), secret=fuzz.SECRET), "memory+secret"
+            ),
         ]
 
     def __call__(self, data: bytes) -> None:
@@ -91,7 +96,7 @@ class Tokens:
         elif mode == 2:  # a live token with one char changed
             token = pool.live[fuzz.SITES[fdp.ConsumeIntInRange(0, len(fuzz.SITES) - 1)]].token
             at = fdp.ConsumeIntInRange(0, len(token) - 1)
-            given = token[:at] + (fdp.ConsumeUnicode(1) or "A") + token[at + 1:]
+            given = token[:at] + (fdp.ConsumeUnicode(1) or "A") + token[at + 1 :]
             if given == token:
                 return
         else:
@@ -130,10 +135,17 @@ def main() -> None:
             for i in range(16):
                 Path(corpus, f"seed-{i}").write_bytes(rnd.randbytes(48))
             target = Tokens()
-        libfuzzer = [sys.argv[0], f"-runs={args.runs}", f"-seed={args.seed + 1}",
-                     f"-timeout={args.timeout}",
-                     "-rss_limit_mb=1024", "-max_len=4096", "-print_final_stats=1",
-                     f"-artifact_prefix={Path.cwd()}/atheris-{args.harness}-", str(corpus)]
+        libfuzzer = [
+            sys.argv[0],
+            f"-runs={args.runs}",
+            f"-seed={args.seed + 1}",
+            f"-timeout={args.timeout}",
+            "-rss_limit_mb=1024",
+            "-max_len=4096",
+            "-print_final_stats=1",
+            f"-artifact_prefix={Path.cwd()}/atheris-{args.harness}-",
+            str(corpus),
+        ]
         atheris.Setup(libfuzzer, target)
         atheris.Fuzz()
 

@@ -53,9 +53,7 @@ def _value(rng: random.Random, size: int) -> Any:
     return {"rows": [{"id": i, "name": f"n{i}", "tags": ("x", "y")} for i in range(size // 40)]}
 
 
-def _limits(
-    seed: int, trials: int, enforced: int = LIMIT
-) -> tuple[int, list[str], dict[str, int]]:
+def _limits(seed: int, trials: int, enforced: int = LIMIT) -> tuple[int, list[str], dict[str, int]]:
     """`trials` values around LIMIT; the oracle expects LIMIT, the runtime enforces `enforced`
     (the tests plant a different one to show the oracle notices)."""
     rng = random.Random(seed)
@@ -93,7 +91,10 @@ def _worker(resumes: int) -> tuple[dict[str, Any], list[str]]:
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(ROOT / "benchmarks"), str(resumes)],
-        capture_output=True, text=True, check=False, cwd=ROOT / "benchmarks",
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT / "benchmarks",
     )
     if done.returncode != 0:
         return {}, [f"worker process failed: {done.stderr.strip()[-400:]}"]

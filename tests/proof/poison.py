@@ -56,8 +56,15 @@ def make_flow() -> tarry.Flow:
         return "done"
 
     return tarry.Flow(
-        "poison", [tarry.Loop("wrap", [tarry.Sleep("nap", seconds=0), tarry.step(effect, name="effect")],
-                              until=lambda ctx: True, max_iterations=1)]
+        "poison",
+        [
+            tarry.Loop(
+                "wrap",
+                [tarry.Sleep("nap", seconds=0), tarry.step(effect, name="effect")],
+                until=lambda ctx: True,
+                max_iterations=1,
+            )
+        ],
     )
 
 
@@ -92,8 +99,9 @@ def setup(url: str, n: int, rng: random.Random, ledger: Path) -> dict[str, str]:
             frame = state.container_stack[0]
             frame = type(frame)(**{**_fields(frame), "child": 7})
             state = type(state)(**{**_fields(state), "container_stack": (frame,)})
-            record.state = encode_state(state, fingerprint=record.fingerprint,
-                                        flow_version=record.flow_version)
+            record.state = encode_state(
+                state, fingerprint=record.fingerprint, flow_version=record.flow_version
+            )
         elif kind == "changed":
             record.fingerprint = "0" * len(record.fingerprint)
         elif kind == "missing":
@@ -134,8 +142,12 @@ def worker(url: str) -> None:
             got = []
         resumed += len(got)
         idle = 0 if got else idle + 1
-    print(json.dumps({"rounds": rounds, "resumed": resumed, "raised": raised,
-                      "first_error": first_error}), flush=True)
+    print(
+        json.dumps(
+            {"rounds": rounds, "resumed": resumed, "raised": raised, "first_error": first_error}
+        ),
+        flush=True,
+    )
 
 
 def worker_round(url: str) -> list[Any]:
@@ -148,16 +160,27 @@ def worker_round(url: str) -> list[Any]:
 def run_workers(url: str) -> list[dict[str, Any]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
     procs = [
-        subprocess.Popen([sys.executable, __file__, "worker", url], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, __file__, "worker", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for _ in range(WORKERS)
     ]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         if proc.returncode != 0:
-            results.append({"rounds": 0, "resumed": 0, "raised": 1,
-                            "first_error": f"worker exited {proc.returncode}: {err[-400:]}"})
+            results.append(
+                {
+                    "rounds": 0,
+                    "resumed": 0,
+                    "raised": 1,
+                    "first_error": f"worker exited {proc.returncode}: {err[-400:]}",
+                }
+            )
         else:
             results.append(json.loads(out.strip().splitlines()[-1]))
     return results
@@ -166,8 +189,9 @@ def run_workers(url: str) -> list[dict[str, Any]]:
 # -- the oracle ----------------------------------------------------------------------------------
 
 
-def check(url: str, n: int, poisoned: dict[str, str], ledger: Path,
-          before: dict[str, Any]) -> tuple[list[str], dict[str, int]]:
+def check(
+    url: str, n: int, poisoned: dict[str, str], ledger: Path, before: dict[str, Any]
+) -> tuple[list[str], dict[str, int]]:
     rt = tarry.Runtime(store=url)
     store = rt.store
     failures: list[str] = []
@@ -181,22 +205,30 @@ def check(url: str, n: int, poisoned: dict[str, str], ledger: Path,
         kind = poisoned.get(sid)
         if kind is None:
             if record.status != "completed" or effects.get(sid) != 1:
-                failures.append(f"healthy {sid}: {record.status}, its step ran "
-                                f"{effects.get(sid, 0)} times")
+                failures.append(
+                    f"healthy {sid}: {record.status}, its step ran {effects.get(sid, 0)} times"
+                )
             else:
                 counts["healthy_completed"] += 1
         elif kind == "raises":
             state = decode_state(record.state)
-            if record.status != "failed" or state.error is None or state.error.type != "RuntimeError":
+            if (
+                record.status != "failed"
+                or state.error is None
+                or state.error.type != "RuntimeError"
+            ):
                 failures.append(f"poisoned ({kind}) {sid}: {record.status}")
             else:
                 counts["poisoned_failed_typed"] += 1
         else:
             token_used = store.find_token(record.token).used if record.token else True
-            unchanged = (record.state, record.status, record.version) == before[sid] and not token_used
+            unchanged = (record.state, record.status, record.version) == before[
+                sid
+            ] and not token_used
             if not unchanged or sid in effects:
-                failures.append(f"poisoned ({kind}) {sid} was changed: {record.status}, token "
-                                f"used {token_used}")
+                failures.append(
+                    f"poisoned ({kind}) {sid} was changed: {record.status}, token used {token_used}"
+                )
             else:
                 counts["poisoned_left_as_they_were"] += 1
     close = getattr(store, "close", None)
@@ -217,7 +249,9 @@ def _before(url: str, n: int) -> dict[str, Any]:
     return seen
 
 
-def one_store(name: str, url: str, n: int, seed: int, folder: Path) -> tuple[list[str], dict[str, Any]]:
+def one_store(
+    name: str, url: str, n: int, seed: int, folder: Path
+) -> tuple[list[str], dict[str, Any]]:
     rng = random.Random(seed)
     ledger = folder / f"{name}.ledger"
     poisoned = setup(url, n, rng, ledger)
@@ -298,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     result = campaign(seed=args.seed, full=args.full)
     Path(args.json).write_text(json.dumps(result, indent=2))
     f = result["figures"]
-    print(f"poison: {result['trials']} due sessions, "
-          f"{sum(v for k, v in f.items() if k.endswith('_poisoned'))} poisoned; "
-          f"failures: {result['failures']}")
+    print(
+        f"poison: {result['trials']} due sessions, "
+        f"{sum(v for k, v in f.items() if k.endswith('_poisoned'))} poisoned; "
+        f"failures: {result['failures']}"
+    )
     for example in result["failure_examples"]:
         print(f"  {example}")
     return 0 if result["failures"] == 0 else 1

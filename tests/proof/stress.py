@@ -113,20 +113,26 @@ def check(sessions: dict[str, dict[str, Any]], ops: list[dict[str, Any]]) -> lis
         for seq, type_, sid, dig in evs:
             writers[(sid, seq)].append(op)
             if stored.get((sid, seq)) != (type_, dig):
-                problems.append(f"lost event: {_name(op)} succeeded with {type_} #{seq} of "
-                                f"{sid}, stored as {stored.get((sid, seq))}")
+                problems.append(
+                    f"lost event: {_name(op)} succeeded with {type_} #{seq} of "
+                    f"{sid}, stored as {stored.get((sid, seq))}"
+                )
         problems += _check_outcome(op, evs)
         token = op.get("out_token")
         if token and (evs or op["op"] == "learn"):
             at = (op["sid"], op["seq"]) if op["op"] == "learn" else (evs[-1][2], evs[-1][0])
             if minted.setdefault(token, at) != at:
-                problems.append(f"token {token[:12]}… stands for two pauses: {minted[token]} "
-                                f"and {at} ({_name(op)})")
+                problems.append(
+                    f"token {token[:12]}… stands for two pauses: {minted[token]} "
+                    f"and {at} ({_name(op)})"
+                )
 
     for (sid, seq), ws in writers.items():
         if len(ws) > 1:
-            problems.append(f"event #{seq} of {sid} has {len(ws)} successful writers: "
-                            + ", ".join(map(_name, ws)))
+            problems.append(
+                f"event #{seq} of {sid} has {len(ws)} successful writers: "
+                + ", ".join(map(_name, ws))
+            )
     for (sid, seq), (type_, dig) in stored.items():
         if (sid, seq) in writers:
             continue
@@ -134,8 +140,10 @@ def check(sessions: dict[str, dict[str, Any]], ops: list[dict[str, Any]]) -> lis
         if culprit is None:
             problems.append(f"event #{seq} ({type_}) of {sid} was emitted by no operation")
         else:  # a refusal must change nothing
-            problems.append(f"{_name(culprit)} raised {culprit['exc']} but its {type_} #{seq} "
-                            f"of {sid} is stored")
+            problems.append(
+                f"{_name(culprit)} raised {culprit['exc']} but its {type_} #{seq} "
+                f"of {sid} is stored"
+            )
     problems += _check_tokens(ops, minted, stored)
     problems += _check_aborts(ops)
     return problems
@@ -152,8 +160,10 @@ def _check_session(sid: str, s: dict[str, Any]) -> list[str]:
     last = s["events"][-1][1] if s["events"] else None
     expected = FINAL_STATUS.get(last, "running")
     if s["status"] != expected or s["state_status"] != expected:
-        problems.append(f"{sid}: last event {last} but status {s['status']} "
-                        f"(state says {s['state_status']}): stuck or inconsistent")
+        problems.append(
+            f"{sid}: last event {last} but status {s['status']} "
+            f"(state says {s['state_status']}): stuck or inconsistent"
+        )
     live = s["live_token"] is not None
     if live != (s["status"] in ("paused", "failed")):
         problems.append(f"{sid}: status {s['status']} with{'' if live else ' no'} live token")
@@ -176,8 +186,12 @@ def _check_outcome(op: dict[str, Any], evs: list[list[Any]]) -> list[str]:
         return [f"{_name(op)} succeeded but emitted nothing"]
     if {e[2] for e in evs} != {op["sid"]}:
         return [f"{_name(op)} emitted events of another session"]
-    first = {"start": "run.started", "resume": "run.resumed", "skip": "run.resumed",
-             "cancel": "run.cancelled"}[kind]
+    first = {
+        "start": "run.started",
+        "resume": "run.resumed",
+        "skip": "run.resumed",
+        "cancel": "run.cancelled",
+    }[kind]
     end = {"ok": "run.completed", "paused": "run.paused"}.get(op["outcome"])
     if op["outcome"] == "error":
         end = "run.cancelled" if op["error"] == "cancelled" else "run.failed"
@@ -187,7 +201,8 @@ def _check_outcome(op: dict[str, Any], evs: list[list[Any]]) -> list[str]:
 
 
 def _check_tokens(
-    ops: list[dict[str, Any]], minted: dict[str, tuple[str, int]],
+    ops: list[dict[str, Any]],
+    minted: dict[str, tuple[str, int]],
     stored: dict[tuple[str, int], tuple[str, str]],
 ) -> list[str]:
     """One winner per token, and the winner consumed the pause that minted it."""
@@ -204,8 +219,10 @@ def _check_tokens(
         winners[op["token"]].append(op)
         at = minted.get(op["token"])
         if at is not None and at != (op["sid"], seq - 1):
-            problems.append(f"{_name(op)} used token {op['token'][:12]}… of the pause at "
-                            f"#{at[1]} but consumed the pause at #{seq - 1}")
+            problems.append(
+                f"{_name(op)} used token {op['token'][:12]}… of the pause at "
+                f"#{at[1]} but consumed the pause at #{seq - 1}"
+            )
     for token, ws in winners.items():
         if len(ws) > 1:
             names = ", ".join(map(_name, ws))
@@ -232,8 +249,10 @@ def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
         killed = op.get("error") == "cancelled"
         if not (stopped or killed):
             continue
-        if not any(a["t0"] <= op["t1"] and a["t1"] >= op["t0"] and (stopped or not a["resumable"])
-                   for a in aborts[op["sid"]]):
+        if not any(
+            a["t0"] <= op["t1"] and a["t1"] >= op["t0"] and (stopped or not a["resumable"])
+            for a in aborts[op["sid"]]
+        ):
             what = "paused as aborted" if stopped else "was cancelled"
             problems.append(f"{_name(op)} {what} with no abort requested while it ran")
     return problems
@@ -242,17 +261,40 @@ def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
 # -- the campaign ----------------------------------------------------------------------------
 
 
-def _spawn(store: str, proc: str, threads: int, seed: int, seconds: float, durability: str,
-           out: Path) -> subprocess.Popen[str]:
-    args = [sys.executable, str(CHILD), "--store", store, "--proc", proc, "--threads",
-            str(threads), "--seed", str(seed), "--seconds", repr(seconds), "--durability",
-            durability, "--out", str(out)]
+def _spawn(
+    store: str, proc: str, threads: int, seed: int, seconds: float, durability: str, out: Path
+) -> subprocess.Popen[str]:
+    args = [
+        sys.executable,
+        str(CHILD),
+        "--store",
+        store,
+        "--proc",
+        proc,
+        "--threads",
+        str(threads),
+        "--seed",
+        str(seed),
+        "--seconds",
+        repr(seconds),
+        "--durability",
+        durability,
+        "--out",
+        str(out),
+    ]
     return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 def run_campaign(
-    store: Any, *, seed: int, seconds: float, threads: int, processes: int, child_threads: int,
-    workdir: Path, keep: Path | None = None,
+    store: Any,
+    *,
+    seed: int,
+    seconds: float,
+    threads: int,
+    processes: int,
+    child_threads: int,
+    workdir: Path,
+    keep: Path | None = None,
 ) -> dict[str, Any]:
     """The whole campaign on one store URL; the result record (see `campaign`). With no child
     processes, `store` may also be a store object (the tests hand it a broken one)."""
@@ -262,16 +304,29 @@ def run_campaign(
     # Children first: they take a moment to import; then all actors start at one instant.
     # Odd children persist every step (durability="step"), so both write paths race.
     children = [
-        _spawn(store, f"c{i}", child_threads, seed, seconds, ("pause", "step")[i % 2],
-               workdir / f"c{i}.json")
+        _spawn(
+            store,
+            f"c{i}",
+            child_threads,
+            seed,
+            seconds,
+            ("pause", "step")[i % 2],
+            workdir / f"c{i}.json",
+        )
         for i in range(processes)
     ]
     hung: list[str] = []
     board = actors.Board(space, time.time())
     setup = actors.Actor("main/setup", "main", rt, board, random.Random(seed), 0.0)
-    for sid in space[:actors.WINDOW]:  # the first window, started before the race begins
-        rec = {"who": setup.who, "proc": "main", "n": len(setup.ops), "op": "start",
-               "sid": sid, "token": None}
+    for sid in space[: actors.WINDOW]:  # the first window, started before the race begins
+        rec = {
+            "who": setup.who,
+            "proc": "main",
+            "n": len(setup.ops),
+            "op": "start",
+            "sid": sid,
+            "token": None,
+        }
         setup.perform(rec, lambda sid=sid: rt.run(actors.FLOW, {"by": "setup"}, session_id=sid))
     for i, child in enumerate(children):
         if child.stdout is None or child.stdout.readline().strip() != "ready":
@@ -311,13 +366,30 @@ def run_campaign(
         (keep / "ops.json").write_text(json.dumps(ops))
         (keep / "sessions.json").write_text(json.dumps(sessions))
     rt.store.close()
-    return _result(store, seed, started, actor_seconds, threads, processes, child_threads,
-                   sessions, ops, problems)
+    return _result(
+        store,
+        seed,
+        started,
+        actor_seconds,
+        threads,
+        processes,
+        child_threads,
+        sessions,
+        ops,
+        problems,
+    )
 
 
 def _result(
-    store: Any, seed: int, started: float, actor_seconds: float, threads: int, processes: int,
-    child_threads: int, sessions: dict[str, dict[str, Any]], ops: list[dict[str, Any]],
+    store: Any,
+    seed: int,
+    started: float,
+    actor_seconds: float,
+    threads: int,
+    processes: int,
+    child_threads: int,
+    sessions: dict[str, dict[str, Any]],
+    ops: list[dict[str, Any]],
     problems: list[str],
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {
@@ -363,8 +435,14 @@ def _result(
     }
 
 
-def campaign(*, seed: int, budget: float | None = None, full: bool = False,
-             store: str | None = None, keep: Path | None = None) -> dict[str, Any]:
+def campaign(
+    *,
+    seed: int,
+    budget: float | None = None,
+    full: bool = False,
+    store: str | None = None,
+    keep: Path | None = None,
+) -> dict[str, Any]:
     """Run the campaign: `budget` seconds of racing (default: the quick slice, or 60 s with
     `full`) on an SQLite file, or on `store` (a URL) when given. Returns the result record:
     name, trials (operations attempted), failures (violations found), seconds, seed, figures,

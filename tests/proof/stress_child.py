@@ -161,8 +161,11 @@ class Board:
             seen = self.tokens[sid]
             if status is not None:
                 sid, seen = next(
-                    ((s, t) for s in rng.sample(sids, min(8, len(sids)))
-                     if (t := self.tokens[s]) and t[-1][1] == status),
+                    (
+                        (s, t)
+                        for s in rng.sample(sids, min(8, len(sids)))
+                        if (t := self.tokens[s]) and t[-1][1] == status
+                    ),
                     (sid, seen),
                 )
             token, _, kind = seen[-1] if rng.random() < 0.8 else rng.choice(seen)
@@ -187,7 +190,12 @@ class Actor:
     MIX = (("resume", 40), ("learn", 25), ("abort", 12), ("skip", 6), ("start", 9), ("cancel", 1))
 
     def __init__(
-        self, who: str, proc: str, rt: tarry.Runtime, board: Board, rng: random.Random,
+        self,
+        who: str,
+        proc: str,
+        rt: tarry.Runtime,
+        board: Board,
+        rng: random.Random,
         deadline: float,
     ) -> None:
         self.who, self.proc, self.rt, self.board, self.rng = who, proc, rt, board, rng
@@ -213,8 +221,14 @@ class Actor:
 
     def step(self, op: str) -> dict[str, Any]:
         rng, board = self.rng, self.board
-        rec: dict[str, Any] = {"who": self.who, "proc": self.proc, "n": len(self.ops), "op": op,
-                               "sid": None, "token": None}
+        rec: dict[str, Any] = {
+            "who": self.who,
+            "proc": self.proc,
+            "n": len(self.ops),
+            "op": op,
+            "sid": None,
+            "token": None,
+        }
         call = None
         if op == "abort" and not board.may_abort():
             op = rec["op"] = "learn"

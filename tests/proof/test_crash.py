@@ -46,7 +46,9 @@ def test_script_writes_the_result_and_exits_zero(tmp_path: Path) -> None:
     out = tmp_path / "crash.json"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--json", str(out), "--seed", "5", "--trials", "2"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
@@ -54,7 +56,10 @@ def test_script_writes_the_result_and_exits_zero(tmp_path: Path) -> None:
         result
     )
     assert (result["name"], result["trials"], result["failures"], result["seed"]) == (
-        "crash", 2, 0, 5,
+        "crash",
+        2,
+        0,
+        5,
     )
     assert "crash campaign" in proc.stdout
 
@@ -122,7 +127,9 @@ def test_a_lost_step_is_reported(clean) -> None:
     found = crash.check(attrs.evolve(obs, rows=[*obs.rows[:row], *obs.rows[row + 1 :]]), ref)
     assert any("without its side effect there (lost" in v for v in found), found
     # ... or its completion vanished from the log.
-    events = renumber([e for e in obs.events if not (e.path == path and e.type.startswith("node."))])
+    events = renumber(
+        [e for e in obs.events if not (e.path == path and e.type.startswith("node."))]
+    )
     found = crash.check(attrs.evolve(obs, events=events), ref)
     assert any("lost [" + "/".join(map(str, path)) in v for v in found), found
 
@@ -166,8 +173,12 @@ def test_a_run_after_the_completion_was_written_is_reported(clean) -> None:
     path = step_path(ref, "hold")
     [row] = rows_of(obs, path)
     # Generation 0 wrote everything and died; generation 1 ran `hold` once more.
-    late = attrs.evolve(obs, rows=[*obs.rows, (obs.rows[row][0], path, 1, 1)],
-                        boundaries=(0, len(obs.events)), killed=frozenset({0}))
+    late = attrs.evolve(
+        obs,
+        rows=[*obs.rows, (obs.rows[row][0], path, 1, 1)],
+        boundaries=(0, len(obs.events)),
+        killed=frozenset({0}),
+    )
     found = crash.check(late, ref)
     assert any("ran again after its completion was written" in v for v in found), found
 

@@ -97,10 +97,16 @@ class Vague(Runtime):
 
 @pytest.mark.parametrize(
     ("runtime", "method", "message"),
-    [(Lenient, "resume", "accepted a token it never issued"),
-     (Meddling, "", "refused it, as resume() (UnknownToken), skip() (UnknownToken), "
-      "cancel() (UnknownToken), but the store changed"),
-     (Vague, "skip", "raised SessionNotResumable, expected UnknownToken")],
+    [
+        (Lenient, "resume", "accepted a token it never issued"),
+        (
+            Meddling,
+            "",
+            "refused it, as resume() (UnknownToken), skip() (UnknownToken), "
+            "cancel() (UnknownToken), but the store changed",
+        ),
+        (Vague, "skip", "raised SessionNotResumable, expected UnknownToken"),
+    ],
 )
 def test_the_token_checker_catches_a_planted_fault(runtime, method, message) -> None:
     tally = fuzz.Tally("tokens", 0, 1)
@@ -129,10 +135,16 @@ class WavesDecisionsThrough(Runtime):
 
 @pytest.mark.parametrize(
     ("runtime", "site", "value", "message"),
-    [(UsesTokenThenRefuses, "wait", 1, "refused (InvalidResumeValue: too late) but the store "
-      "changed"),
-     (StoresSomethingElse, "interrupt", [1, 2], "stored 'something else', not the value given"),
-     (WavesDecisionsThrough, "gate", "yes", "accepted a decision API.md rejects")],
+    [
+        (
+            UsesTokenThenRefuses,
+            "wait",
+            1,
+            "refused (InvalidResumeValue: too late) but the store changed",
+        ),
+        (StoresSomethingElse, "interrupt", [1, 2], "stored 'something else', not the value given"),
+        (WavesDecisionsThrough, "gate", "yes", "accepted a decision API.md rejects"),
+    ],
 )
 def test_the_value_checker_catches_a_planted_fault(runtime, site, value, message) -> None:
     tally = fuzz.Tally("values", 0, 1)
@@ -151,12 +163,17 @@ def test_the_value_checker_passes_a_good_value() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "message"),
-    [(httpx.Response(500, json={"error": "boom"}), "HTTP 500"),
-     (httpx.Response(200, text="ok"), "body not strict JSON"),
-     (httpx.Response(200, content=b'{"output": NaN}', headers={"content-type":
-                                                                "application/json"}),
-      "body not strict JSON (NaN is not JSON)"),
-     (httpx.Response(302, json={}), "HTTP 302")],
+    [
+        (httpx.Response(500, json={"error": "boom"}), "HTTP 500"),
+        (httpx.Response(200, text="ok"), "body not strict JSON"),
+        (
+            httpx.Response(
+                200, content=b'{"output": NaN}', headers={"content-type": "application/json"}
+            ),
+            "body not strict JSON (NaN is not JSON)",
+        ),
+        (httpx.Response(302, json={}), "HTTP 302"),
+    ],
 )
 def test_the_http_checker_catches_a_bad_answer(answer, message) -> None:
     tally = fuzz.Tally("http", 0, 1)
@@ -185,18 +202,29 @@ def test_the_http_target_reports_every_answer_of_a_broken_app() -> None:
         await send({"type": "http.response.body", "body": b"down"})
 
     tally = fuzz.Tally("http", 0, 10)
-    fuzz.http_target(tally, [("memory", lambda: Runtime(flows=fuzz.FLOWS.values()))],
-                     app_factory=lambda rt, token: broken)
+    fuzz.http_target(
+        tally,
+        [("memory", lambda: Runtime(flows=fuzz.FLOWS.values()))],
+        app_factory=lambda rt, token: broken,
+    )
     assert tally.inputs == 10
     assert sum("HTTP 503" in v.message for v in tally.violations) == 2 * tally.inputs
 
 
 def test_known_bugs_are_told_from_new_ones(monkeypatch) -> None:
     monkeypatch.setattr(fuzz, "KNOWN", (fuzz.Known("deep-json-500", r"HTTP 500 .*'deep'", "t"),))
-    known = fuzz.Violation("http", "1.0", "HTTP 500 from x: 'Internal Server Error'",
-                           "('memory', '/api/resume', 'deep', 9)")
-    new = fuzz.Violation("http", "1.0", "HTTP 500 from x: 'Internal Server Error'",
-                         "('memory', '/api/resume', 'bytes', 9)")
+    known = fuzz.Violation(
+        "http",
+        "1.0",
+        "HTTP 500 from x: 'Internal Server Error'",
+        "('memory', '/api/resume', 'deep', 9)",
+    )
+    new = fuzz.Violation(
+        "http",
+        "1.0",
+        "HTTP 500 from x: 'Internal Server Error'",
+        "('memory', '/api/resume', 'bytes', 9)",
+    )
     assert fuzz.known_bug(known) == "deep-json-500" and fuzz.known_bug(new) is None
     examples = fuzz.examples([known, new, new], seed=3, budget=7)
     assert len(examples) == 2 and examples[0].startswith("[NEW] http trial 1.0")
@@ -229,10 +257,14 @@ def test_a_real_token_with_any_character_changed_is_unknown(secret) -> None:
     pool = fuzz.Pool(Runtime(flows=fuzz.FLOWS.values(), secret=secret), "memory")
     token = pool.live["gate"].token
     before = pool.image()
-    altered = {token[:i] + c + token[i + 1:] for i in range(len(token))
-               for c in ("A", "z", "-", ".")}
-    altered |= {token[:i] + c + token[i + 1:] for i in range(len(token) - 6, len(token))
-                for c in URLSAFE_AND_DOT}
+    altered = {
+        token[:i] + c + token[i + 1 :] for i in range(len(token)) for c in ("A", "z", "-", ".")
+    }
+    altered |= {
+        token[:i] + c + token[i + 1 :]
+        for i in range(len(token) - 6, len(token))
+        for c in URLSAFE_AND_DOT
+    }
     altered |= {token[:-1], token + "A", token + "=", token.upper(), f" {token}"}
     altered.discard(token)
     for given in sorted(altered):
@@ -381,8 +413,9 @@ def post(rt: Runtime, path: str, body: bytes) -> httpx.Response:
     import asyncio
 
     async def send() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(rt), raise_app_exceptions=False,
-                                        client=("127.0.0.1", 50000))
+        transport = httpx.ASGITransport(
+            app=create_app(rt), raise_app_exceptions=False, client=("127.0.0.1", 50000)
+        )
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             return await client.post(path, content=body)
 

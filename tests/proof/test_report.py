@@ -11,8 +11,15 @@ PAGE = "# Guarantees\n\nprose\n\n<!-- proof:start -->\nold\n<!-- proof:end -->\n
 
 
 def _result(name: str, failures: int = 0) -> dict:
-    return {"name": name, "trials": 1000, "failures": failures, "seconds": 12.5, "seed": 3,
-            "figures": {"sigkills": 1234}, "failure_examples": ["trial 9"] if failures else []}
+    return {
+        "name": name,
+        "trials": 1000,
+        "failures": failures,
+        "seconds": 12.5,
+        "seed": 3,
+        "figures": {"sigkills": 1234},
+        "failure_examples": ["trial 9"] if failures else [],
+    }
 
 
 def test_the_figures_replace_only_the_marked_block(tmp_path: Path) -> None:

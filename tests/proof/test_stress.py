@@ -43,8 +43,18 @@ def test_quick_slice_on_postgres_keeps_every_guarantee() -> None:
 
 def _op(who: str, n: int, op: str, **fields: Any) -> dict[str, Any]:
     proc = who.split("/")[0]
-    base = {"who": who, "proc": proc, "n": n, "op": op, "sid": "s1", "token": None,
-            "exc": None, "t0": 10.0 + n, "t1": 10.5 + n, "events": []}
+    base = {
+        "who": who,
+        "proc": proc,
+        "n": n,
+        "op": op,
+        "sid": "s1",
+        "token": None,
+        "exc": None,
+        "t0": 10.0 + n,
+        "t1": 10.5 + n,
+        "events": [],
+    }
     return base | fields
 
 
@@ -53,21 +63,51 @@ def _history() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     and T1 refused to a thread of the parent."""
     sessions = {
         "s1": {
-            "status": "paused", "state_status": "paused", "derived_equal": True,
+            "status": "paused",
+            "state_status": "paused",
+            "derived_equal": True,
             "live_token": "T2",
-            "events": [[1, "run.started", "a"], [2, "node.started", "b"], [3, "run.paused", "c"],
-                       [4, "run.resumed", "d"], [5, "node.completed", "e"],
-                       [6, "run.paused", "f"]],
+            "events": [
+                [1, "run.started", "a"],
+                [2, "node.started", "b"],
+                [3, "run.paused", "c"],
+                [4, "run.resumed", "d"],
+                [5, "node.completed", "e"],
+                [6, "run.paused", "f"],
+            ],
         }
     }
     ops = [
-        _op("main/t0", 0, "start", outcome="paused", out_token="T1", reason="", error=None,
-            events=[[1, "run.started", "s1", "a"], [2, "node.started", "s1", "b"],
-                    [3, "run.paused", "s1", "c"]]),
+        _op(
+            "main/t0",
+            0,
+            "start",
+            outcome="paused",
+            out_token="T1",
+            reason="",
+            error=None,
+            events=[
+                [1, "run.started", "s1", "a"],
+                [2, "node.started", "s1", "b"],
+                [3, "run.paused", "s1", "c"],
+            ],
+        ),
         _op("c0/t1", 0, "learn", outcome="paused", out_token="T1", seq=3, status="paused"),
-        _op("c0/t1", 1, "resume", token="T1", outcome="paused", out_token="T2", reason="more",
-            error=None, events=[[4, "run.resumed", "s1", "d"], [5, "node.completed", "s1", "e"],
-                                [6, "run.paused", "s1", "f"]]),
+        _op(
+            "c0/t1",
+            1,
+            "resume",
+            token="T1",
+            outcome="paused",
+            out_token="T2",
+            reason="more",
+            error=None,
+            events=[
+                [4, "run.resumed", "s1", "d"],
+                [5, "node.completed", "s1", "e"],
+                [6, "run.paused", "s1", "f"],
+            ],
+        ),
         _op("main/t1", 0, "resume", token="T1", exc="TokenAlreadyUsed"),
     ]
     return sessions, ops
@@ -125,8 +165,19 @@ def _token_for_two_pauses(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
 
 def _cancel_of_a_used_token(s: dict[str, Any], o: list[dict[str, Any]]) -> None:
     # cancel(T1) after T1's resume: it consumed the next pause (T2's) instead of refusing.
-    o.append(_op("c1/t0", 0, "cancel", token="T1", outcome="error", out_token=None,
-                 reason=None, error="cancelled", events=[[7, "run.cancelled", "s1", "g"]]))
+    o.append(
+        _op(
+            "c1/t0",
+            0,
+            "cancel",
+            token="T1",
+            outcome="error",
+            out_token=None,
+            reason=None,
+            error="cancelled",
+            events=[[7, "run.cancelled", "s1", "g"]],
+        )
+    )
     s["s1"]["events"].append([7, "run.cancelled", "g"])
     s["s1"].update(status="cancelled", state_status="cancelled", live_token=None)
 
@@ -235,8 +286,13 @@ def test_a_child_process_that_dies_is_reported(
     dead.write_text("import sys\nsys.exit(3)\n")
     monkeypatch.setattr(stress, "CHILD", dead)
     result = stress.run_campaign(
-        f"sqlite:///{tmp_path / 'runs.db'}", seed=1, seconds=0.3, threads=1, processes=1,
-        child_threads=1, workdir=tmp_path,
+        f"sqlite:///{tmp_path / 'runs.db'}",
+        seed=1,
+        seconds=0.3,
+        threads=1,
+        processes=1,
+        child_threads=1,
+        workdir=tmp_path,
     )
     examples = "\n".join(result["failure_examples"])
     assert "child c0 did not start" in examples and "exited with code 3" in examples, examples
@@ -256,8 +312,13 @@ def test_the_campaign_fails_on_a_store_that_loses_events(tmp_path: Path) -> None
             return super().save(record, expected_version, events=events, **kw)
 
     result = stress.run_campaign(
-        Leaky(tmp_path / "runs.db"), seed=2, seconds=1.0, threads=4, processes=0,
-        child_threads=0, workdir=tmp_path,
+        Leaky(tmp_path / "runs.db"),
+        seed=2,
+        seconds=1.0,
+        threads=4,
+        processes=0,
+        child_threads=0,
+        workdir=tmp_path,
     )
     # Sessions whose log misses events: the fold differs from the state, statuses disagree.
     assert result["failures"] > 0 and result["failure_examples"]
@@ -267,8 +328,8 @@ def test_the_campaign_fails_on_a_store_that_loses_events(tmp_path: Path) -> None
 # -- races the campaign found, replayed deterministically ---------------------------------------
 
 LOOP = tarry.Flow(
-    "gates", [tarry.Loop("l", [lambda ctx: 1, tarry.Gate("g")], until=lambda ctx: False,
-                         max_iterations=5)]
+    "gates",
+    [tarry.Loop("l", [lambda ctx: 1, tarry.Gate("g")], until=lambda ctx: False, max_iterations=5)],
 )
 
 

@@ -45,7 +45,6 @@ def postgres(module: Any) -> Any:
     return module
 
 
-
 def tables(schema: str) -> set[str]:
     import psycopg
 

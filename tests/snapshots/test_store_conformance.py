@@ -439,16 +439,27 @@ def due_session(store: Any, sid: str, wake_at: dt.datetime, **changes: Any) -> N
 
 def test_claim_due_leases_due_sessions_earliest_first(store: Any) -> None:
     now = at(100)
-    for sid, wake_at in [("late", at(90)), ("now", now), ("early", at(50)), ("tie", at(50)),
-                         ("future", at(100.000001))]:
+    for sid, wake_at in [
+        ("late", at(90)),
+        ("now", now),
+        ("early", at(50)),
+        ("tie", at(50)),
+        ("future", at(100.000001)),
+    ]:
         due_session(store, sid, wake_at)
     store.create(rec("no timer", status="paused", token="tk_x"))
     store.create(rec("running", status="running", wake_at=at(10), token="tk_r"))
     store.create(rec("done", status="completed", wake_at=at(10)))
     claimed = store.claim_due(now, "w1", at(130), limit=2)
     assert [r.session_id for r in claimed] == ["early", "tie"]
-    assert claimed[0] == rec("early", status="paused", wake_at=at(50), token="tk_early",
-                             lease_owner="w1", lease_until=at(130))
+    assert claimed[0] == rec(
+        "early",
+        status="paused",
+        wake_at=at(50),
+        token="tk_early",
+        lease_owner="w1",
+        lease_until=at(130),
+    )
     for sid in ("early", "tie"):
         loaded = store.load(sid)
         assert (loaded.lease_owner, loaded.lease_until, loaded.version) == ("w1", at(130), 0)
@@ -480,8 +491,10 @@ def test_claim_due_pages_after_a_cursor(store: Any) -> None:
     page = store.claim_due(now, "w", at(130), limit=2, after=(at(5), "d"))
     assert [r.session_id for r in page] == ["a", "b"]
     last = page[-1]
-    assert [r.session_id for r in store.claim_due(now, "w", at(130), after=(last.wake_at,
-                                                                          last.session_id))] == ["c"]
+    assert [
+        r.session_id
+        for r in store.claim_due(now, "w", at(130), after=(last.wake_at, last.session_id))
+    ] == ["c"]
     assert store.load("d").lease_owner is None  # before the cursor: left alone
     store.release("a", "w")
     assert [r.session_id for r in store.claim_due(now, "w", at(130))] == ["d", "a"]
@@ -667,7 +680,6 @@ def test_consume_token_takes_the_lease_and_appends_events_atomically(store: Any)
     assert [e.seq for e in store.events("s1")] == [1, 2]
 
 
-
 def test_consume_token_at_a_version_uses_it_only_while_the_session_is_there(store: Any) -> None:
     """`version`: a resumer that checked the session as it saved it uses the token without
     reading it first; a session that moved on since (saved again, or another of its tokens
@@ -758,8 +770,14 @@ def test_stop_requests_race_with_the_save_that_ends_the_run(store: Any) -> None:
     for i in range(20):
         sid = f"s{i}"
         store.create(rec(sid))
-        results = race(2, lambda n, sid=sid: store.request_stop(sid, "abort") if n == 0
-                       else store.save(rec(sid, status="paused"), 0))
+        results = race(
+            2,
+            lambda n, sid=sid: (
+                store.request_stop(sid, "abort")
+                if n == 0
+                else store.save(rec(sid, status="paused"), 0)
+            ),
+        )
         assert results[0] in ("running", "paused")
         assert store.stop_requested(sid) is None
 
@@ -839,20 +857,26 @@ def node(seq: int, type_: str, name: str, seconds: float, sid: str = "s1", **dat
 def test_stats_count_statuses_and_add_up_node_tallies(store: Any) -> None:
     from tarry.snapshots.tally import NodeTotals
 
-    store.create(rec("s1", flow="f"), events=[
-        Event(1, RUN_STARTED, "s1", at(0), (), {}),
-        node(2, "node.started", "a", 1),
-        node(3, "node.completed", "a", 3, metrics={"tokens": 5}),
-        node(4, "node.started", "b", 3),
-        node(5, "node.failed", "b", 4, metrics={"tokens": 1}),
-        node(6, "node.retrying", "b", 4, delay=2.0),
-    ])
-    store.create(rec("s2", flow="g", status="completed"), events=[
-        Event(1, RUN_STARTED, "s2", at(0), (), {}),
-        node(2, "node.started", "a", 10, "s2"),
-        node(3, "node.completed", "a", 14, "s2"),
-        node(4, "node.completed", "c", 14, "s2", skipped=True),  # `skip`: not an execution
-    ])
+    store.create(
+        rec("s1", flow="f"),
+        events=[
+            Event(1, RUN_STARTED, "s1", at(0), (), {}),
+            node(2, "node.started", "a", 1),
+            node(3, "node.completed", "a", 3, metrics={"tokens": 5}),
+            node(4, "node.started", "b", 3),
+            node(5, "node.failed", "b", 4, metrics={"tokens": 1}),
+            node(6, "node.retrying", "b", 4, delay=2.0),
+        ],
+    )
+    store.create(
+        rec("s2", flow="g", status="completed"),
+        events=[
+            Event(1, RUN_STARTED, "s2", at(0), (), {}),
+            node(2, "node.started", "a", 10, "s2"),
+            node(3, "node.completed", "a", 14, "s2"),
+            node(4, "node.completed", "c", 14, "s2", skipped=True),  # `skip`: not an execution
+        ],
+    )
     store.create(rec("s3", flow="f", status="paused"))
     totals = store.stats()
     assert totals.by_status == {"running": 1, "completed": 1, "paused": 1}
@@ -864,10 +888,14 @@ def test_stats_count_statuses_and_add_up_node_tallies(store: Any) -> None:
     # back-off ended (at 6 s), an attempt of a in progress since before is timed whole.
     store.append_events("s1", [node(7, "node.started", "a", 20)])
     assert store.stats().nodes["a"].executions == 2
-    store.save(rec("s1", flow="f", status="completed"), 0, events=[
-        node(8, "node.completed", "b", 7),
-        node(9, "node.completed", "a", 25, metrics={"tokens": 2}),
-    ])
+    store.save(
+        rec("s1", flow="f", status="completed"),
+        0,
+        events=[
+            node(8, "node.completed", "b", 7),
+            node(9, "node.completed", "a", 25, metrics={"tokens": 2}),
+        ],
+    )
     totals = store.stats()
     assert totals.by_status == {"completed": 2, "paused": 1}
     assert totals.nodes["a"] == NodeTotals(3, 0, 11.0, 3, {"tokens": 7})
@@ -929,8 +957,11 @@ def test_sqlite_a_file_made_before_the_control_columns_gets_them(tmp_path: Path)
 
 def test_list_pages_by_cursor_filters_by_period_and_search(store: Any) -> None:
     specs = [  # id, created (s), flow
-        ("job-1", 10, "billing"), ("job-2", 20, "billing"), ("job-3", 20, "mail"),
-        ("other", 30, "daily-billing"), ("x%_", 40, "mail"),
+        ("job-1", 10, "billing"),
+        ("job-2", 20, "billing"),
+        ("job-3", 20, "mail"),
+        ("other", 30, "daily-billing"),
+        ("x%_", 40, "mail"),
     ]
     for sid, created, flow in specs:
         store.create(rec(sid, created_at=at(created), flow=flow))
@@ -960,13 +991,19 @@ def test_list_pages_by_cursor_filters_by_period_and_search(store: Any) -> None:
 
 
 def test_stats_of_a_period_count_sessions_by_creation_time(store: Any) -> None:
-    for sid, created, status in (("s1", 10, "completed"), ("s2", 20, "paused"),
-                                 ("s3", 30, "completed")):
-        store.create(rec(sid, created_at=at(created), status=status), events=[
-            Event(1, RUN_STARTED, sid, at(created), (), {}),
-            node(2, "node.started", "a", created, sid),
-            node(3, "node.completed", "a", created + 1, sid),
-        ])
+    for sid, created, status in (
+        ("s1", 10, "completed"),
+        ("s2", 20, "paused"),
+        ("s3", 30, "completed"),
+    ):
+        store.create(
+            rec(sid, created_at=at(created), status=status),
+            events=[
+                Event(1, RUN_STARTED, sid, at(created), (), {}),
+                node(2, "node.started", "a", created, sid),
+                node(3, "node.completed", "a", created + 1, sid),
+            ],
+        )
     assert store.stats().nodes["a"].executions == 3
     period = store.stats(since=at(20), until=at(30))
     assert period.by_status == {"paused": 1}

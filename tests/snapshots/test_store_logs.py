@@ -53,8 +53,9 @@ def test_saved_records_are_numbered_and_read_back(store: Any) -> None:
     store.save(rec(), v, logs=batch(3, level="WARNING", levelno=30))
     got = store.logs("s1")
     assert [r.seq for r in got] == [1, 2, 3]
-    assert got[0] == LogRecord(1, at(1.000123), "INFO", 20, "app.jobs", "message 1 — ünïcode",
-                               ("items", 1, "fetch"))
+    assert got[0] == LogRecord(
+        1, at(1.000123), "INFO", 20, "app.jobs", "message 1 — ünïcode", ("items", 1, "fetch")
+    )
     assert got[2].level == "WARNING" and got[2].at.tzinfo is not None
     assert store.dropped_logs("s1") == 0
 

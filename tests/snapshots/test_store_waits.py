@@ -133,9 +133,7 @@ def test_a_running_save_keeps_the_waits(store: Any) -> None:
 
 
 @pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
-def test_a_session_that_ends_drops_its_waits_and_uses_their_tokens(
-    store: Any, status: str
-) -> None:
+def test_a_session_that_ends_drops_its_waits_and_uses_their_tokens(store: Any, status: str) -> None:
     paused(store, "s1", wait("tk_1"), wait("tk_2", index=1))
     paused(store, "s2", wait("tk_9", "s2"))
     store.save(rec(status=status), 1)
@@ -193,7 +191,9 @@ def test_find_tokens_answers_many_at_once_leaving_out_the_unknown(store: Any) ->
     many = 1500  # more than one statement's worth of parameters on some stores
     asked = ["b1", "zz", "a1", "a2", *(f"x{i}" for i in range(many))]
     assert store.find_tokens(asked) == {
-        "b1": TokenInfo("s2", False), "a1": TokenInfo("s1", False), "a2": TokenInfo("s1", True),
+        "b1": TokenInfo("s2", False),
+        "a1": TokenInfo("s1", False),
+        "a2": TokenInfo("s1", True),
     }
     assert store.find_tokens([]) == {}
     assert store.find_tokens(["a1", "a1"]) == {"a1": TokenInfo("s1", False)}

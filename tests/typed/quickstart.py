@@ -12,9 +12,12 @@ def triage(ctx: Context) -> dict[str, Any]:
     return {"id": ctx.item["id"], "urgent": "fire" in ctx.item["text"]}
 
 
-flow = Flow("tickets", [
-    ForEach("each", lambda ctx: ctx.input["tickets"], [triage, Gate("approve", "File it?")]),
-])
+flow = Flow(
+    "tickets",
+    [
+        ForEach("each", lambda ctx: ctx.input["tickets"], [triage, Gate("approve", "File it?")]),
+    ],
+)
 
 rt = Runtime(store="memory://")
 stores = [Runtime(store=MemoryStore()), Runtime(store=SQLiteStore(":memory:"))]
