@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine import events as ev
-from tarry.engine.errors import SnapshotTooLarge
 from tarry.engine.events import Event, EventLog
 from tarry.engine.execution import Execution
 from tarry.engine.failure import record_failure
@@ -25,6 +24,7 @@ from .outcome import ERROR, Outcome, all_pauses, outcome_of
 from .pausing import old_token, record_pauses
 from .pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from .values import bounds, copy
+from .writes import next_record, too_large
 
 if TYPE_CHECKING:
     from .core import Core
@@ -258,7 +258,7 @@ class Drive:
         what other processes see of a running session, and where recovery starts from."""
         state = self.ex.state
         rec = self.record
-        record = self._next_record(self._encode(), None, None, self.core.owner, self.until)
+        record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
         values = self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
@@ -342,7 +342,7 @@ class Drive:
         (see Core). Returns the token key the session keeps."""
         blob = self._encode()
         if len(blob) > self.core.max_snapshot_bytes and self.ex.state.status == "paused":
-            self._fail(self._too_large(len(blob)))
+            self._fail(too_large(self.ex.state, len(blob), self.core.max_snapshot_bytes))
             blob = self._encode()
         state = self.ex.state
         wake = None
@@ -353,7 +353,7 @@ class Drive:
         else:
             waits = []
         rec = self.record
-        record = self._next_record(blob, token, wake, None, None)
+        record = next_record(self, blob, token, wake, None, None)
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
@@ -379,42 +379,7 @@ class Drive:
         batch = None if self.logs is None else self.logs.take()
         return _NO_LOGS if batch is None else {"logs": batch}
 
-    def _next_record(
-        self,
-        blob: bytes,
-        token: str | None,
-        wake: datetime | None,
-        owner: str | None,
-        until: datetime | None,
-    ) -> SessionRecord:
-        """The session's record as its next write leaves it: the state `blob`, the `token`
-        it keeps, when it wakes, and its lease (an owner while it runs, none once it stops)."""
-        rec = self.record
-        return SessionRecord(
-            session_id=rec.session_id,
-            flow=rec.flow,
-            status=self.ex.state.status,
-            state=blob,
-            version=rec.version,
-            fingerprint=self.flow.fingerprint,
-            flow_version=self.flow.version,
-            token=token,
-            wake_at=wake,
-            lease_owner=owner,
-            lease_until=until,
-            created_at=rec.created_at,
-            updated_at=self.core.clock.now(),
-            meta=rec.meta,
-            durability=rec.durability,
-        )
-
     def _encode(self) -> bytes:
         return encode_state(
             self.ex.state, fingerprint=self.flow.fingerprint, flow_version=self.flow.version
         )
-
-    def _too_large(self, size: int) -> ErrorInfo:
-        state = self.ex.state
-        error = SnapshotTooLarge(state.session_id, size, self.core.max_snapshot_bytes)
-        path = state.pause.path if state.pause is not None else ()
-        return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)

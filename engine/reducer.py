@@ -119,9 +119,8 @@ def _top(scope: Fields, key: str, owned: bool) -> Fields:
     return top.__dict__
 
 
-# One function per event type, changing `fields` (the state's `__dict__`, where `last_seq` is
-# already set). With `owned` False the state is a fresh copy, and they copy whatever else they
-# change first.
+# One function per event type, changing `fields` (the state's `__dict__`, `last_seq` set) with
+# the event's (seq, path, data); not `owned`: the state is a fresh copy, copied further first.
 
 
 def _node_completed(
@@ -351,8 +350,7 @@ def _run_cancelled(
     fields["pause"] = None
 
 
-#: The reducer of each event type that changes the state, by type (the live Execution calls
-#: them directly: `apply` without an Event).
+#: The reducer of each type that changes the state (the live run calls them: no Event built).
 REDUCERS = {
     ev.NODE_COMPLETED: _node_completed,
     ev.NODE_STARTED: _node_started,

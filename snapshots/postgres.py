@@ -300,7 +300,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
                 try:
                     _one, appended = conn.execute(sql, args).fetchone() or (0, 0)
                 except pg_errors.DivisionByZero:  # the guard: the row was not written
-                    raise self._moved(conn, sid, expected_version, events) from None
+                    raise writes.moved(conn, sid, expected_version, events) from None
         except pg_errors.IntegrityError as exc:
             raise _conflict(exc, sid) from exc
         if appended != len(events):  # cannot be: the row is written only if they continue
@@ -311,20 +311,6 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
             # those records, never the session's progress.
             with self._pool.connection() as conn:
                 logs_.put_logs(conn, sid, logs)
-
-    @staticmethod
-    def _moved(
-        conn: psycopg.Connection[Any], sid: str, expected_version: int, events: Sequence[Event]
-    ) -> ConcurrentUpdate:
-        """Why a save wrote nothing: the session is at another version (or gone), or its
-        log moved on."""
-        current = conn.execute(
-            "SELECT version FROM tarry_sessions WHERE session_id = %s", (sid,)
-        ).fetchone()
-        found = None if current is None else current[0]
-        if found == expected_version and events:
-            return _conflict(None, sid, events)
-        return ConcurrentUpdate(f"session {sid!r} is at version {found}, not {expected_version}")
 
     def _saved(self, record: SessionRecord, expected_version: int) -> bool:
         """Whether the store holds `record` as a save from `expected_version` wrote it."""

@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.events import Event
 
-from .postgres_sql import _NAMES
+from .postgres_sql import _NAMES, _conflict
 from .records import WaitRecord, encode_path
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: The SQLSTATE of the guard's division by zero: `psycopg.errors.DivisionByZero`.
 GUARD = "22012"
@@ -262,3 +266,17 @@ def save_args(
         args["done"] = list(mail_done)
     sql = save_sql(ended, bool(events), bool(values), bool(waits), bool(keys), bool(mail_done))
     return sql, args
+
+
+def moved(
+    conn: psycopg.Connection[Any], sid: str, expected_version: int, events: Sequence[Event]
+) -> ConcurrentUpdate:
+    """Why a save wrote nothing: the session is at another version (or gone), or its
+    log moved on."""
+    current = conn.execute(
+        "SELECT version FROM tarry_sessions WHERE session_id = %s", (sid,)
+    ).fetchone()
+    found = None if current is None else current[0]
+    if found == expected_version and events:
+        return _conflict(None, sid, events)
+    return ConcurrentUpdate(f"session {sid!r} is at version {found}, not {expected_version}")

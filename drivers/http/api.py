@@ -19,18 +19,14 @@ from tarry.engine.errors import (
 )
 from tarry.engine.waits import Gate
 
-from ..jsonable import event_to_dict, log_to_dict
 from ..outcome import Outcome
-from ..paging import encode_cursor
 from ..runtime import Runtime
 from ..settle import settle
-from ..views import SessionView
 from ..worker import deliver_importing, register_recorded_flows
 from .bodies import (
     BadRequest,
     body_object,
     error_response,
-    int_param,
     json_response,
     read_body,
     read_json,
@@ -38,21 +34,15 @@ from .bodies import (
 )
 from .guard import COOKIE, PAGE_HEADERS
 from .journal import Journal, journal_feed
-from .periods import period
 from .reading import ReadingRoutes, find_flow
+from .session_routes import SessionRoutes
 from .sse import EventStreamResponse, Streams, Wakeup, session_feed
 from .users import LoginLimit, Users
-
-#: The most events one `GET .../events` returns.
-MAX_EVENTS = 10_000
-#: The most log records one `GET .../logs` returns.
-MAX_LOGS_PAGE = 10_000
-
 
 # --- the routes --------------------------------------------------------------------------------
 
 
-class Api(ReadingRoutes):
+class Api(SessionRoutes, ReadingRoutes):
     """The route handlers over one runtime."""
 
     def __init__(
@@ -121,107 +111,6 @@ class Api(ReadingRoutes):
 
     async def me(self, request: Request) -> Response:
         return json_response({"user": request.state.user})
-
-    # -- reading -----------------------------------------------------------------------------
-    async def list_sessions(self, request: Request) -> Response:
-        """Newest first. Paged by `cursor` (keyset: the `next_cursor` of the page before), or
-        by `offset` (kept for old callers; a deep offset costs what it skips)."""
-        q = request.query_params
-        limit = int_param(request, "limit", 50, 1, 1000)
-        offset = int_param(request, "offset", 0, 0, None)
-        status, flow = q.get("status") or None, q.get("flow") or None
-        if offset:
-            if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
-                raise BadRequest(
-                    "BadRequest",
-                    "?offset= pages only by status and flow: use "
-                    "?cursor= with ?q=, ?since= or ?until=",
-                )
-            rows = await run_in_threadpool(
-                partial(self.rt.sessions, status=status, flow=flow, limit=limit + 1, offset=offset)
-            )
-            more = len(rows) > limit
-            del rows[limit:]
-            last = rows[-1] if rows and more else None
-            cursor = encode_cursor(last.created_at, last.session_id) if last else None
-            return json_response(
-                {"sessions": rows, "next_cursor": cursor, "limit": limit, "offset": offset}
-            )
-        since, until = period(request)
-        page = await run_in_threadpool(
-            partial(
-                self.rt.sessions_page,
-                status=status,
-                flow=flow,
-                q=q.get("q") or None,
-                since=since,
-                until=until,
-                limit=limit,
-                cursor=q.get("cursor") or None,
-            )
-        )
-        return json_response(
-            {
-                "sessions": page.sessions,
-                "next_cursor": page.next_cursor,
-                "limit": limit,
-                "offset": 0,
-            }
-        )
-
-    async def get_session(self, request: Request) -> Response:
-        view = await self._view(request)
-        return json_response(await run_in_threadpool(session_json, view))
-
-    async def list_events(self, request: Request) -> Response:
-        after = int_param(request, "after", 0, 0, None)
-        limit = int_param(request, "limit", 1000, 1, MAX_EVENTS)
-        view = await self._view(request)
-        # One more than asked for tells whether there are more: the store reads that page only.
-        events = await run_in_threadpool(view.events, after, limit + 1)
-        more = len(events) > limit
-        del events[limit:]
-        return json_response(
-            {
-                "session_id": view.session_id,
-                "events": [event_to_dict(e) for e in events],
-                "last_seq": events[-1].seq if events else after,
-                "more": more,
-            }
-        )
-
-    async def list_logs(self, request: Request) -> Response:
-        level: int | str | None = request.query_params.get("level") or None
-        if isinstance(level, str) and level.isdigit():
-            level = int(level)
-        after = int_param(request, "after", 0, 0, None)
-        limit = int_param(request, "limit", 1000, 1, MAX_LOGS_PAGE)
-        sid = request.path_params["sid"]
-
-        def read() -> tuple[list[Any], int]:
-            # One more than asked for tells whether there are more.
-            found = self.rt.logs(sid, level=level, after=after, limit=limit + 1)
-            return found, self.rt.dropped_logs(sid)
-
-        logs, dropped = await run_in_threadpool(read)
-        more = len(logs) > limit
-        del logs[limit:]
-        return json_response(
-            {
-                "session_id": sid,
-                "logs": [log_to_dict(r) for r in logs],
-                "last_seq": logs[-1].seq if logs else after,
-                "more": more,
-                "dropped": dropped,
-            }
-        )
-
-    async def stats(self, request: Request) -> Response:
-        flow = request.query_params.get("flow") or None
-        since, until = period(request)
-        return json_response(
-            await run_in_threadpool(partial(self.rt.stats, flow=flow, since=since, until=until))
-        )
 
     # -- starting ----------------------------------------------------------------------------
     async def start_session(self, request: Request) -> Response:
@@ -433,9 +322,6 @@ class Api(ReadingRoutes):
             self.journal, cursor, start, wakeup, self.streams, heartbeat=self.heartbeat
         )
         return EventStreamResponse(feed, on_close=close)
-
-    async def _view(self, request: Request) -> SessionView:
-        return await run_in_threadpool(self.rt.session, request.path_params["sid"])
 
 
 def decided_by(value: Any, user: str) -> Any:

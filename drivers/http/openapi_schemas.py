@@ -1,0 +1,320 @@
+"""Building blocks and component schemas of the OpenAPI description (see openapi.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# --- building blocks -----------------------------------------------------------------------------
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _obj(required: list[str], properties: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties, **more}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_NUM = {"type": "number"}
+_BOOL = {"type": "boolean"}
+_ANY: dict[str, Any] = {}
+_TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_PATH = {"type": "array", "items": {"type": ["string", "integer"]}}
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+
+SID = {
+    "name": "sid",
+    "in": "path",
+    "required": True,
+    "schema": _STR,
+    "description": "the session id",
+}
+TIME_PARAM = {"type": "string", "description": "ISO 8601 (no offset: UTC) or epoch seconds"}
+SINCE = _query("since", TIME_PARAM, "only sessions created at this time or later")
+UNTIL = _query("until", TIME_PARAM, "only sessions created before this time")
+FLOW = _query("flow", _STR, "only sessions of this flow (its name)")
+STATUS_ENUM = ["running", "paused", "completed", "failed", "cancelled"]
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        ["error", "message"],
+        {
+            "error": {**_STR, "description": "the error's type, e.g. UnknownSession"},
+            "message": {**_STR, "description": "what was expected and what was found"},
+        },
+    ),
+    "Pause": _obj(
+        ["kind", "reason", "path"],
+        {
+            "kind": {"enum": ["human", "external", "system"]},
+            "reason": _STR,
+            "path": _PATH,
+            "payload": _ANY,
+            "partial": {"type": "object"},
+            "wake_at": {"type": ["string", "null"]},
+            "expires_at": {"type": ["string", "null"]},
+            "token": _NULLABLE_STR,
+        },
+    ),
+    "ErrorInfo": _obj(
+        ["type", "message"],
+        {
+            "type": _STR,
+            "message": _STR,
+            "path": _PATH,
+            "retryable": _BOOL,
+            "attempts": _INT,
+            "traceback": _NULLABLE_STR,
+        },
+    ),
+    "Outcome": _obj(
+        ["status", "session_id"],
+        {
+            "status": {"enum": ["ok", "paused", "error", "running"]},
+            "session_id": _STR,
+            "output": _ANY,
+            "token": {**_NULLABLE_STR, "description": "the single-use token (paused, or failed)"},
+            "pause": {"oneOf": [_ref("Pause"), {"type": "null"}]},
+            "pauses": {"type": "array", "items": _ref("Pause")},
+            "error": {"oneOf": [_ref("ErrorInfo"), {"type": "null"}]},
+            "meta": {"type": "object"},
+        },
+    ),
+    "SessionSummary": _obj(
+        ["session_id", "flow", "status", "created_at", "updated_at"],
+        {
+            "session_id": _STR,
+            "flow": _STR,
+            "status": {"enum": STATUS_ENUM},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "wake_at": {"type": ["string", "null"]},
+        },
+    ),
+    "SessionsPage": _obj(
+        ["sessions", "next_cursor", "limit"],
+        {
+            "sessions": {"type": "array", "items": _ref("SessionSummary")},
+            "next_cursor": {**_NULLABLE_STR, "description": "pass as ?cursor= for the next page"},
+            "limit": _INT,
+            "offset": _INT,
+        },
+    ),
+    "Session": _obj(
+        ["session_id", "flow", "status", "last_seq", "token", "actions", "flow_structure_url"],
+        {
+            "session_id": _STR,
+            "flow": _STR,
+            "status": {"enum": STATUS_ENUM},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "meta": {"type": "object"},
+            "input": _ANY,
+            "container_stack": {"type": "array"},
+            "pause": _ANY,
+            "error": _ANY,
+            "outputs": {"type": "object"},
+            "output": _ANY,
+            "shared": {"type": "object"},
+            "metrics": {"type": "object"},
+            "last_seq": _INT,
+            "token": _NULLABLE_STR,
+            "actions": _obj(
+                ["resume", "cancel", "abort", "skip"],
+                {
+                    "resume": _BOOL,
+                    "cancel": _BOOL,
+                    "abort": _BOOL,
+                    "skip": _BOOL,
+                },
+            ),
+            "flow_structure_url": {
+                **_STR,
+                "description": "GET it for the diagram of the flow version this session runs",
+            },
+        },
+    ),
+    "Event": _obj(
+        ["seq", "type", "session_id", "at", "path", "data"],
+        {
+            "seq": _INT,
+            "type": _STR,
+            "session_id": _STR,
+            "at": _TIME,
+            "path": _PATH,
+            "data": {"type": "object", "description": "control events carry `actor`: who did it"},
+        },
+    ),
+    "EventsPage": _obj(
+        ["session_id", "events", "last_seq", "more"],
+        {
+            "session_id": _STR,
+            "events": {"type": "array", "items": _ref("Event")},
+            "last_seq": _INT,
+            "more": _BOOL,
+        },
+    ),
+    "LogRecord": _obj(
+        ["seq", "at", "level", "levelno", "logger", "message", "path"],
+        {
+            "seq": _INT,
+            "at": _TIME,
+            "level": _STR,
+            "levelno": _INT,
+            "logger": _STR,
+            "message": _STR,
+            "path": _PATH,
+        },
+    ),
+    "LogsPage": _obj(
+        ["session_id", "logs", "last_seq", "more", "dropped"],
+        {
+            "session_id": _STR,
+            "logs": {"type": "array", "items": _ref("LogRecord")},
+            "last_seq": _INT,
+            "more": _BOOL,
+            "dropped": _INT,
+        },
+    ),
+    "NodeStats": _obj(
+        ["executions", "failures", "mean_seconds"],
+        {
+            "executions": _INT,
+            "failures": _INT,
+            "mean_seconds": _NUM,
+            "metrics": {"type": "object", "additionalProperties": _NUM},
+        },
+    ),
+    "Stats": _obj(
+        ["sessions", "by_status", "nodes", "metrics"],
+        {
+            "sessions": _INT,
+            "by_status": _COUNTS,
+            "nodes": {"type": "object", "additionalProperties": _ref("NodeStats")},
+            "metrics": {
+                "type": "object",
+                "additionalProperties": _NUM,
+                "description": "sums of ctx.metric, e.g. tokens and cost",
+            },
+        },
+    ),
+    "Timeline": _obj(
+        ["since", "until", "buckets"],
+        {
+            "since": _TIME,
+            "until": _TIME,
+            "buckets": {
+                "type": "array",
+                "items": _obj(
+                    ["start", "end", "by_status"],
+                    {
+                        "start": _TIME,
+                        "end": _TIME,
+                        "by_status": _COUNTS,
+                    },
+                ),
+            },
+        },
+    ),
+    "FlowSummary": _obj(
+        ["name", "version", "fingerprint"],
+        {
+            "name": _STR,
+            "version": _ANY,
+            "fingerprint": _STR,
+        },
+    ),
+    "FlowList": _obj(["flows"], {"flows": {"type": "array", "items": _ref("FlowSummary")}}),
+    "Node": _obj(
+        ["name", "kind", "path", "children"],
+        {
+            "name": _STR,
+            "kind": {
+                "enum": [
+                    "flow",
+                    "step",
+                    "foreach",
+                    "loop",
+                    "branch",
+                    "graph",
+                    "parallel",
+                    "gate",
+                    "wait",
+                    "sleep",
+                ]
+            },
+            "path": {"type": "array", "items": _STR},
+            "children": {"type": "array", "items": _ref("Node")},
+            "start": {**_STR, "description": "a graph's first node"},
+            "routes": {
+                "type": "array",
+                "items": _obj(
+                    ["from", "to", "when"],
+                    {
+                        "from": _STR,
+                        "to": _NULLABLE_STR,
+                        "when": {**_STR, "description": "the action"},
+                    },
+                ),
+            },
+            "sides": _obj(
+                ["then", "otherwise"],
+                {
+                    "then": {"type": "array", "items": _STR},
+                    "otherwise": {"type": "array", "items": _STR},
+                },
+            ),
+            "branches": {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": _STR},
+            },
+        },
+    ),
+    "FlowStructure": _obj(
+        ["name", "version", "fingerprint", "structure"],
+        {
+            "name": _STR,
+            "version": _ANY,
+            "fingerprint": _STR,
+            "structure": _ref("Node"),
+        },
+    ),
+    "Me": _obj(["user"], {"user": {**_NULLABLE_STR, "description": "null without users"}}),
+    "Delivered": _obj(
+        ["outcomes", "kept"],
+        {
+            "outcomes": {"type": "array", "items": _ref("Outcome")},
+            "kept": {"type": "array", "items": _STR, "description": "keys kept as mail"},
+        },
+    ),
+    "AbortRequested": _obj(
+        ["session_id", "requested", "status"],
+        {
+            "session_id": _STR,
+            "requested": {"enum": ["abort", "cancel"]},
+            "status": _STR,
+        },
+    ),
+    "Delivery": _obj(["key"], {"key": _STR, "value": _ANY}, additionalProperties=False),
+}
