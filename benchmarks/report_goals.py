@@ -241,4 +241,45 @@ def goals_table(benches: list[Any], ks: tuple[int, int]) -> list[str]:
             measured = goal.fmt.format(value)
             met = "met" if value <= goal.target else "**not met**"
         lines.append(f"| {goal.title} | {measured} | {goal.unit} | ≤ {goal.target:,g} | {met} |")
-    return [*lines, ""]
+    return [*lines, "", *FLOORS, ""]
+
+
+#: Where the goals out of reach stand, and why: instruction counts are callgrind's (stable on
+#: this machine, whatever its load), measured on the commit of issue 17's closing note.
+FLOORS = [
+    "### The goals not met: the floor and the reason",
+    "",
+    "- **Chain step ÷ PocketFlow** (about 1.1 here; 1.10 in an interleaved A/B of 31 rounds in "
+    "one process, from 2.05 before issue 17): a step is 28 k instructions, PocketFlow's node "
+    "25 k. Of tarry's, about 4 k encode the step's two events (msgpack, at the write every 256 "
+    "events) and 10 k are the interpreter running the step's ~200 bytecodes: the events "
+    "themselves (kept as tuples until observed), the reducer, the value check and the context. "
+    "PocketFlow records nothing. What is left is the cost of keeping a gap-free, replayable log "
+    "in memory; dropping it would break `events()`, `derive_state` and recovery.",
+    "- **ForEach item ÷ PocketFlow's BatchFlow** (2.5 in the interleaved A/B, from 4.3): an item "
+    "is 75 k instructions (120 k before), four events (an iteration's start and end, the step's "
+    "two; 12 k of msgpack) and the item and its result written out of line so that a resume "
+    "reads one item, not the list. PocketFlow's item is 27 k and keeps nothing.",
+    "- **Pause → resume in memory ≤ 50 µs, SQLite ≤ 200 µs**: a round trip is about 0.9 M "
+    "instructions in memory (2.0 M on SQLite), spread over some forty functions of which none "
+    "is above 8 %: a token made and used, a snapshot encoded and kept, the events of the pause "
+    "and the resume, the outcome. It is 0.3 to 0.4 of Burr's (the fastest peer with a store) "
+    "and flat in history; 50 µs would need a different design of the pause record, not a "
+    "faster one.",
+    "- **PostgreSQL ≤ 1.6 ms**: a resume by the runtime that paused the session is two round "
+    "trips (one statement uses the token and leases the session, one writes everything back; "
+    "`tests/drivers/test_postgres_round_trips.py` counts them in libpq's trace; it was 11), and "
+    "a resume by another runtime four. Each of the two statements commits, and a commit waits "
+    "for PostgreSQL's WAL flush (`synchronous_commit=on`): see the `update_commit_us` and "
+    "`resume_per_update_commit` of `test_postgres_pause_resume_round_trip` in the details. "
+    "Turning the flush off for the token's use would save one wait but weaken durability.",
+    "- **Durable SQLite step ÷ one WAL commit**: a durable step is one commit (1.035 statements "
+    "per step) plus the step itself and the encoding of its events and values; the rest of "
+    "the gap is Python.",
+    "- **import ≤ 60 ms, fresh process ≤ 120 ms**: `import tarry` leaves for first use all it "
+    "can (see *Import* below); about 45 % of what remains is `attrs` building its own classes "
+    "with `compile`, and most of the rest the ~25 attrs records and signals every run uses.",
+    "- **PostgreSQL k = 9,000 ÷ k = 10**: the two are measured one after the other, not in "
+    "turns as the memory and SQLite ratios are, so the load of the machine between them shows; "
+    "a resume reads and writes the same rows at any k.",
+]
