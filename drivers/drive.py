@@ -69,10 +69,8 @@ class Drive:
         "record",
         "ex",
         "ledger",
-        "flush_at",
         "aborts",
         "renew_at",
-        "tick_at",
         "until",
         "stop",
         "written_seq",
@@ -112,11 +110,11 @@ class Drive:
             retry=core.retry,
             mailbox=self._mailbox,
         )
-        # ex.log holds the events not written yet; they are written once this many are. The
-        # durability is the session's own, whichever process continues it.
-        self.flush_at = 1 if record.durability == "step" else FLUSH_EVENTS
-        self.ex.flush_at = self.flush_at
-        self.ex.watch = False  # asked when due, not at every checkpoint (Execution.watch)
+        # ex.rows holds the events not written yet; they are written once `flush_at` are. The
+        # durability is the session's own, whichever process continues it. The engine asks
+        # `_on_checkpoint` only when a write or a tick (`ex.due`) is due (Execution.watch).
+        self.ex.flush_at = 1 if record.durability == "step" else FLUSH_EVENTS
+        self.ex.watch = False
         self.aborts = core.running.aborts
         # The lease is renewed at the first checkpoint after a third of it has passed, and the
         # drive ticks once a TICK; the monotonic clock makes those checks cheap enough for
@@ -126,9 +124,8 @@ class Drive:
         #: A stop request read from the store ("abort" or "cancel"); one stored before this
         #: drive began (a recovered session's) is acted on at the first checkpoint.
         self.stop: str | None = None
-        self.tick_at = 0.0 if record.stop else started + min(TICK, core.lease / 3)
-        # The engine asks `_on_checkpoint` only once one of those is due (Execution.watch).
-        self.ex.due = self.tick_at
+        # When the next tick is due (monotonic).
+        self.ex.due = 0.0 if record.stop else started + min(TICK, core.lease / 3)
         #: Until when this drive's lease lasts, as it last renewed it.
         self.until: datetime | None = None
         #: The last seq whose state the stored snapshot holds.
@@ -199,9 +196,9 @@ class Drive:
         log = self.ex.rows
         # Only when something completed since the last write: an iteration or container that
         # only started waits for its first step, so an item costs one commit, not two.
-        if len(log) >= self.flush_at and log[-1][1] not in _OPENINGS:
+        if len(log) >= self.ex.flush_at and log[-1][1] not in _OPENINGS:
             self._flush_steps()
-        if time.monotonic() >= self.tick_at:
+        if time.monotonic() >= self.ex.due:
             return self._tick()
         return False
 
@@ -211,7 +208,7 @@ class Drive:
         sid = self.ex.session_id
         mono = time.monotonic()
         # A short lease (tests use one) is renewed in time: ticks come at least that often.
-        self.tick_at = self.ex.due = mono + min(TICK, core.lease / 3)
+        self.ex.due = mono + min(TICK, core.lease / 3)
         self.ex.at = None  # the next event reads the clock again
         progress = self.ex.state.last_seq != self.written_seq
         # The lease is renewed (which also checks that it is still ours) before any progress

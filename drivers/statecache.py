@@ -34,39 +34,53 @@ MAX_SNAPSHOT = 64 * 1024
 _ATOMS = frozenset({type(None), bool, int, float, str, bytes, OutOfLine})
 
 
-class StateCache:
-    __slots__ = ("_states", "_lock", "max_entries", "max_snapshot")
+class _Kept:
+    """At most `max_entries` values by key, the oldest dropped first, none whose snapshot is
+    over `max_snapshot` bytes (the subclasses check). Writes take the lock; reads need none."""
+
+    __slots__ = ("_kept", "_lock", "max_entries", "max_snapshot")
 
     def __init__(self, max_entries: int = MAX_ENTRIES, max_snapshot: int = MAX_SNAPSHOT) -> None:
-        self._states: dict[bytes, SessionState] = {}
+        self._kept: dict[Any, Any] = {}
         self._lock = threading.Lock()
         self.max_entries = max_entries
         self.max_snapshot = max_snapshot
 
     def __len__(self) -> int:
-        return len(self._states)
+        return len(self._kept)
+
+    def _put(self, key: Any, value: Any) -> None:
+        if self.max_entries <= 0:
+            return
+        with self._lock:
+            kept = self._kept
+            if len(kept) >= self.max_entries:
+                del kept[next(iter(kept))]  # the oldest
+            kept[key] = value
+
+    def _pop(self, key: Any) -> Any:
+        with self._lock:
+            return self._kept.pop(key, None)
+
+
+class StateCache(_Kept):
+    __slots__ = ()
 
     def keep(self, snapshot: bytes, state: SessionState) -> None:
         """Keep `state`, which `snapshot` encodes, if every value in it decodes as itself."""
-        if len(snapshot) > self.max_snapshot or not _decodes_as_itself(state):
-            return
-        with self._lock:
-            states = self._states
-            if len(states) >= self.max_entries:
-                del states[next(iter(states))]  # the oldest
-            states[snapshot] = state
+        if len(snapshot) <= self.max_snapshot and _decodes_as_itself(state):
+            self._put(snapshot, state)
 
     def get(self, snapshot: bytes) -> SessionState | None:
         """The state `snapshot` encodes, if kept. Nobody may change it (see `reducer.own`)."""
-        return self._states.get(snapshot)
+        return self._kept.get(snapshot)  # type: ignore[no-any-return]
 
     def drop(self, snapshot: bytes) -> None:
         """Forget `snapshot`: its token was used, so it will not be resumed again."""
-        with self._lock:
-            self._states.pop(snapshot, None)
+        self._pop(snapshot)
 
 
-class RecordCache:
+class RecordCache(_Kept):
     """The record this Runtime last wrote for each session it paused, by the token it keeps.
 
     A resume by this Runtime checks the session against that record (and its state, kept
@@ -76,32 +90,17 @@ class RecordCache:
     tokens), and the resume then reads the session as any other would. Against a database
     (PostgresStore) that is one round trip instead of three. Bounded like StateCache."""
 
-    __slots__ = ("_records", "_lock", "max_entries", "max_snapshot")
-
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_snapshot: int = MAX_SNAPSHOT) -> None:
-        self._records: dict[str, SessionRecord] = {}
-        self._lock = threading.Lock()
-        self.max_entries = max_entries
-        self.max_snapshot = max_snapshot
-
-    def __len__(self) -> int:
-        return len(self._records)
+    __slots__ = ()
 
     def keep(self, token: str, record: SessionRecord) -> None:
         """Keep `record` (as written, with its new version) as the session `token` resumes."""
-        if self.max_entries <= 0 or len(record.state) > self.max_snapshot:
-            return
-        with self._lock:
-            records = self._records
-            if len(records) >= self.max_entries:
-                del records[next(iter(records))]  # the oldest
-            records[token] = record
+        if len(record.state) <= self.max_snapshot:
+            self._put(token, record)
 
     def take(self, token: str) -> SessionRecord | None:
         """The record kept for `token`, forgotten here (a token is used once). The caller may
         change it: the drive that wrote it has ended, and stores keep copies of their own."""
-        with self._lock:
-            return self._records.pop(token, None)
+        return self._pop(token)  # type: ignore[no-any-return]
 
 
 def _same(value: Any) -> bool:

@@ -51,7 +51,7 @@ from .postgres_tokens import TokensAndLeases
 from .postgres_values import EventsAndValues
 from .postgres_waits import WaitsAndMail
 from .records import SessionRecord, WaitRecord, encode_events
-from .store import ENDED
+from .store import ENDED, list_where
 from .tally import Totals
 
 __all__ = ["MIGRATIONS", "Migration", "PostgresStore", "latest_version"]
@@ -342,28 +342,17 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         until: dt.datetime | None = None,
         search: str | None = None,
     ) -> list[SessionRecord]:
-        # Only the filters given go into the WHERE clause, so the planner can use an index.
-        where: list[str] = []
-        args: list[Any] = []
-        if status is not None:
-            where.append("status = %s")
-            args.append(status)
-        if flow is not None:
-            where.append("flow = %s")
-            args.append(flow)
-        if before is not None:
-            where.append("(created_at, session_id) < (%s, %s)")
-            args += (before[0], before[1])
-        if since is not None:
-            where.append("created_at >= %s")
-            args.append(since)
-        if until is not None:
-            where.append("created_at < %s")
-            args.append(until)
-        if search is not None:
-            where.append("(starts_with(session_id, %s) OR strpos(flow, %s) > 0)")
-            args += (search,) * 2
-        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        clause, args = list_where(
+            "%s",
+            lambda t: t,
+            "(starts_with(session_id, %s) OR strpos(flow, %s) > 0)",
+            status=status,
+            flow=flow,
+            before=before,
+            since=since,
+            until=until,
+            search=search,
+        )
         sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT %s OFFSET %s"
         return self._select(sql, (*args, limit, offset))
 

@@ -50,7 +50,7 @@ from .sqlite_sql import (
 )
 from .sqlite_tokens import TokensAndLeases
 from .sqlite_waits import WaitsAndMail
-from .store import ENDED
+from .store import ENDED, list_where
 from .tally import Totals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
@@ -241,28 +241,17 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         until: dt.datetime | None = None,
         search: str | None = None,
     ) -> list[SessionRecord]:
-        # Only the filters given go into the WHERE clause, so SQLite can use the index.
-        where: list[str] = []
-        args: list[Any] = []
-        if status is not None:
-            where.append("status = ?")
-            args.append(status)
-        if flow is not None:
-            where.append("flow = ?")
-            args.append(flow)
-        if before is not None:
-            where.append("(created_at, session_id) < (?, ?)")
-            args += (_micros(before[0]), before[1])
-        if since is not None:
-            where.append("created_at >= ?")
-            args.append(_micros(since))
-        if until is not None:
-            where.append("created_at < ?")
-            args.append(_micros(until))
-        if search is not None:
-            where.append("(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)")
-            args += (search,) * 3
-        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        clause, args = list_where(
+            "?",
+            _micros,
+            "(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)",
+            status=status,
+            flow=flow,
+            before=before,
+            since=since,
+            until=until,
+            search=search,
+        )
         sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT ? OFFSET ?"
         return self._select(sql, (*args, limit, offset))
 

@@ -440,6 +440,8 @@ def test_the_flow_diagram_is_the_sessions_version_with_where_it_waits(site, page
     with page.expect_response(lambda r: "/api/flows/tickets?" in r.url) as asked:
         open_session(page, site, sid)
     assert asked.value.ok and f"fingerprint={fingerprint}" in asked.value.url
+    # The answer has arrived; the page draws it just after: wait for the drawing.
+    expect(page.locator("#flow .fnode").first).to_be_visible()
     shown = page.locator("#flow .fnode").evaluate_all(
         "ns => ns.map(n => [n.dataset.path, n.querySelector('.kind').textContent])"
     )
