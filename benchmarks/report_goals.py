@@ -268,7 +268,7 @@ FLOORS = [
     "faster one.",
     "- **PostgreSQL ≤ 1.6 ms**: a resume by the runtime that paused the session is two round "
     "trips (one statement uses the token and leases the session, one writes everything back; "
-    "`tests/drivers/test_postgres_round_trips.py` counts them in libpq's trace; it was 11), and "
+    "`tests/drivers/sessions/test_postgres_round_trips.py` counts them in libpq's trace; it was 11), and "
     "a resume by another runtime four. Each of the two statements commits, and a commit waits "
     "for PostgreSQL's WAL flush (`synchronous_commit=on`): see the `update_commit_us` and "
     "`resume_per_update_commit` of `test_postgres_pause_resume_round_trip` in the details. "

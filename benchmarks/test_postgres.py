@@ -276,8 +276,8 @@ def old_round(rt: Runtime, limit: int) -> int:
     """One round of `resume_due` as it was before due sessions were claimed: fetch the
     earliest due sessions, the same ones every other worker fetches, and try each token; a
     worker that loses a race skips the session. Returns how many it resumed."""
-    from tarry.drivers.resuming import prepare
-    from tarry.drivers.settle import settle
+    from tarry.drivers.drive.settle import settle
+    from tarry.drivers.sessions.resuming import prepare
     from tarry.engine.errors import SessionNotResumable, TokenAlreadyUsed, UnknownToken
 
     core = rt._core

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from bench_support import Sizes
 from tarry import ManualClock, Runtime
-from tarry.engine.events import Event
+from tarry.engine.state.events import Event
 from tarry.snapshots import MemoryStore, SessionRecord, SQLiteStore
 from tarry.snapshots.tally import Tally
 

@@ -6,15 +6,15 @@ pump here decides whether a run stays sync or becomes a coroutine.
 
 from typing import TYPE_CHECKING
 
-from .adapters import NOT_READY, ResumeRequest
-from .clock import Clock, ManualClock, SystemClock
-from .outcome import Outcome, PauseInfo
-from .runtime import Runtime
-from .views import SessionSummary, SessionView
+from tarry.drivers.adapters import NOT_READY, ResumeRequest
+from tarry.drivers.clock import Clock, ManualClock, SystemClock
+from tarry.drivers.drive.outcome import Outcome, PauseInfo
+from tarry.drivers.reading.views import SessionSummary, SessionView
+from tarry.drivers.runtime import Runtime
 
 if TYPE_CHECKING:
-    from .jsonable import export_events
-    from .stats import NodeStats, Stats
+    from tarry.drivers.reading.jsonable import export_events
+    from tarry.drivers.reading.stats import NodeStats, Stats
 
 __all__ = [
     "NOT_READY",
@@ -36,9 +36,9 @@ __all__ = [
 #: Names loaded when first read (PEP 562), not with `import tarry`: the JSON form (and `json`),
 #: and the stats records, which only `Runtime.stats` builds.
 _LAZY = {
-    "export_events": "tarry.drivers.jsonable",
-    "NodeStats": "tarry.drivers.stats",
-    "Stats": "tarry.drivers.stats",
+    "export_events": "tarry.drivers.reading.jsonable",
+    "NodeStats": "tarry.drivers.reading.stats",
+    "Stats": "tarry.drivers.reading.stats",
 }
 
 

@@ -36,7 +36,7 @@ def clock_ns(clock: Any) -> Callable[[], int]:
     """`clock.now()` in nanoseconds since the epoch (whole microseconds, as events keep it)."""
     if type(clock) is SystemClock:
         return time.time_ns  # the stores and `Event.at` keep it to the microsecond
-    from tarry.engine.events import ns_of
+    from tarry.engine.state.events import ns_of
 
     return lambda: ns_of(clock.now())
 

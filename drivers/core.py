@@ -13,33 +13,32 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from tarry.engine.describe import describe
-from tarry.engine.errors import InvalidArgument
-from tarry.engine.flow import Flow
-from tarry.engine.retry import Retry
-from tarry.engine.waits import PAUSE_KINDS
-from tarry.snapshots._codec import MAX_BLOB_BYTES
-from tarry.snapshots.store import SessionStore
-
-from .adapters import is_bulk
-from .checking import value_check
-from .clock import Clock, SystemClock, clock_ns
-from .limits import (
+from tarry.drivers.adapters import is_bulk
+from tarry.drivers.clock import Clock, SystemClock, clock_ns
+from tarry.drivers.drive.checking import value_check
+from tarry.drivers.drive.local_drives import Running
+from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, StateCache
+from tarry.drivers.drive.values import value_take
+from tarry.drivers.limits import (
     DURABILITY,
     ERROR_ALLOWANCE,
     MAX_SNAPSHOT_BYTES,
     MAX_VALUE_BYTES,
     positive_int,
 )
-from .logs import INFO, MAX_LOGS, LogSettings
-from .registry import FlowRegistry
-from .reported import Reported
-from .running import Running
-from .statecache import MAX_ENTRIES, RecordCache, StateCache
-from .stores import open_store
-from .subscribers import Subscribers
-from .tokens import Tokens
-from .values import value_take
+from tarry.drivers.logs import INFO, MAX_LOGS, LogSettings
+from tarry.drivers.registry import FlowRegistry
+from tarry.drivers.rounds.log_once import Reported
+from tarry.drivers.stores import open_store
+from tarry.drivers.subscribers import Subscribers
+from tarry.drivers.tokens import Tokens
+from tarry.engine.describe import describe
+from tarry.engine.errors import InvalidArgument
+from tarry.engine.flow import Flow
+from tarry.engine.retry import Retry
+from tarry.engine.waits import PAUSE_KINDS
+from tarry.snapshots.codec.pack import MAX_BLOB_BYTES
+from tarry.snapshots.store import SessionStore
 
 
 class Core:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
-from tarry.engine.state import STATUSES
+from tarry.engine.state.records import STATUSES
 
 if TYPE_CHECKING:
     import logging

@@ -30,18 +30,17 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from tarry.drivers.drive.settle import is_awaitable
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
 from tarry.engine.observed import STEP_PATH, WATCHER, last_path
 from tarry.snapshots.log_records import LogBatch, LogRecord
 
-from .settle import is_awaitable
-
 if TYPE_CHECKING:
     import logging
     from collections.abc import Awaitable, Callable
 
-    from .clock import Clock
+    from tarry.drivers.clock import Clock
 
 #: Records kept per session by default (the last ones: older ones are dropped and counted).
 MAX_LOGS = 1000

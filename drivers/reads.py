@@ -7,23 +7,23 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tarry.engine.events import Event
+from tarry.drivers.lazy_module import lazy_module
+from tarry.drivers.settings import Settings
 from tarry.engine.flow import Flow
+from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogRecord
 
-from .lazy_module import lazy_module
-from .settings import Settings
-
 if TYPE_CHECKING:
-    from . import inspecting, paging, pruning
-    from .paging import SessionPage
-    from .stats import Stats
-    from .views import SessionSummary, SessionView
+    from tarry.drivers.reading import inspecting, paging
+    from tarry.drivers.reading.paging import SessionPage
+    from tarry.drivers.reading.stats import Stats
+    from tarry.drivers.reading.views import SessionSummary, SessionView
+    from tarry.drivers.rounds import pruning
 else:
     # Loaded when first called: `import tarry` and a plain run or resume never need them.
-    inspecting = lazy_module("tarry.drivers.inspecting")
-    paging = lazy_module("tarry.drivers.paging")
-    pruning = lazy_module("tarry.drivers.pruning")
+    inspecting = lazy_module("tarry.drivers.reading.inspecting")
+    paging = lazy_module("tarry.drivers.reading.paging")
+    pruning = lazy_module("tarry.drivers.rounds.pruning")
 
 
 class Reads(Settings):

@@ -9,33 +9,33 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from tarry.drivers.clock import Clock
+from tarry.drivers.core import Core
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.drive.pump import AwaitableOrValue
+from tarry.drivers.drive.settle import is_awaitable, refuse_in_loop, settle
+from tarry.drivers.lazy_module import lazy_module
+from tarry.drivers.limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
+from tarry.drivers.logs import INFO, MAX_LOGS
+from tarry.drivers.reads import Reads
+from tarry.drivers.sessions.resuming import key_of, prepare
+from tarry.drivers.sessions.starting import begin
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 
-from .clock import Clock
-from .core import Core
-from .lazy_module import lazy_module
-from .limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
-from .logs import INFO, MAX_LOGS
-from .outcome import Outcome
-from .pump import AwaitableOrValue
-from .reads import Reads
-from .resuming import key_of, prepare
-from .settle import is_awaitable, refuse_in_loop, settle
-from .starting import begin
-
 if TYPE_CHECKING:
-    from . import batch, control, delivering, polling, recovery, timers
+    from tarry.drivers.rounds import delivering, polling, recovery, timers
+    from tarry.drivers.sessions import batch, control
 else:
     # The families a plain run or resume never calls load when first called, so that
     # `import tarry` and a process that only resumes a token do not pay for them.
-    batch = lazy_module("tarry.drivers.batch")
-    control = lazy_module("tarry.drivers.control")
-    delivering = lazy_module("tarry.drivers.delivering")
-    polling = lazy_module("tarry.drivers.polling")
-    recovery = lazy_module("tarry.drivers.recovery")
-    timers = lazy_module("tarry.drivers.timers")
+    batch = lazy_module("tarry.drivers.sessions.batch")
+    control = lazy_module("tarry.drivers.sessions.control")
+    delivering = lazy_module("tarry.drivers.rounds.delivering")
+    polling = lazy_module("tarry.drivers.rounds.polling")
+    recovery = lazy_module("tarry.drivers.rounds.recovery")
+    timers = lazy_module("tarry.drivers.rounds.timers")
 
 
 class Runtime(Reads):

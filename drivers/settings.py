@@ -5,13 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from tarry.drivers.clock import Clock
+from tarry.drivers.core import Core, checked_adapters
+from tarry.drivers.registry import FlowRegistry
+from tarry.drivers.tokens import Tokens
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
-
-from .clock import Clock
-from .core import Core, checked_adapters
-from .registry import FlowRegistry
-from .tokens import Tokens
 
 
 class Settings:

@@ -37,14 +37,14 @@ def open_store(store: None | str | SessionStore) -> SessionStore:
     if not (store is None or isinstance(store, str)):
         return store
     if store is None or store == "memory://" or store == "memory:":
-        from tarry.snapshots.memory import MemoryStore
+        from tarry.snapshots.memory.store import MemoryStore
 
         return MemoryStore()
     path = sqlite_path(store)
     if path is not None:
         import sqlite3
 
-        from tarry.snapshots.sqlite import SQLiteStore
+        from tarry.snapshots.sqlite.store import SQLiteStore
 
         try:
             return SQLiteStore(path)
@@ -54,7 +54,7 @@ def open_store(store: None | str | SessionStore) -> SessionStore:
             raise InvalidArgument(msg + slashes_hint(path)) from exc
     if store.startswith(("postgresql://", "postgres://")):
         # Imported here: psycopg is an optional dependency (the 'postgres' extra).
-        from tarry.snapshots.postgres import PostgresStore
+        from tarry.snapshots.postgres.store import PostgresStore
 
         return PostgresStore(store)
     msg = f"unknown store URL {store!r} (expected memory://, sqlite:///path.db or postgresql://...)"

@@ -6,9 +6,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tarry.engine.events import Event
-
-from .limits import log
+from tarry.drivers.limits import log
+from tarry.engine.state.events import Event
 
 
 class Subscribers:

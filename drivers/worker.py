@@ -16,17 +16,16 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tarry.drivers.core import Core
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.limits import check_limit
+from tarry.drivers.rounds import delivering, polling, recovery, timers
+from tarry.drivers.rounds.boundary import Round
+from tarry.drivers.rounds.delivering import Delivered
+from tarry.drivers.runtime import Runtime
 from tarry.engine.errors import FlowMismatch, InvalidArgument, InvalidFlow, UnknownFlow
 from tarry.engine.flow import Flow
 from tarry.snapshots.records import SessionRecord
-
-from . import delivering, polling, recovery, timers
-from .boundary import Round
-from .core import Core
-from .delivering import Delivered
-from .limits import check_limit
-from .outcome import Outcome
-from .runtime import Runtime
 
 log = logging.getLogger("tarry.worker")
 
@@ -187,7 +186,7 @@ class Worker:
     A round that handled a full batch (`limit` due sessions, or as many recoveries) starts the
     next one at once; otherwise the worker waits `interval` seconds. Each session is handled
     inside its own error boundary: one that cannot be continued is logged once and set aside,
-    and the round goes on (see drivers/boundary.py).
+    and the round goes on (see drivers/rounds/boundary.py).
 
     A session of a flow the runtime does not know has its flow imported from the `MODULE:FLOW`
     recorded in its meta when the round meets it (`import_flows=False` turns that off); each

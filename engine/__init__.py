@@ -3,10 +3,10 @@
 Plain generators only: this package never imports asyncio, msgpack, or the other layers.
 """
 
-from .containers import Branch, ForEach, Graph, Loop, Parallel
-from .context import Context, Scope
-from .element import Element, Route
-from .errors import (
+from tarry.engine.containers import Branch, ForEach, Graph, Loop, Parallel
+from tarry.engine.context import Context, Scope
+from tarry.engine.element import Element, Route
+from tarry.engine.errors import (
     AsyncInSyncContext,
     ConcurrentUpdate,
     FlowMismatch,
@@ -23,15 +23,15 @@ from .errors import (
     UnknownSession,
     UnknownToken,
 )
-from .events import EVENT_TYPES, Event
-from .execution import Execution, Ledger
-from .failure import NodeFailure
-from .flow import Flow, structural
-from .reducer import apply, derive_state
-from .signals import Await, Checkpoint, Pause
-from .state import ContainerFrame, ErrorInfo, PauseState, SessionState
-from .step import Step, step
-from .waits import Gate, Sleep, Wait
+from tarry.engine.execution import Execution, Ledger
+from tarry.engine.failure import NodeFailure
+from tarry.engine.flow import Flow, structural
+from tarry.engine.signals import Await, Checkpoint, Pause
+from tarry.engine.state.events import EVENT_TYPES, Event
+from tarry.engine.state.records import ContainerFrame, ErrorInfo, PauseState, SessionState
+from tarry.engine.state.reducer import apply, derive_state
+from tarry.engine.step import Step, step
+from tarry.engine.waits import Gate, Sleep, Wait
 
 __all__ = [
     "EVENT_TYPES",

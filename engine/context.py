@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
-from .execution import Execution
-from .lanes import chain_of
-from .short_hash import short_hash
-from .state import OutOfLine, SessionState
-from .values import IMMUTABLE
+from tarry.engine.execution import Execution
+from tarry.engine.short_hash import short_hash
+from tarry.engine.state.lanes import chain_of
+from tarry.engine.state.records import OutOfLine, SessionState
+from tarry.engine.values import IMMUTABLE
 
 
 class Scope:

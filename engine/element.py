@@ -7,12 +7,11 @@ from time import monotonic
 from typing import Any
 
 import attrs
-
-from .context import Scope
-from .errors import InvalidFlow
-from .execution import Execution
-from .signals import Checkpoint
-from .state import OutOfLine
+from tarry.engine.context import Scope
+from tarry.engine.errors import InvalidFlow
+from tarry.engine.execution import Execution
+from tarry.engine.signals import Checkpoint
+from tarry.engine.state.records import OutOfLine
 
 Signal = Any  # Checkpoint | Pause | Await
 
@@ -98,7 +97,7 @@ def as_element(obj: Any) -> Element:
     if isinstance(obj, Element):
         return obj
     if callable(obj):
-        from .step import Step
+        from tarry.engine.step import Step
 
         return Step(obj)
     msg = f"a body element must be a step, a container or a callable (got {obj!r})"
@@ -115,7 +114,7 @@ def as_body(body: Any, owner: str) -> tuple[Element, ...]:
     lambdas = 0
     for item in items:
         if not isinstance(item, Element) and getattr(item, "__name__", None) == "<lambda>":
-            from .step import Step
+            from tarry.engine.step import Step
 
             lambdas += 1
             item = Step(item, "<lambda>" if lambdas == 1 else f"<lambda>_{lambdas}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .describe import describe
+from tarry.engine.describe import describe
 
 
 class TarryError(Exception):

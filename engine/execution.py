@@ -15,13 +15,13 @@ from datetime import datetime
 from time import monotonic
 from typing import Any, Protocol
 
-from .bounds import UNBOUNDED, Bounds
-from .errors import PayloadTooLarge
-from .events import Event, EventLog, Row, event_of, ns_of
-from .lanes import frames, scope_of
-from .reducer import REDUCERS, apply, own
-from .state import LANE, ContainerFrame, OutOfLine, SessionState
-from .values import deep_copy, take_copy
+from tarry.engine.bounds import UNBOUNDED, Bounds
+from tarry.engine.errors import PayloadTooLarge
+from tarry.engine.state.events import Event, EventLog, Row, event_of, ns_of
+from tarry.engine.state.lanes import frames, scope_of
+from tarry.engine.state.records import LANE, ContainerFrame, OutOfLine, SessionState
+from tarry.engine.state.reducer import REDUCERS, apply, own
+from tarry.engine.values import deep_copy, take_copy
 
 
 class Ledger(Protocol):
@@ -166,7 +166,7 @@ class Execution:
 
     def scope(self, path: tuple[Any, ...]) -> Any:
         """Where the node at `path` keeps its resume values, retry count and pause: the state,
-        or the lane of a concurrent container that `path` lies in (see engine/lanes.py)."""
+        or the lane of a concurrent container that `path` lies in (see engine/state/lanes.py)."""
         if not self.lanes:
             return self.state
         return scope_of(self.state, path)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import events as ev
-from .bounds import ENTRY_BYTES, INLINE, MARKER_BYTES
-from .errors import PayloadTooLarge, SnapshotTooLarge, TarryError
-from .execution import Execution
-from .reducer import error_to_data
-from .state import ErrorInfo
+from tarry.engine.bounds import ENTRY_BYTES, INLINE, MARKER_BYTES
+from tarry.engine.errors import PayloadTooLarge, SnapshotTooLarge, TarryError
+from tarry.engine.execution import Execution
+from tarry.engine.state import events as ev
+from tarry.engine.state.records import ErrorInfo
+from tarry.engine.state.reducer import error_to_data
 
 
 class NodeFailure(Exception):

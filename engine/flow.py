@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from .context import ROOT
-from .element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
-from .execution import Execution
-from .short_hash import short_hash
+from tarry.engine.context import ROOT
+from tarry.engine.element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from tarry.engine.execution import Execution
+from tarry.engine.short_hash import short_hash
 
 
 def structural(path: tuple[Any, ...]) -> tuple[str, ...]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
-
-from .errors import InvalidFlow
+from tarry.engine.errors import InvalidFlow
 
 if TYPE_CHECKING:
     import random

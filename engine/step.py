@@ -6,18 +6,18 @@ from collections.abc import Callable, Generator
 from datetime import timedelta
 from typing import Any, overload
 
-from . import events as ev
-from .bounds import ENTRY_BYTES, INLINE
-from .context import Context, CopyingContext, Interrupted, Scope
-from .element import Detour, Element, Route, Signal, check_name
-from .errors import InvalidFlow, NotSerializable
-from .events import event_of
-from .execution import Execution
-from .failure import admit, fail, hold
-from .reducer import _node_completed
-from .retry import Retry
-from .signals import Await, Backoff, Offload, Pause
-from .values import IMMUTABLE
+from tarry.engine.bounds import ENTRY_BYTES, INLINE
+from tarry.engine.context import Context, CopyingContext, Interrupted, Scope
+from tarry.engine.element import Detour, Element, Route, Signal, check_name
+from tarry.engine.errors import InvalidFlow, NotSerializable
+from tarry.engine.execution import Execution
+from tarry.engine.failure import admit, fail, hold
+from tarry.engine.retry import Retry
+from tarry.engine.signals import Await, Backoff, Offload, Pause
+from tarry.engine.state import events as ev
+from tarry.engine.state.events import event_of
+from tarry.engine.state.reducer import _node_completed
+from tarry.engine.values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.

@@ -15,17 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
-
-from . import events as ev
-from .containers._callables import evaluate
-from .context import Scope
-from .describe import describe
-from .element import Element, Signal, check_name
-from .errors import InvalidFlow, InvalidResumeValue, NotSerializable
-from .execution import Execution
-from .failure import completed, fail
-from .signals import NO_MAIL, Pause
-from .state import PauseState
+from tarry.engine.containers._callables import evaluate
+from tarry.engine.context import Scope
+from tarry.engine.describe import describe
+from tarry.engine.element import Element, Signal, check_name
+from tarry.engine.errors import InvalidFlow, InvalidResumeValue, NotSerializable
+from tarry.engine.execution import Execution
+from tarry.engine.failure import completed, fail
+from tarry.engine.signals import NO_MAIL, Pause
+from tarry.engine.state import events as ev
+from tarry.engine.state.records import PauseState
 
 PAUSE_KINDS = ("human", "external", "system")
 

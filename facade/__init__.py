@@ -65,7 +65,7 @@ from tarry.snapshots.log_records import LogRecord
 
 if TYPE_CHECKING:
     from tarry.drivers import NodeStats, Stats
-    from tarry.drivers.jsonable import export_events
+    from tarry.drivers.reading.jsonable import export_events
 
 __version__ = "0.1.0"
 

@@ -9,16 +9,22 @@ them either.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._codec import check, dumps, loads, register
-from .records import SessionRecord, TokenInfo, WaitRecord
-from .store import SessionStore
+from tarry.snapshots.codec.pack import check, dumps, loads, register
+from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
+from tarry.snapshots.store import SessionStore
 
 if TYPE_CHECKING:  # what __getattr__ loads, as type checkers should see it
-    from .memory import MemoryStore
-    from .postgres import PostgresStore as PostgresStore  # not in __all__ (see above)
-    from .sqlite import SQLiteStore
+    from tarry.snapshots.memory.store import MemoryStore
+    from tarry.snapshots.postgres.store import (
+        PostgresStore as PostgresStore,  # not in __all__ (see above)
+    )
+    from tarry.snapshots.sqlite.store import SQLiteStore
 
-_LAZY = {"MemoryStore": ".memory", "SQLiteStore": ".sqlite", "PostgresStore": ".postgres"}
+_LAZY = {
+    "MemoryStore": ".memory.store",
+    "SQLiteStore": ".sqlite.store",
+    "PostgresStore": ".postgres.store",
+}
 
 __all__ = [
     "MemoryStore",

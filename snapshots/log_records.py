@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-
-from .records import decode_path, encode_path
+from tarry.snapshots.records import decode_path, encode_path
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)

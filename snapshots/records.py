@@ -10,11 +10,10 @@ from typing import Any
 import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
-from tarry.engine.events import Event, EventLog
-from tarry.engine.state import SessionState
-
-from ._codec import dumps, loads
-from .wire import state_from_data, state_to_data
+from tarry.engine.state.events import Event, EventLog
+from tarry.engine.state.records import SessionState
+from tarry.snapshots.codec.pack import dumps, loads
+from tarry.snapshots.codec.wire import state_from_data, state_to_data
 
 FORMAT = "tarry.snapshot"
 VERSION = 1

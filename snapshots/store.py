@@ -8,13 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tarry.engine.errors import ConcurrentUpdate
-from tarry.engine.events import Event
-
-from .log_records import LogBatch, LogRecord
-from .records import SessionRecord, TokenInfo, WaitRecord
+from tarry.engine.state.events import Event
+from tarry.snapshots.log_records import LogBatch, LogRecord
+from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 
 if TYPE_CHECKING:
-    from .tally import Totals
+    from tarry.snapshots.tally import Totals
 
 #: The statuses of ended sessions: the only ones `prune` deletes.
 ENDED = ("completed", "cancelled", "failed")
@@ -240,7 +239,7 @@ class SessionStore(Protocol):
         `version`: use the token only while its session is still at that version and not
         running (no other token of it was used since): else ConcurrentUpdate, nothing written.
         A caller that checked a resume against the session as it saved it (see
-        drivers/statecache.py) uses the token in one call, without reading the session."""
+        drivers/drive/statecache.py) uses the token in one call, without reading the session."""
 
     def consume_tokens(
         self,

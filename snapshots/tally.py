@@ -17,11 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from tarry.engine import events as ev
 from tarry.engine.errors import SnapshotError
-from tarry.engine.events import Event
-
-from ._codec import dumps, loads
+from tarry.engine.state import events as ev
+from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import dumps, loads
 
 #: Events read per page while a tally catches up with its log.
 PAGE = 1000

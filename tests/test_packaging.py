@@ -146,9 +146,9 @@ def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
         "json",
         "socket",
         "asyncio",
-        "tarry.snapshots.memory",
-        "tarry.snapshots.sqlite",
-        "tarry.drivers.jsonable",
+        "tarry.snapshots.memory.store",
+        "tarry.snapshots.sqlite.store",
+        "tarry.drivers.reading.jsonable",
         "psycopg",
         "logging",
         "random",
@@ -172,7 +172,7 @@ def test_import_tarry_loads_no_store_codec_library_or_json() -> None:
     assert done.stdout.strip() == "False"
     code = "import tarry; print(tarry.export_events.__module__, tarry.snapshots.SQLiteStore)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "tarry.drivers.jsonable" in done.stdout and "SQLiteStore" in done.stdout
+    assert "tarry.drivers.reading.jsonable" in done.stdout and "SQLiteStore" in done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -239,15 +239,15 @@ NOT_AT_IMPORT = {
     "hashlib",
     "_hashlib",
     "dataclasses",
-    "tarry.drivers.batch",
-    "tarry.drivers.control",
-    "tarry.drivers.delivering",
-    "tarry.drivers.inspecting",
-    "tarry.drivers.polling",
-    "tarry.drivers.pruning",
-    "tarry.drivers.recovery",
-    "tarry.drivers.timers",
-    "tarry.drivers.stats",
+    "tarry.drivers.sessions.batch",
+    "tarry.drivers.sessions.control",
+    "tarry.drivers.rounds.delivering",
+    "tarry.drivers.reading.inspecting",
+    "tarry.drivers.rounds.polling",
+    "tarry.drivers.rounds.pruning",
+    "tarry.drivers.rounds.recovery",
+    "tarry.drivers.rounds.timers",
+    "tarry.drivers.reading.stats",
     "base64",
 }
 
@@ -279,12 +279,12 @@ def test_lazy_names_import_list_and_work() -> None:
         "names = dir(tarry)\n"
         "assert {'Stats', 'NodeStats', 'export_events'} <= set(names), names\n"
         "from tarry import NodeStats, Stats, export_events\n"
-        "from tarry.drivers.stats import Stats as S\n"
-        "assert Stats is S and NodeStats.__module__ == 'tarry.drivers.stats'\n"
+        "from tarry.drivers.reading.stats import Stats as S\n"
+        "assert Stats is S and NodeStats.__module__ == 'tarry.drivers.reading.stats'\n"
         "rt = tarry.Runtime()\n"
         "out = rt.run(tarry.Flow('f', [tarry.Wait('w', key='k')]))\n"
         "assert [o.output for o in rt.deliver('k', 1)] == [1]\n"
         "assert isinstance(rt.stats(), Stats) and rt.sessions()[0].status == 'completed'\n"
     )
     loaded = _modules_after(code)
-    assert {"tarry.drivers.stats", "tarry.drivers.delivering"} <= loaded
+    assert {"tarry.drivers.reading.stats", "tarry.drivers.rounds.delivering"} <= loaded

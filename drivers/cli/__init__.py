@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import sys
 
+from tarry.drivers.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    StoreError,
+    UsageError,
+    cli_spelling,
+    err,
+)
+from tarry.drivers.cli.parser import build_parser
 from tarry.engine.errors import ConcurrentUpdate, SnapshotError, TarryError
-
-from .common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, StoreError, UsageError, cli_spelling, err
-from .parser import build_parser
 
 __all__ = ["build_parser", "main"]
 

@@ -9,10 +9,9 @@ import os
 import sys
 from typing import Any
 
+from tarry.drivers.runtime import Runtime
+from tarry.drivers.stores import slashes_hint, sqlite_path
 from tarry.engine.errors import TarryError
-
-from ..runtime import Runtime
-from ..stores import slashes_hint, sqlite_path
 
 DEFAULT_STORE = "sqlite:///tarry.db"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3

@@ -31,7 +31,7 @@ class Command(NamedTuple):
 
 
 def completion(args: argparse.Namespace) -> int:
-    from .parser import build_parser  # the parser names this module's handler
+    from tarry.drivers.cli.parser import build_parser  # the parser names this module's handler
 
     print(script(args.shell, build_parser()), end="")
     return 0

@@ -9,15 +9,14 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from tarry.drivers.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, json_arg, runtime_of
+from tarry.drivers.cli.progress import count_progress
+from tarry.drivers.cli.text import summary
+from tarry.drivers.reading.jsonable import dumps
+from tarry.drivers.rounds.delivering import Delivered, checked_key
+from tarry.drivers.runtime import Runtime
+from tarry.drivers.worker import deliver_importing
 from tarry.engine.errors import TarryError
-
-from ..delivering import Delivered, checked_key
-from ..jsonable import dumps
-from ..runtime import Runtime
-from ..worker import deliver_importing
-from .common import EXIT_ERROR, EXIT_OK, UsageError, err, json_arg, runtime_of
-from .progress import count_progress
-from .text import summary
 
 #: Lines of a results file delivered per `deliver_many` call.
 BATCH = 1000

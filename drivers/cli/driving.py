@@ -11,15 +11,14 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from tarry.drivers.cli.common import UsageError, err, json_arg, runtime_of
+from tarry.drivers.cli.progress import show_progress
+from tarry.drivers.cli.text import print_outcome
+from tarry.drivers.drive.settle import settle
+from tarry.drivers.runtime import Runtime
+from tarry.drivers.worker import FLOW_REF, load_flow
 from tarry.engine.errors import TokenAlreadyUsed, UnknownToken
 from tarry.engine.flow import Flow
-
-from ..runtime import Runtime
-from ..settle import settle
-from ..worker import FLOW_REF, load_flow
-from .common import UsageError, err, json_arg, runtime_of
-from .progress import show_progress
-from .text import print_outcome
 
 # --- run, resume, skip -------------------------------------------------------------------------
 

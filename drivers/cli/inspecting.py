@@ -6,11 +6,11 @@ import argparse
 import json
 import time
 
-from ..jsonable import dumps, event_to_dict, session_to_dict
-from ..worker import FLOW_REF, register_recorded_flows
-from .common import ENDED, EXIT_OK, runtime_of
-from .progress import path_text
-from .text import paused_line, summary
+from tarry.drivers.cli.common import ENDED, EXIT_OK, runtime_of
+from tarry.drivers.cli.progress import path_text
+from tarry.drivers.cli.text import paused_line, summary
+from tarry.drivers.reading.jsonable import dumps, event_to_dict, session_to_dict
+from tarry.drivers.worker import FLOW_REF, register_recorded_flows
 
 # --- managing and inspecting ---------------------------------------------------------------
 

@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any
 
-from ..jsonable import log_to_dict
-from .common import ENDED, EXIT_OK, runtime_of
+from tarry.drivers.cli.common import ENDED, EXIT_OK, runtime_of
+from tarry.drivers.reading.jsonable import log_to_dict
 
 #: Records read per call.
 PAGE = 500

@@ -6,8 +6,8 @@ import argparse
 import os
 from collections.abc import Callable
 
-from . import completion, delivering, driving, inspecting, logs, pruning, services
-from .common import ENDED, os_user, store_default
+from tarry.drivers.cli import completion, delivering, driving, inspecting, logs, pruning, services
+from tarry.drivers.cli.common import ENDED, os_user, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
 

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tarry.engine import events as ev
-from tarry.engine.events import Event
-from tarry.engine.state import ContainerFrame
-
-from ..runtime import Runtime
+from tarry.drivers.runtime import Runtime
+from tarry.engine.state import events as ev
+from tarry.engine.state.events import Event
+from tarry.engine.state.records import ContainerFrame
 
 Path = tuple[Any, ...]
 

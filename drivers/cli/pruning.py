@@ -6,8 +6,8 @@ import argparse
 import re
 from datetime import timedelta
 
-from ..jsonable import dumps
-from .common import ENDED, EXIT_OK, runtime_of
+from tarry.drivers.cli.common import ENDED, EXIT_OK, runtime_of
+from tarry.drivers.reading.jsonable import dumps
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"([0-9]+)([smhd])")

@@ -7,13 +7,12 @@ import logging
 import signal
 from typing import Any
 
+from tarry.drivers.cli.common import EXIT_OK, SERVER_EXTRA, StoreError, UsageError, err, runtime_of
+from tarry.drivers.cli.text import summary
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.stores import open_store
+from tarry.drivers.worker import Worker, load_adapters, load_flow
 from tarry.engine.errors import TarryError
-
-from ..outcome import Outcome
-from ..stores import open_store
-from ..worker import Worker, load_adapters, load_flow
-from .common import EXIT_OK, SERVER_EXTRA, StoreError, UsageError, err, runtime_of
-from .text import summary
 
 # --- long-running: worker, serve; the schema -------------------------------------------------
 
@@ -62,8 +61,8 @@ def worker(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     try:
-        from ..http import serve
-        from ..http.users import read_users
+        from tarry.drivers.http import serve
+        from tarry.drivers.http.users import read_users
 
         rt = runtime_of(args)
         for ref in args.flows:
@@ -91,7 +90,7 @@ def db(args: argparse.Namespace) -> int:
         if url.startswith(("postgresql://", "postgres://")):
             # Opened without upgrading, so that the upgrade is this command's, and it can say
             # what it applied.
-            from tarry.snapshots.postgres import PostgresStore
+            from tarry.snapshots.postgres.store import PostgresStore
 
             store: Any = PostgresStore(url, auto_upgrade=False)
         else:

@@ -6,10 +6,10 @@ import argparse
 import shlex
 from typing import Any
 
-from ..jsonable import dumps
-from ..outcome import Outcome
-from .common import EXIT_ERROR, EXIT_OK, EXIT_PAUSED, err, store_default
-from .progress import path_text
+from tarry.drivers.cli.common import EXIT_ERROR, EXIT_OK, EXIT_PAUSED, err, store_default
+from tarry.drivers.cli.progress import path_text
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.reading.jsonable import dumps
 
 
 def store_hint(args: argparse.Namespace) -> str:

@@ -4,6 +4,6 @@
 (`tarry serve`); both need the `server` extra. Importing `tarry` never imports this package.
 """
 
-from .app import create_app, serve
+from tarry.drivers.http.app import create_app, serve
 
 __all__ = ["create_app", "serve"]

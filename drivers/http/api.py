@@ -10,20 +10,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from tarry.engine.errors import (
-    FlowMismatch,
-    InvalidResumeValue,
-    SessionExists,
-    SessionNotResumable,
-    UnknownFlow,
-)
-from tarry.engine.waits import Gate
-
-from ..outcome import Outcome
-from ..runtime import Runtime
-from ..settle import settle
-from ..worker import deliver_importing, register_recorded_flows
-from .bodies import (
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.drive.settle import settle
+from tarry.drivers.http.bodies import (
     BadRequest,
     body_object,
     error_response,
@@ -32,12 +21,22 @@ from .bodies import (
     read_json,
     session_json,
 )
-from .guard import COOKIE, PAGE_HEADERS
-from .journal import Journal, journal_feed
-from .reading import ReadingRoutes, find_flow
-from .session_routes import SessionRoutes
-from .sse import EventStreamResponse, Streams, Wakeup, session_feed
-from .users import LoginLimit, Users
+from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS
+from tarry.drivers.http.journal import Journal, journal_feed
+from tarry.drivers.http.reading import ReadingRoutes, find_flow
+from tarry.drivers.http.session_routes import SessionRoutes
+from tarry.drivers.http.sse import EventStreamResponse, Streams, Wakeup, session_feed
+from tarry.drivers.http.users import LoginLimit, Users
+from tarry.drivers.runtime import Runtime
+from tarry.drivers.worker import deliver_importing, register_recorded_flows
+from tarry.engine.errors import (
+    FlowMismatch,
+    InvalidResumeValue,
+    SessionExists,
+    SessionNotResumable,
+    UnknownFlow,
+)
+from tarry.engine.waits import Gate
 
 # --- the routes --------------------------------------------------------------------------------
 

@@ -19,14 +19,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
+from tarry.drivers.http.api import Api
+from tarry.drivers.http.bodies import BadRequest, on_bad_request, on_error, on_http_error
+from tarry.drivers.http.guard import Guard, is_loopback_host
+from tarry.drivers.http.reading import NoSuchFlow, on_unknown_flow
+from tarry.drivers.http.users import ADMIN, Users, parse_users
+from tarry.drivers.runtime import Runtime
 from tarry.engine.errors import TarryError
-
-from ..runtime import Runtime
-from .api import Api
-from .bodies import BadRequest, on_bad_request, on_error, on_http_error
-from .guard import Guard, is_loopback_host
-from .reading import NoSuchFlow, on_unknown_flow
-from .users import ADMIN, Users, parse_users
 
 # --- building and running ----------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from urllib.parse import quote
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from tarry.drivers.reading.jsonable import dumps, session_to_dict
+from tarry.drivers.reading.views import SessionView
 from tarry.engine.errors import (
     ConcurrentUpdate,
     FlowMismatch,
@@ -24,9 +26,6 @@ from tarry.engine.errors import (
     UnknownSession,
     UnknownToken,
 )
-
-from ..jsonable import dumps, session_to_dict
-from ..views import SessionView
 
 #: The largest request body read (a resume value or a skip output), in bytes.
 MAX_BODY = 1 << 20

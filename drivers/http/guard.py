@@ -22,8 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-from .users import Users
+from tarry.drivers.http.users import Users
 
 COOKIE = "tarry_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -28,12 +28,19 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from tarry.drivers.http.sse import (
+    KEEP_ALIVE,
+    Streams,
+    Wakeup,
+    event_message,
+    message,
+    retry_hint,
+    silence,
+)
+from tarry.drivers.reading.views import state_of
 from tarry.engine.errors import SnapshotError
-from tarry.engine.events import Event
+from tarry.engine.state.events import Event
 from tarry.snapshots.records import SessionRecord
-
-from ..views import state_of
-from .sse import KEEP_ALIVE, Streams, Wakeup, event_message, message, retry_hint, silence
 
 log = logging.getLogger("tarry.server")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .openapi_schemas import (
+from tarry.drivers.http.openapi_schemas import (
     _ANY,
     _BOOL,
     _STR,

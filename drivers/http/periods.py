@@ -6,8 +6,7 @@ import datetime as dt
 import math
 
 from starlette.requests import Request
-
-from .bodies import BadRequest
+from tarry.drivers.http.bodies import BadRequest
 
 
 def time_param(request: Request, name: str) -> dt.datetime | None:

@@ -10,16 +10,15 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
+from tarry.drivers.http.bodies import BadRequest, error_response, int_param, json_response
+from tarry.drivers.http.flows import flow_summary, structure
+from tarry.drivers.http.openapi import document
+from tarry.drivers.http.periods import period
+from tarry.drivers.http.replay import MAX_SPEED, replay_feed
+from tarry.drivers.http.sse import EventStreamResponse, Streams
+from tarry.drivers.reading.stats import timeline
+from tarry.drivers.runtime import Runtime
 from tarry.engine.flow import Flow
-
-from ..runtime import Runtime
-from ..stats import timeline
-from .bodies import BadRequest, error_response, int_param, json_response
-from .flows import flow_summary, structure
-from .openapi import document
-from .periods import period
-from .replay import MAX_SPEED, replay_feed
-from .sse import EventStreamResponse, Streams
 
 #: Most buckets one timeline has; its default period when none is given.
 MAX_BUCKETS = 500

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 import anyio
-from tarry.engine.events import Event
-
-from .sse import PAGE, Streams, event_message, message, retry_hint
+from tarry.drivers.http.sse import PAGE, Streams, event_message, message, retry_hint
+from tarry.engine.state.events import Event
 
 #: The longest pause between two replayed events, in seconds of playback.
 MAX_GAP = 2.0

@@ -9,13 +9,12 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-
-from ..jsonable import event_to_dict, log_to_dict
-from ..paging import encode_cursor
-from ..runtime import Runtime
-from ..views import SessionView
-from .bodies import BadRequest, int_param, json_response, session_json
-from .periods import period
+from tarry.drivers.http.bodies import BadRequest, int_param, json_response, session_json
+from tarry.drivers.http.periods import period
+from tarry.drivers.reading.jsonable import event_to_dict, log_to_dict
+from tarry.drivers.reading.paging import encode_cursor
+from tarry.drivers.reading.views import SessionView
+from tarry.drivers.runtime import Runtime
 
 #: The most events one `GET .../events` returns.
 MAX_EVENTS = 10_000

@@ -18,9 +18,8 @@ from typing import Any
 import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-from tarry.engine.events import Event
-
-from ..jsonable import dumps, event_to_dict
+from tarry.drivers.reading.jsonable import dumps, event_to_dict
+from tarry.engine.state.events import Event
 
 log = logging.getLogger("tarry.server")
 

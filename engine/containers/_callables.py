@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ..context import Context, Interrupted, Scope, context_for
-from ..element import Signal
-from ..errors import InvalidFlow
-from ..execution import Execution
-from ..failure import fail
-from ..signals import Await
-from ..step import is_awaitable
+from tarry.engine.context import Context, Interrupted, Scope, context_for
+from tarry.engine.element import Signal
+from tarry.engine.errors import InvalidFlow
+from tarry.engine.execution import Execution
+from tarry.engine.failure import fail
+from tarry.engine.signals import Await
+from tarry.engine.step import is_awaitable
 
 
 def evaluate(

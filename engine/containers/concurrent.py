@@ -26,10 +26,10 @@ from collections.abc import Callable, Generator
 from contextvars import copy_context
 from typing import Any
 
-from ..execution import Execution
-from ..failure import NodeFailure
-from ..observed import WATCHER, await_in_lane, call_in_lane, last_path
-from ..signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
+from tarry.engine.execution import Execution
+from tarry.engine.failure import NodeFailure
+from tarry.engine.observed import WATCHER, await_in_lane, call_in_lane, last_path
+from tarry.engine.signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
 
 Signal = Any
 Lane = tuple[Any, Generator[Signal, Any, Any]]

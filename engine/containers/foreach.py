@@ -6,16 +6,25 @@ from collections.abc import Callable, Generator, Iterable
 from time import monotonic
 from typing import Any
 
-from .. import events as ev
-from ..bounds import frame_bytes, list_header
-from ..context import Outputs, Scope
-from ..element import Detour, Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
-from ..errors import InvalidFlow, NotSerializable, SnapshotError
-from ..execution import Execution
-from ..failure import admit, check_gathered, completed, fail
-from ..signals import Checkpoint
-from ._callables import evaluate
-from .inflight import check_concurrency, run_concurrently
+from tarry.engine.bounds import frame_bytes, list_header
+from tarry.engine.containers._callables import evaluate
+from tarry.engine.containers.inflight import check_concurrency, run_concurrently
+from tarry.engine.context import Outputs, Scope
+from tarry.engine.element import (
+    Detour,
+    Element,
+    Signal,
+    as_body,
+    check_name,
+    resume_prev,
+    run_body,
+    unwrap,
+)
+from tarry.engine.errors import InvalidFlow, NotSerializable, SnapshotError
+from tarry.engine.execution import Execution
+from tarry.engine.failure import admit, check_gathered, completed, fail
+from tarry.engine.signals import Checkpoint
+from tarry.engine.state import events as ev
 
 
 class ForEach(Element):

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
-from .. import events as ev
-from ..bounds import frame_bytes
-from ..context import Scope
-from ..element import Element, Route, Signal, as_element, check_name
-from ..errors import InvalidFlow, UnknownRoute
-from ..execution import Execution
-from ..failure import admit, completed, fail
-from ..signals import Checkpoint
+from tarry.engine.bounds import frame_bytes
+from tarry.engine.context import Scope
+from tarry.engine.element import Element, Route, Signal, as_element, check_name
+from tarry.engine.errors import InvalidFlow, UnknownRoute
+from tarry.engine.execution import Execution
+from tarry.engine.failure import admit, completed, fail
+from tarry.engine.signals import Checkpoint
+from tarry.engine.state import events as ev
 
 
 class Graph(Element):

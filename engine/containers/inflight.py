@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from .. import events as ev
-from ..bounds import frame_bytes, list_header
-from ..context import Scope
-from ..element import Signal, resume_prev, run_body, unwrap
-from ..errors import InvalidFlow, SnapshotError
-from ..execution import Execution, items_of
-from ..failure import admit, check_gathered, completed, fail
-from .concurrent import STOP, Lane, multiplex
+from tarry.engine.bounds import frame_bytes, list_header
+from tarry.engine.containers.concurrent import STOP, Lane, multiplex
+from tarry.engine.context import Scope
+from tarry.engine.element import Signal, resume_prev, run_body, unwrap
+from tarry.engine.errors import InvalidFlow, SnapshotError
+from tarry.engine.execution import Execution, items_of
+from tarry.engine.failure import admit, check_gathered, completed, fail
+from tarry.engine.state import events as ev
 
 if TYPE_CHECKING:
-    from .foreach import ForEach
+    from tarry.engine.containers.foreach import ForEach
 
 
 def check_concurrency(value: Any, owner: str) -> int | None:

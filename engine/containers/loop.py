@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from .. import events as ev
-from ..bounds import frame_bytes
-from ..context import Context, Scope
-from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
-from ..errors import InvalidFlow
-from ..execution import Execution
-from ..failure import admit, completed
-from ..signals import Checkpoint
-from ._callables import check_callable, evaluate
+from tarry.engine.bounds import frame_bytes
+from tarry.engine.containers._callables import check_callable, evaluate
+from tarry.engine.context import Context, Scope
+from tarry.engine.element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from tarry.engine.errors import InvalidFlow
+from tarry.engine.execution import Execution
+from tarry.engine.failure import admit, completed
+from tarry.engine.signals import Checkpoint
+from tarry.engine.state import events as ev
 
 
 class Loop(Element):

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 from typing import Any
 
-from .. import events as ev
-from ..bounds import frame_bytes, list_header
-from ..context import Scope
-from ..element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
-from ..errors import InvalidFlow
-from ..execution import Execution
-from ..failure import admit, check_gathered, completed
-from .concurrent import STOP, Lane, multiplex
-from .inflight import check_concurrency
+from tarry.engine.bounds import frame_bytes, list_header
+from tarry.engine.containers.concurrent import STOP, Lane, multiplex
+from tarry.engine.containers.inflight import check_concurrency
+from tarry.engine.context import Scope
+from tarry.engine.element import Element, Signal, as_body, check_name, resume_prev, run_body, unwrap
+from tarry.engine.errors import InvalidFlow
+from tarry.engine.execution import Execution
+from tarry.engine.failure import admit, check_gathered, completed
+from tarry.engine.state import events as ev
 
 
 class Parallel(Element):

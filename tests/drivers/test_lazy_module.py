@@ -40,9 +40,9 @@ def test_threads_that_race_to_first_use_all_see_the_whole_module(
 
 
 def test_reads_see_a_patched_module(monkeypatch) -> None:
-    import tarry.drivers.control as control
+    import tarry.drivers.sessions.control as control
 
-    family = lazy_module("tarry.drivers.control")
+    family = lazy_module("tarry.drivers.sessions.control")
     assert family.abort is control.abort
     monkeypatch.setattr(control, "abort", "patched")
     assert family.abort == "patched"

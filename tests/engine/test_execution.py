@@ -9,10 +9,10 @@ from typing import Any
 import attrs
 import pytest
 from tarry.engine import Branch, Flow, ForEach, Graph, Loop, Route, derive_state, step
-from tarry.engine.events import Event, new_event
 from tarry.engine.execution import Execution
 from tarry.engine.signals import Checkpoint
-from tarry.engine.state import SessionState
+from tarry.engine.state.events import Event, new_event
+from tarry.engine.state.records import SessionState
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tarry import Branch, Flow, ForEach, Loop, Runtime, step
 from tarry.engine.element import Element
-from tarry.engine.events import EventLog, Row, at_of, ns_of
+from tarry.engine.state.events import EventLog, Row, at_of, ns_of
 from tarry.engine.step import Step
 
 outputs = st.one_of(

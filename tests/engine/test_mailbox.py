@@ -9,7 +9,7 @@ from typing import Any
 from tarry.engine import Flow, ForEach, Gate, Wait, derive_state
 from tarry.engine.execution import Execution
 from tarry.engine.signals import NO_MAIL, Pause
-from tarry.engine.state import SessionState
+from tarry.engine.state.records import SessionState
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

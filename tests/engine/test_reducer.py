@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tarry.engine import apply, derive_state
-from tarry.engine.events import Event
-from tarry.engine.reducer import own
-from tarry.engine.state import SessionState
+from tarry.engine.state.events import Event
+from tarry.engine.state.records import SessionState
+from tarry.engine.state.reducer import own
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -198,7 +198,7 @@ def test_an_owned_fold_changes_its_state_in_place_and_equals_the_pure_one() -> N
 
 
 def test_a_value_kept_out_of_line_becomes_a_reference_to_its_event() -> None:
-    from tarry.engine.state import OutOfLine
+    from tarry.engine.state.records import OutOfLine
 
     events = stream(
         ("run.started", (), {"input": "i" * 500, "flow": "f", "out_of_line": True}),

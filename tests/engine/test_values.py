@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tarry.engine import Flow, step
 from tarry.engine.execution import Execution
-from tarry.engine.state import SessionState
+from tarry.engine.state.records import SessionState
 from tarry.engine.values import deep_copy, immutable
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import tarry  # noqa: E402
-from tarry.snapshots._codec import dumps  # noqa: E402
+from tarry.snapshots.codec.pack import dumps  # noqa: E402
 
 LIMIT = 4096
 #: Growth allowed over the second half of the worker run: allocator noise, not a leak (a leak

@@ -20,7 +20,7 @@ import support
 from storekit import STORES, THREADS, race
 from support import at
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
-from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
+from tarry.engine.state.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import SessionRecord, SessionStore, SQLiteStore, TokenInfo
 from tarry.snapshots.records import encode_event
 

@@ -13,7 +13,7 @@ import support
 from storekit import STORES, THREADS, race
 from support import at
 from tarry.engine.errors import ConcurrentUpdate
-from tarry.engine.events import NODE_COMPLETED, RUN_STARTED, Event
+from tarry.engine.state.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import (
     MemoryStore,
     SessionRecord,

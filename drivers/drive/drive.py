@@ -1,0 +1,381 @@
+"""One drive of a session: from `run`/`resume` until it pauses, fails, is stopped, or ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from tarry.drivers.clock import sleepers
+from tarry.drivers.drive.ledger import StoreLedger
+from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of
+from tarry.drivers.drive.pausing import old_token, record_pauses
+from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
+from tarry.drivers.drive.values import bounds, copy
+from tarry.drivers.drive.writes import next_record, too_large
+from tarry.engine.execution import Execution
+from tarry.engine.failure import record_failure
+from tarry.engine.flow import Flow
+from tarry.engine.signals import NO_MAIL, PauseMany
+from tarry.engine.state import events as ev
+from tarry.engine.state.events import Event, EventLog
+from tarry.engine.state.records import ErrorInfo, SessionState
+from tarry.engine.state.reducer import error_to_data
+from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
+
+if TYPE_CHECKING:
+    from tarry.drivers.core import Core
+
+
+_OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
+
+#: With durability="pause", a drive still writes its events (and the values they refer to) once
+#: this many are unwritten, at the next checkpoint after a step completed. A long run then holds
+#: a bounded log in memory instead of every event since it started, and its events die young:
+#: a log that lived as long as the run filled the cyclic collector's oldest generation, whose
+#: full passes over a large heap (one that has imported a big framework) cost more than the
+#: steps themselves.
+FLUSH_EVENTS = 256
+
+#: Seconds between a drive's ticks, at its first checkpoint after each: it writes its progress
+#: (the events since its last write and a snapshot of its state, status "running"), so that
+#: other processes see it at most this far behind, and reads the stop request that any process
+#: may have stored for it (`Runtime.abort`/`cancel`).
+TICK = 1.0
+
+LEASE_LOST = ErrorInfo(
+    type="lease_lost",
+    message="another worker took over this session after its lease expired; this run stopped",
+    retryable=False,
+)
+
+
+_NO_LOGS: dict[str, Any] = {}
+
+
+def _stopped(path: tuple[Any, ...]) -> bool:
+    return True  # a checkpoint after the drive ended (none should come) stops
+
+
+class Drive:
+    """Owns the Execution of one session while its generator tree runs in this process."""
+
+    __slots__ = (
+        "core",
+        "flow",
+        "record",
+        "ex",
+        "ledger",
+        "aborts",
+        "renew_at",
+        "until",
+        "stop",
+        "written_seq",
+        "lost",
+        "asynchronous",
+        "meta",
+        "mail_done",
+        "keyed",
+        "logs",
+    )
+
+    def __init__(
+        self,
+        core: Core,
+        flow: Flow,
+        record: SessionRecord,
+        state: SessionState,
+        *,
+        asynchronous: bool = False,
+        meta: dict[str, Any] | None = None,
+    ):
+        self.core = core
+        self.flow = flow
+        self.record = record
+        self.ledger = StoreLedger(core.store, state.session_id)
+        listener: Callable[[Event], None] | None = core.hub.notify if core.hub.entries else None
+        self.ex = Execution(
+            state,
+            now=core.clock.now,
+            ns=core.ns,
+            ledger=self.ledger,
+            take=core.take,
+            copy=copy,
+            bounds=bounds(core, flow, record, meta),
+            stop=self._on_checkpoint,
+            listener=listener,
+            retry=core.retry,
+            mailbox=self._mailbox,
+        )
+        # ex.rows holds the events not written yet; they are written once `flush_at` are. The
+        # durability is the session's own, whichever process continues it. The engine asks
+        # `_on_checkpoint` only when a write or a tick (`ex.due`) is due (Execution.watch).
+        self.ex.flush_at = 1 if record.durability == "step" else FLUSH_EVENTS
+        self.ex.watch = False
+        self.aborts = core.running.aborts
+        # The lease is renewed at the first checkpoint after a third of it has passed, and the
+        # drive ticks once a TICK; the monotonic clock makes those checks cheap enough for
+        # every checkpoint.
+        started = time.monotonic()
+        self.renew_at = started + core.lease / 3
+        #: A stop request read from the store ("abort" or "cancel"); one stored before this
+        #: drive began (a recovered session's) is acted on at the first checkpoint.
+        self.stop: str | None = None
+        # When the next tick is due (monotonic).
+        self.ex.due = 0.0 if record.stop else started + min(TICK, core.lease / 3)
+        #: Until when this drive's lease lasts, as it last renewed it.
+        self.until: datetime | None = None
+        #: The last seq whose state the stored snapshot holds.
+        self.written_seq = state.last_seq
+        self.lost = False
+        #: Called from an async API (`arun`/`aresume`): back-offs await instead of blocking.
+        self.asynchronous = asynchronous
+        #: What the outcome's `meta` says of how this drive began (the pause kind resumed).
+        self.meta = meta
+        #: Keys of mail this drive took (besides `ex.mail_taken`): deleted with its next write.
+        self.mail_done: list[str] = []
+        #: {key: token key} of the keyed waits its last write registered (see starting.py).
+        self.keyed: dict[str, str] = {}
+        #: The `logging` records its steps emit, until its next write (None: not captured).
+        self.logs = core.logs.watch(self.ex, core.clock)
+
+    # -- running ---------------------------------------------------------------------------
+    def start(self) -> AwaitableOrValue[Outcome]:
+        self.core.running.started(self.ex.session_id, self.ex)
+        try:
+            gen = self.flow._run(self.ex)
+            sleep, asleep = sleepers(self.core.clock)
+
+            def backoff(seconds: float) -> None:
+                # A short back-off in a sync run, on the Runtime's clock; the lease is kept.
+                sleep(seconds)
+                if time.monotonic() >= self.renew_at:
+                    self._renew()
+
+            if self.logs is not None:  # the drive runs with its capture watching (logs.py)
+                return self.logs.around(
+                    drive, gen, self._finish, backoff, asleep, self.asynchronous
+                )
+            return drive(gen, self._finish, backoff, asleep, self.asynchronous)
+        except BaseException:
+            self._ended()
+            raise
+
+    def _ended(self) -> None:
+        # An abort that arrived too late to stop this drive must not stop the next one.
+        self.core.running.ended(self.ex.session_id, self.ex)
+        if self.logs is not None:
+            self.logs.close()
+        # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
+        # reference cycle, which would keep the run's whole event log alive until the cyclic
+        # garbage collector found it (and make that collector's full passes ever longer).
+        # Cut it, so the log is freed as soon as the outcome is built.
+        self.ex.stop = _stopped
+        self.ex.watch = True
+        self.ex.mailbox = None
+
+    def fail_now(self, error: ErrorInfo) -> Outcome:
+        """End the session as failed with `error` at `error.path` without running anything:
+        a Gate or Wait whose timeout passed with `on_timeout` set to fail."""
+        self.core.running.started(self.ex.session_id, self.ex)
+        record_failure(self.ex, error)
+        return self._finish((FAILED, error))
+
+    def _on_checkpoint(self, path: tuple[Any, ...]) -> bool:
+        """Asked by the engine before every iteration and child (`Execution.stop`): stop if an
+        abort was requested (in this process, or stored by any) or the lease is lost. Writes
+        the unwritten events after every step with durability="step", and once FLUSH_EVENTS
+        are unwritten otherwise; ticks once a TICK."""
+        if self.aborts and self.ex.session_id in self.aborts:
+            return True
+        if self.lost:
+            return True
+        log = self.ex.rows
+        # Only when something completed since the last write: an iteration or container that
+        # only started waits for its first step, so an item costs one commit, not two.
+        if len(log) >= self.ex.flush_at and log[-1][1] not in _OPENINGS:
+            self._flush_steps()
+        if time.monotonic() >= self.ex.due:
+            return self._tick()
+        return False
+
+    def _tick(self) -> bool:
+        """Renew the lease when due, read the stop request, write the progress. True: stop."""
+        core = self.core
+        sid = self.ex.session_id
+        mono = time.monotonic()
+        # A short lease (tests use one) is renewed in time: ticks come at least that often.
+        self.ex.due = mono + min(TICK, core.lease / 3)
+        self.ex.at = None  # the next event reads the clock again
+        progress = self.ex.state.last_seq != self.written_seq
+        # The lease is renewed (which also checks that it is still ours) before any progress
+        # is written with it.
+        if (progress or mono >= self.renew_at) and not self._renew():
+            return True
+        self.stop = core.store.stop_requested(sid)
+        if self.stop is not None:
+            return True
+        if progress:
+            self._write_progress()
+        return False
+
+    def _renew(self) -> bool:
+        core = self.core
+        now = core.clock.now()
+        until = now + timedelta(seconds=core.lease)
+        self.renew_at = time.monotonic() + core.lease / 3
+        self.ex.at = None  # the next event reads the clock again
+        if core.store.claim(self.ex.session_id, core.owner, until, now):
+            self.until = until
+            return True
+        self.lost = True
+        self.ex.watch = True
+        return False
+
+    def _mailbox(self, key: str) -> Any:
+        """What a keyed Wait finds when reached (`Execution.mailbox`): the value delivered for
+        `key` before it, claimed for this session, or NO_MAIL. A run that dies before its next
+        write claims it again when recovered; the write deletes it (`_mail_taken`)."""
+        blob = self.core.store.take_mail([key], self.ex.session_id).get(key)
+        self.ex.at = None  # the store took its time: the next event reads the clock
+        return NO_MAIL if blob is None else loads(blob)
+
+    def _mail_taken(self) -> list[str]:
+        """The keys of the mail taken since the last write, for that write to delete."""
+        taken = self.mail_done + self.ex.mail_taken if self.ex.mail_taken else self.mail_done
+        if taken:
+            self.mail_done, self.ex.mail_taken = [], []
+        return taken
+
+    def _write_progress(self) -> None:
+        """The state so far (status "running"), the events and values since the last write:
+        what other processes see of a running session, and where recovery starts from."""
+        state = self.ex.state
+        rec = self.record
+        record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
+        values = self.ledger.take()
+        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
+        done = self._mail_taken()
+        record.version = self.core.store.save(
+            record, rec.version, events=events, values=values, mail_done=done, **self._logs()
+        )
+        self.record = record
+        self.written_seq = state.last_seq
+
+    def _flush_steps(self) -> None:
+        store = self.core.store
+        sid = self.ex.session_id
+        # Values before events: a crash between the two leaves values that the re-run of the
+        # step overwrites, never events that point at missing values.
+        values = self.ledger.take()
+        if values:
+            store.put_values(sid, values)
+        store.append_events(sid, EventLog(sid, self.ex.rows))
+        self.ex.rows = []
+        self.ex.at = None  # the write took its time: the next event reads the clock
+
+    # -- ending ----------------------------------------------------------------------------
+    def _finish(self, result: Result) -> Outcome:
+        ex = self.ex
+        sid = ex.session_id
+        kind, value = result
+        token: str | None = None
+        waits: list[WaitRecord] = []
+        if self.lost:  # another worker owns the session now: write nothing
+            self._ended()
+            return Outcome(ERROR, sid, error=LEASE_LOST)
+        try:
+            if kind == DONE:
+                ex.emit(ev.RUN_COMPLETED, (), {"output": value})
+                self.ledger.discard()
+            elif kind == PAUSED:
+                signals = value.pauses if type(value) is PauseMany else (value,)
+                waits = record_pauses(self, signals)
+                # A failed session (a payload refused) keeps a token like any failed one.
+                token = waits[0].token if waits else old_token(self)
+            elif kind == STOPPED:
+                # Asked in this process (a flag), or by any process (stored; read at a tick).
+                resumable = self.aborts.get(sid, self.stop != "cancel")
+                actor = self.core.running.actors.get(sid)
+                by = {} if actor is None else {"actor": actor}
+                if resumable:
+                    data = {"kind": "system", "reason": "aborted", "awaits_value": False, **by}
+                    ex.emit(ev.RUN_PAUSED, value.path, data)
+                    token = self.core.tokens.new_key()
+                else:
+                    ex.emit(ev.RUN_CANCELLED, value.path, by)
+            elif kind == FAILED:
+                self._fail(value)
+                # A failed session can be retried, skipped or cancelled: it keeps a token.
+                token = self.core.tokens.new_key()
+            token = self._write(token, waits)
+        finally:
+            self._ended()
+        tokens = self.core.tokens
+        public = None if token is None else tokens.token(token)  # token: the store key
+        if kind != PAUSED or ex.state.status != "paused":
+            return outcome_of(ex.state, public, self.meta, read=ex.value)
+        by_path = {w.path: tokens.token(w.token) for w in waits}
+        if len(waits) < len(all_pauses(ex.state)):  # some waited already: their tokens too
+            for w in self.core.store.waits(sid):
+                if w.path not in by_path:
+                    by_path[w.path] = tokens.token(w.token)
+        return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
+
+    def _fail(self, error: ErrorInfo) -> None:
+        self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})
+
+    def _write(self, token: str | None, waits: Sequence[WaitRecord] = ()) -> str | None:
+        """One write: the state, the events since the last write, the unwritten values.
+
+        A session that stops to wait (paused, aborted) with a snapshot over
+        `max_snapshot_bytes` fails there instead, with SnapshotTooLarge; what it holds is
+        written all the same, so nothing is lost. A completed session's snapshot is final: the
+        engine failed any node that would have made the state larger than `max_snapshot_bytes`,
+        so it holds at most that plus the run's output (one value), which tarry reads back
+        (see Core). Returns the token key the session keeps."""
+        blob = self._encode()
+        if len(blob) > self.core.max_snapshot_bytes and self.ex.state.status == "paused":
+            self._fail(too_large(self.ex.state, len(blob), self.core.max_snapshot_bytes))
+            blob = self._encode()
+        state = self.ex.state
+        wake = None
+        if state.status == "paused":
+            # The earliest timer, back-off or deadline of all its waits.
+            times = [t for p in all_pauses(state) if (t := p.wake_at or p.expires_at) is not None]
+            wake = min(times) if times else None
+        else:
+            waits = []
+        rec = self.record
+        record = next_record(self, blob, token, wake, None, None)
+        values = [] if state.status == "completed" else self.ledger.take()
+        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
+        done = self._mail_taken()
+        record.version = self.core.store.save(
+            record,
+            rec.version,
+            events=events,
+            values=values,
+            waits=waits,
+            mail_done=done,
+            **self._logs(),
+        )
+        self.record = record
+        if token is not None:  # to be resumed: keep the state to skip decoding it then,
+            self.core.states.keep(blob, state)
+            self.core.records.keep(token, record)  # and the record to skip reading it
+        # The keyed waits it registered: a delivery posted just before may be in the mailbox.
+        self.keyed = {w.key: w.token for w in waits if w.key is not None}
+        return token
+
+    def _logs(self) -> dict[str, Any]:
+        """The `logs=` of a write: the records captured since the last one, if any."""
+        batch = None if self.logs is None else self.logs.take()
+        return _NO_LOGS if batch is None else {"logs": batch}
+
+    def _encode(self) -> bytes:
+        return encode_state(
+            self.ex.state, fingerprint=self.flow.fingerprint, flow_version=self.flow.version
+        )

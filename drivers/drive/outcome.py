@@ -1,0 +1,163 @@
+"""Outcomes: what `run` and `resume` return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from tarry.engine.state.lanes import concurrent, pauses
+from tarry.engine.state.records import ErrorInfo, OutOfLine, PauseState, SessionState
+
+OK, PAUSED, ERROR = "ok", "paused", "error"
+
+
+@attrs.frozen
+class PauseInfo:
+    """Why a run waits. `partial` holds the outputs of the flow's completed top-level elements
+    (a dict; a read-only mapping that reads each when first looked at if some are large and
+    kept out of the session's state, see `Partial`)."""
+
+    kind: str
+    reason: str
+    path: tuple[Any, ...]
+    payload: Any = None
+    partial: Mapping[str, Any] = attrs.field(factory=dict)
+    wake_at: datetime | None = None
+    expires_at: datetime | None = None
+    #: The single-use token that resumes this wait (`Runtime.resume(pause.token, value)`).
+    token: str | None = None
+
+
+@attrs.frozen
+class Outcome:
+    """`ok` (with `output`), `paused` (with `token` and `pause`) or `error` (with `error`, and a
+    `token` when resuming may help). A cancelled session's outcome is an error of type
+    `"cancelled"`.
+
+    `run()` returns an Outcome when every step it met was sync, and an awaitable of one as soon
+    as it met an async step; `arun()` always returns an awaitable."""
+
+    status: str
+    session_id: str
+    output: Any = None
+    token: str | None = None
+    pause: PauseInfo | None = None
+    error: ErrorInfo | None = None
+    meta: dict[str, Any] = attrs.field(factory=dict)
+    #: Every waiting branch's PauseInfo, each with its own token: one for a sequential flow,
+    #: one per waiting iteration or branch of concurrent containers. `pause`/`token` are the
+    #: first of them.
+    pauses: tuple[PauseInfo, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def paused(self) -> bool:
+        return self.status == PAUSED
+
+    @property
+    def failed(self) -> bool:
+        return self.status == ERROR
+
+    if TYPE_CHECKING:
+        # For type checkers only: `run()` is typed `-> Outcome`, so that sync code reads
+        # `out.paused`, and async code may `await rt.run(flow)`, which is right at run time
+        # only when the run met an async step (then `run` returns an awaitable of the
+        # Outcome). At run time an Outcome is a plain value, never awaitable: code that means
+        # to await whatever a run gives uses `arun`/`aresume`.
+        def __await__(self) -> Generator[Any, None, Outcome]: ...
+
+
+def all_pauses(state: SessionState) -> list[PauseState]:
+    """Every wait of a paused session, its own first (a sequential flow has only that one)."""
+    if state.pause is not None and not concurrent(state):
+        return [state.pause]
+    return pauses(state)
+
+
+CANCELLED = ErrorInfo(type="cancelled", message="the session was cancelled", retryable=False)
+
+
+class Partial(Mapping[str, Any]):
+    """`PauseInfo.partial` of a session whose state refers to top-level outputs kept out of
+    line (engine.state.OutOfLine): a read-only mapping of the outputs by name that reads such
+    an output when it is first looked at, so that a pause or a resume never reads them for it.
+    It compares equal to the dict of the same outputs."""
+
+    __slots__ = ("_outputs", "_read")
+
+    def __init__(self, outputs: dict[str, Any], read: Callable[[OutOfLine], Any]) -> None:
+        self._outputs = dict(outputs)
+        self._read = read
+
+    def __getitem__(self, name: str) -> Any:
+        value = self._outputs[name]
+        if type(value) is OutOfLine:
+            value = self._outputs[name] = self._read(value)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outputs)
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _partial(
+    outputs: dict[str, Any], read: Callable[[OutOfLine], Any] | None
+) -> dict[str, Any] | Partial:
+    if read is not None and OutOfLine in map(type, outputs.values()):
+        return Partial(outputs, read)
+    return dict(outputs)
+
+
+def outcome_of(
+    state: SessionState,
+    token: str | None,
+    meta: dict[str, Any] | None = None,
+    tokens: dict[tuple[Any, ...], str] | None = None,
+    read: Callable[[OutOfLine], Any] | None = None,
+) -> Outcome:
+    """The outcome a session's state stands for; `meta` says how its drive began (a paused
+    outcome's own `pause_kind` takes precedence over the kind it resumed). A paused one lists
+    every wait (`pauses`), with its token from `tokens` (by the wait's path; `token` for the
+    first when `tokens` has none for it). `read(ref)` reads a top-level output kept out of
+    line, when `partial` is looked at (see `Partial`)."""
+    status = state.status
+    sid = state.session_id
+    meta = dict(meta or {})
+    if status == "completed":
+        return Outcome(OK, sid, output=state.output, meta=meta)
+    if status == "paused":
+        waits = all_pauses(state)
+        if waits:
+            partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
+            tokens = tokens or {}
+            infos = tuple(
+                PauseInfo(
+                    kind=p.kind,
+                    reason=p.reason,
+                    path=p.path,
+                    payload=p.payload,
+                    partial=partial,
+                    wake_at=p.wake_at,
+                    expires_at=p.expires_at,
+                    token=tokens.get(p.path, token if i == 0 else None),
+                )
+                for i, p in enumerate(waits)
+            )
+            first = infos[0]
+            meta["pause_kind"] = first.kind
+            return Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=infos)
+    if status == "failed" and state.error is not None:
+        return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
+    if status == "cancelled":
+        return Outcome(ERROR, sid, error=CANCELLED, meta=meta)
+    return Outcome(status, sid, meta=meta)

@@ -1,0 +1,1 @@
+"""Reading stored sessions: views, lists and pages, stats, and their JSON forms."""

@@ -1,0 +1,179 @@
+"""Read-only views of stored sessions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import attrs
+from tarry.drivers.drive.outcome import Outcome, outcome_of
+from tarry.drivers.drive.values_out_of_line import Reader, resolved
+from tarry.drivers.tokens import Tokens
+from tarry.engine.describe import describe
+from tarry.engine.errors import InvalidArgument
+from tarry.engine.state.events import Event
+from tarry.engine.state.lanes import concurrent
+from tarry.engine.state.records import SessionState
+from tarry.engine.state.reducer import apply
+from tarry.snapshots.records import SessionRecord, decode_state
+from tarry.snapshots.store import SessionStore
+
+#: Events read at a time where a whole log is walked (`derive_state`), so memory stays flat.
+PAGE = 500
+
+
+def state_of(record: SessionRecord) -> SessionState:
+    """The state a record holds (a session that never wrote one has the initial state)."""
+    if not record.state:
+        return SessionState(session_id=record.session_id, flow=record.flow)
+    return decode_state(record.state)
+
+
+@attrs.frozen
+class SessionSummary:
+    """One row of `Runtime.sessions()`."""
+
+    session_id: str
+    flow: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    wake_at: datetime | None = None
+
+    @classmethod
+    def of(cls, record: SessionRecord) -> SessionSummary:
+        return cls(
+            record.session_id,
+            record.flow,
+            record.status,
+            record.created_at,
+            record.updated_at,
+            record.wake_at,
+        )
+
+
+class SessionView:
+    """A session as stored: status, state, event log (a page at a time), latest outcome.
+
+    A session that this process is running is seen live: `state` includes the events its
+    drive has not written yet (`tail`), and `events()` ends with them."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        record: SessionRecord,
+        tokens: Tokens,
+        *,
+        state: SessionState | None = None,
+        tail: list[Event] | None = None,
+    ) -> None:
+        self._store = store
+        self._record = record
+        self._tokens = tokens
+        self._state = state
+        self._resolved: SessionState | None = None
+        self._tail = tail or []
+        self._read = Reader(store, record.session_id, self._tail)
+
+    @property
+    def session_id(self) -> str:
+        return self._record.session_id
+
+    @property
+    def flow(self) -> str:
+        return self._record.flow
+
+    @property
+    def status(self) -> str:
+        return self._record.status
+
+    @property
+    def durability(self) -> str:
+        """The session's own durability ("pause" or "step"), kept by whoever continues it."""
+        return self._record.durability
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the flow version the session runs with."""
+        return self._record.fingerprint
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The dict given to `Runtime.run(meta=...)`."""
+        return dict(self._record.meta)
+
+    @property
+    def created_at(self) -> datetime:
+        return self._record.created_at
+
+    @property
+    def updated_at(self) -> datetime:
+        return self._record.updated_at
+
+    @property
+    def state(self) -> SessionState:
+        """The state, with the large input and top-level outputs it keeps out of line read back
+        in their places (once per view)."""
+        if self._resolved is None:
+            state = self._state if self._state is not None else state_of(self._record)
+            self._resolved = resolved(state, self._read)
+        return self._resolved
+
+    def events(self, after_seq: int = 0, limit: int | None = None) -> list[Event]:
+        """The session's ordered event log (seq 1, 2, 3 ...): the events with seq > `after_seq`,
+        the first `limit` of them (all when None). A page costs what it holds, wherever it is
+        in the log: read a long log with `after_seq=page[-1].seq` until a page comes back
+        short (or empty). InvalidArgument for an `after_seq` that is not an int >= 0 or a
+        `limit` that is not None or an int >= 1. A session running in this process ends with
+        the events its drive has not written yet."""
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            msg = f"after_seq must be an int >= 0 (got {describe(after_seq)})"
+            raise InvalidArgument(msg)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            msg = f"limit must be None or an int >= 1 (got {describe(limit)})"
+            raise InvalidArgument(msg)
+        stored = self._store.events(self._record.session_id, after_seq, limit)
+        if self._tail and (limit is None or len(stored) < limit):
+            last = stored[-1].seq if stored else after_seq
+            unwritten = [e for e in self._tail if e.seq > last]
+            stored += unwritten if limit is None else unwritten[: limit - len(stored)]
+        return stored
+
+    def derive_state(self) -> SessionState:
+        """A pure fold of `events()` up to the last event `state` has seen (a running session
+        may have written more since this view read it), with the values kept out of line read
+        back as `state` has them: always equal to `state`. Reads the log a page at a time."""
+        state = SessionState(session_id=self._record.session_id)
+        last = self.state.last_seq
+        after = 0
+        while True:
+            page = self.events(after, PAGE)
+            for event in page:
+                if event.seq > last:
+                    return resolved(state, self._read)
+                state = apply(state, event)
+            if len(page) < PAGE:
+                return resolved(state, self._read)
+            after = page[-1].seq
+
+    @property
+    def outcome(self) -> Outcome:
+        key = self._record.token
+        token = None
+        if key is not None:
+            info = self._store.find_token(key)
+            if info is not None and not info.used:
+                token = self._tokens.token(key)
+        state = self.state
+        if state.status == "paused" and concurrent(state):
+            # Every waiting branch's own token, as the store lists them.
+            by_path = {
+                w.path: self._tokens.token(w.token) for w in self._store.waits(self.session_id)
+            }
+            return outcome_of(state, token, tokens=by_path)
+        return outcome_of(state, token)
+
+    def __repr__(self) -> str:
+        return f"<SessionView {self.session_id} {self.flow} {self.status}>"

@@ -1,0 +1,1 @@
+"""What a worker does to many sessions in one round: timers, adapters, recovery, delivery, pruning."""

@@ -1,0 +1,209 @@
+"""Timers: `Runtime.resume_due` resumes every Sleep, retry back-off and timed-out Gate or Wait
+whose time has come — each session inside its own error boundary (boundary.py).
+
+Due sessions are claimed a page at a time (`SessionStore.claim_due`): the claim leases them to
+this runtime in the statement that finds them, so concurrent workers take disjoint pages
+instead of racing for the same earliest sessions' tokens. A session that cannot be handled is
+given back and paged past (the page after it starts at its (wake_at, session id)), so however
+many of them come first in line, the ones behind still fire in the same round.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from tarry.drivers.core import Core
+from tarry.drivers.drive.outcome import Outcome, all_pauses
+from tarry.drivers.drive.settle import settle, settle_many
+from tarry.drivers.limits import check_limit, log
+from tarry.drivers.rounds.boundary import Round, flow_of, guarded
+from tarry.drivers.sessions.batch import resume_keys
+from tarry.drivers.sessions.resuming import prepare, stored_state
+from tarry.engine.errors import (
+    ConcurrentUpdate,
+    SessionNotResumable,
+    TokenAlreadyUsed,
+    UnknownToken,
+)
+from tarry.engine.flow import Flow
+from tarry.engine.state.lanes import concurrent
+from tarry.engine.state.records import ErrorInfo, SessionState
+from tarry.snapshots.records import SessionRecord
+
+#: Due sessions claimed at a time: a worker holds no more than it is about to resume, so that
+#: long resumes do not keep sessions from idle workers (and claims do not lapse in its hands).
+PAGE = 20
+
+
+def resume_due(core: Core, limit: int, round: Round | None = None) -> list[Outcome]:
+    """Resume up to `limit` due sessions; the outcomes of those resumed (a session failed by
+    its boundary included). Sessions set aside do not count towards `limit`."""
+    check_limit(limit)
+    core.tokens.check()
+    round = round or Round()
+    now = core.clock.now()
+    until = now + timedelta(seconds=core.lease)
+    outcomes: list[Outcome] = []
+    after = None
+    while len(outcomes) < limit and not round.stopping():
+        wanted = min(limit - len(outcomes), PAGE)
+        page = core.store.claim_due(now, core.owner, until, limit=wanted, after=after)
+        started = 0
+        try:
+            for record in page:
+                if round.stopping():
+                    break
+                started += 1
+                outcome = guarded(
+                    core,
+                    "resume_due",
+                    record,
+                    round,
+                    lambda r=record: _fire(core, r, now, round),
+                    claimed=True,
+                )
+                if outcome is not None:
+                    outcomes.append(outcome)
+        finally:
+            # Claimed but not started (the round stops, or ends with an error): let other
+            # workers have them now rather than when the claims lapse.
+            _give_back(core, page[started:])
+        if len(page) < wanted:
+            break  # nothing else is due and free
+        last = page[-1]
+        after = (last.wake_at, last.session_id)
+    return outcomes
+
+
+def _give_back(core: Core, records: list[SessionRecord]) -> None:
+    for record in records:
+        try:
+            core.store.release(record.session_id, core.owner)
+        except Exception:  # the store is away: the claims lapse after the lease instead
+            return
+
+
+def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Outcome | None:
+    token = record.token
+    if token is None:
+        return None
+    flow = flow_of(core, record, round, "resume_due")
+    if flow is None:
+        return None
+    state = stored_state(core, record)
+    if state.status == "paused" and concurrent(state):
+        return _fire_lanes(core, record, state, flow, now)
+    pause = state.pause
+    if state.status != "paused" or pause is None:
+        return None
+    # Claimed just now, so the resume need not read it again: it uses the token only while
+    # the session is still at this version (see resuming._prepare).
+    core.records.keep(token, record)
+    try:
+        if pause.wake_at is not None and pause.wake_at <= now:
+            return settle(prepare(core, token, None, False, trigger="timer"))
+        if pause.wake_at is None and pause.expires_at is None and not pause.awaits_value:
+            # A run a stopping worker paused at a checkpoint and handed back (`hand_back`):
+            # due at the record's wake_at, which claim_due checked.
+            return settle(prepare(core, token, None, False, trigger="timer"))
+        if pause.expires_at is None or pause.expires_at > now:
+            return None
+        element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
+        expire = getattr(element, "expire", None)
+        if expire is None:
+            if core.reported.first(record.session_id, "no timeout"):
+                log().warning(
+                    "resume_due: session %s waits at %s, which has no timeout in flow %r as "
+                    "registered (logged once per session)",
+                    record.session_id,
+                    pause.path,
+                    record.flow,
+                )
+            return None
+        expiry = expire(pause)  # as the pause recorded it when reached
+        if expiry.error is None:
+            return settle(prepare(core, token, None, False, value=expiry.value, trigger="timeout"))
+        error = ErrorInfo(
+            type=expiry.error, message=expiry.message, path=pause.path, retryable=True, attempts=1
+        )
+        return settle(prepare(core, token, None, False, trigger="timeout", failure=error))
+    except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+        return None  # resumed, cancelled or fired by someone else first
+
+
+def _fire_lanes(
+    core: Core, record: SessionRecord, state: SessionState, flow: Flow, now: datetime
+) -> Outcome | None:
+    """The due waits of a session whose concurrent containers wait in several lanes: every
+    timer and back-off due, and every deadline passed with a value to go on with, resumed
+    together (one drive, one write); a deadline that fails the run fails it alone."""
+    due = [
+        p
+        for p in all_pauses(state)
+        if (p.wake_at is not None and p.wake_at <= now)
+        or (p.expires_at is not None and p.expires_at <= now)
+        or (p.wake_at is None and p.expires_at is None and not p.awaits_value)
+    ]
+    if not due:
+        return None
+    tokens = {w.path: w.token for w in core.store.waits(record.session_id)}
+    if state.pause is not None and record.token:
+        tokens.setdefault(state.pause.path, record.token)
+    values: dict[str, tuple[str, Any]] = {}
+    try:
+        for pause in due:
+            key = tokens.get(pause.path)
+            if key is None:
+                continue
+            if pause.expires_at is None or (pause.wake_at is not None and pause.wake_at <= now):
+                values[key] = (key, None)
+                continue
+            element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
+            expire = getattr(element, "expire", None)
+            if expire is None:
+                continue
+            expiry = expire(pause)  # as the pause recorded it when reached
+            if expiry.error is not None:
+                error = ErrorInfo(
+                    type=expiry.error,
+                    message=expiry.message,
+                    path=pause.path,
+                    retryable=True,
+                    attempts=1,
+                )
+                return settle(prepare(core, key, None, False, trigger="timeout", failure=error))
+            values[key] = (key, expiry.value)
+        if not values:
+            return None
+        outcomes = settle_many(resume_keys(core, values, trigger="timer"))
+    except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
+        return None  # resumed, cancelled or fired by someone else first
+    return outcomes[0] if outcomes else None
+
+
+def hand_back(core: Core, session_id: str) -> bool:
+    """Make a session that was stopped at a checkpoint (paused with kind "system" and no timer:
+    an abort) due now, so that any worker's `resume_due` continues it: what a worker that is
+    told to stop does with the session it was running. False when the session is not such a
+    pause (it was resumed or ended meanwhile, say)."""
+    record = core.store.load(session_id)
+    if record is None or record.status != "paused" or record.wake_at is not None:
+        return False
+    pause = stored_state(core, record).pause
+    if (
+        pause is None
+        or pause.kind != "system"
+        or pause.awaits_value
+        or pause.wake_at is not None
+        or pause.expires_at is not None
+    ):
+        return False
+    now = core.clock.now()
+    record.wake_at = now
+    record.updated_at = now
+    try:
+        core.store.save(record, record.version)
+    except ConcurrentUpdate:
+        return False  # someone resumed or cancelled it first
+    return True

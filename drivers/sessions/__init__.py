@@ -1,0 +1,1 @@
+"""What a caller does to one session: start it, resume it, resume many waits, stop it."""

@@ -1,0 +1,1 @@
+"""MemoryStore: sessions held in this process (see store.py)."""

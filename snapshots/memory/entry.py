@@ -1,0 +1,155 @@
+"""MemoryStore's session entries: private copies of records, and events kept as one encoded
+batch per write."""
+
+from __future__ import annotations
+
+import builtins
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+from tarry.engine.errors import SnapshotError
+from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import dumps
+from tarry.snapshots.log_records import LogBatch, LogRecord, numbered
+from tarry.snapshots.records import SessionRecord, decode_event, event_arrays
+from tarry.snapshots.tally import Tally
+
+_ENDED = frozenset({"completed", "failed", "cancelled"})
+
+#: The meta of every kept record that has none. Never mutated, never handed out.
+_NO_META: dict[str, Any] = {}
+
+
+def _keep(record: SessionRecord, version: int) -> SessionRecord:
+    """The store's own copy of a record it is given, at `version`."""
+    return _copy(record, version, dict(record.meta) if record.meta else _NO_META)
+
+
+def _copy(
+    record: SessionRecord,
+    version: int | None = None,
+    meta: dict[str, Any] | None = None,
+    state: bytes | None = None,
+) -> SessionRecord:
+    """A record that shares no mutable part with `record` (as a durable store's would), with
+    `state` instead of its own if given.
+
+    The constructor, not `attrs.evolve`: a copy is made on every load and save, and evolve
+    costs four times as much.
+    """
+    return SessionRecord(
+        record.session_id,
+        record.flow,
+        record.status,
+        record.state if state is None else state,
+        record.version if version is None else version,
+        record.fingerprint,
+        record.flow_version,
+        record.token,
+        record.wake_at,
+        record.lease_owner,
+        record.lease_until,
+        record.created_at,
+        record.updated_at,
+        dict(record.meta) if meta is None else meta,
+        record.durability,
+        record.stop,
+    )
+
+
+def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
+    """The events of one write as one msgpack array of `encode_event`'s arrays, and how many
+    bytes those arrays take (the blob less the array's header).
+
+    One encoder call per write instead of one per event halves the cost of encoding a pause's
+    events, and a session holds one bytes object per write instead of one per event. The
+    elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
+    counted are the same as a durable store's.
+    """
+    blob = dumps(event_arrays(events))
+    n = len(events)
+    return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
+
+
+def _decode_batch(
+    blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
+) -> builtins.list[Event]:
+    """The events of a blob `_encode_batch` wrote, each decoded by `decode_event`: the first
+    `skip` are passed over undecoded, and no more than `limit` (if given) are decoded."""
+    unpacker = msgpack.Unpacker(max_buffer_size=len(blob))
+    unpacker.feed(blob)
+    events: builtins.list[Event] = []
+    try:
+        count = unpacker.read_array_header()
+        start = unpacker.tell()
+        for i in range(count):
+            unpacker.skip()
+            end = unpacker.tell()
+            if i >= skip:
+                events.append(decode_event(blob[start:end], session_id))
+                if len(events) == limit:
+                    break
+            start = end
+    except (ValueError, msgpack.OutOfData) as exc:  # as a durable store's bad blob would
+        msg = f"session {session_id!r}: malformed events ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
+    return events
+
+
+class _Entry:
+    __slots__ = (
+        "record",
+        "batches",
+        "firsts",
+        "last_seq",
+        "values",
+        "tokens",
+        "tally",
+        "waits",
+        "mail",
+        "logs",
+    )
+
+    def __init__(self, record: SessionRecord) -> None:
+        self.record = record
+        self.batches: list[bytes] = []  # one _encode_batch blob per write, in order
+        self.firsts: list[int] = []  # the seq of each batch's first event (to find a page)
+        self.last_seq = 0
+        self.tally: Tally | None = None  # brought up to date by `stats()`
+        self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
+        self.tokens: list[str] = []
+        self.waits: set[str] = set()  # the tokens of its live waits
+        self.mail: set[str] = set()  # the keys whose mail it claimed
+        self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
+
+
+def _keep_logs(entry: _Entry, batch: LogBatch) -> None:
+    """Number the records of `batch` after the entry's last and keep its last `batch.keep`."""
+    logs = entry.logs
+    if logs is None:
+        logs = entry.logs = collections.deque()
+    logs.extend(numbered(batch, logs[-1].seq if logs else 0))
+    drop = logs[-1].seq - batch.keep  # by seq, as the SQL stores do
+    while logs[0].seq <= drop:
+        logs.popleft()
+
+
+def _read_logs(entry: _Entry, levelno: int, after: int, limit: int) -> builtins.list[LogRecord]:
+    logs = entry.logs
+    if not logs or limit < 1:
+        return []
+    start = max(after + 1 - logs[0].seq, 0)  # seqs are gap-free: index by seq
+    found = []
+    for i in range(start, len(logs)):
+        record = logs[i]
+        if record.levelno >= levelno:
+            found.append(record)
+            if len(found) == limit:
+                break
+    return found
+
+
+def _dropped_logs(entry: _Entry) -> int:
+    return entry.logs[0].seq - 1 if entry.logs else 0

@@ -1,0 +1,328 @@
+"""MemoryStore: the default store, in this process, holding the same encoded bytes as a
+durable store would (so a flow that works in memory also works durably).
+
+The class holds the sessions, events and values; tokens, timers and leases come from
+memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it keeps per
+session from memory_entry.py.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import datetime as dt
+import heapq
+import threading
+from collections.abc import Sequence
+
+from tarry.engine.errors import ConcurrentUpdate, SessionExists
+from tarry.engine.state.events import Event, rows_of
+from tarry.snapshots.log_records import LogBatch, LogRecord
+from tarry.snapshots.memory import upkeep as upkeep
+from tarry.snapshots.memory.entry import (
+    _ENDED,
+    _copy,
+    _decode_batch,
+    _dropped_logs,
+    _encode_batch,
+    _Entry,
+    _keep,
+    _keep_logs,
+    _read_logs,
+)
+from tarry.snapshots.memory.tokens import TokensAndLeases
+from tarry.snapshots.memory.waits import WaitsAndMail
+from tarry.snapshots.records import SessionRecord, WaitRecord
+from tarry.snapshots.store import ENDED
+from tarry.snapshots.tally import Totals
+
+__all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
+
+
+class MemoryStore(TokensAndLeases, WaitsAndMail):
+    """Sessions in a dict, encoded.
+
+    `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
+    `max_sessions`: when a new session would exceed it, the least recently updated sessions
+    that are not running are evicted (ended ones first, then paused ones; a tenth of the limit
+    at once). A running session is never evicted, so the limit can be exceeded by running ones.
+    An evicted session is gone: its token is unknown from then on. `bytes_written` /
+    `bytes_read` count the encoded bytes that went in and came out, for checking the cost model.
+
+    Records are kept as private copies, changed in place under the lock, and copied again
+    whenever one is handed out.
+    """
+
+    def __init__(self, *, ttl: float | None = None, max_sessions: int | None = None) -> None:
+        self.ttl = ttl
+        self.max_sessions = max_sessions
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _Entry] = {}
+        # Tokens by session id; a consumed one is also in `_used` until its session is gone.
+        self._tokens: dict[str, str] = {}
+        self._used: set[str] = set()
+        self._init_waits()
+        self._marks: set[str] = set()
+        self.bytes_written = 0
+        self.bytes_read = 0
+        self._swept: dt.datetime | None = None
+
+    # -- sessions --------------------------------------------------------------------------
+    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+        batch = _encode_batch(events) if events else None
+        with self._lock:
+            self._evict(record.created_at)
+            if record.session_id in self._sessions:
+                raise SessionExists(record.session_id)
+            entry = _Entry(_keep(record, 0))
+            entry.record.stop = None
+            self._check_seq(entry, events)
+            self._sessions[record.session_id] = entry
+            self.bytes_written += len(record.state)
+            self._append(entry, events, batch)
+            if record.token and record.token not in self._tokens:
+                self._add_token(entry, record.token)
+
+    def load(self, session_id: str) -> SessionRecord | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            self.bytes_read += len(entry.record.state)
+            return _copy(entry.record)
+
+    def save(
+        self,
+        record: SessionRecord,
+        expected_version: int,
+        *,
+        events: Sequence[Event] = (),
+        values: Sequence[tuple[str, int, bytes]] = (),
+        waits: Sequence[WaitRecord] = (),
+        mail_done: Sequence[str] = (),
+        logs: LogBatch | None = None,
+    ) -> int:
+        batch = _encode_batch(events) if events else None
+        with self._lock:
+            entry = self._sessions.get(record.session_id)
+            if entry is None or entry.record.version != expected_version:
+                found = None if entry is None else entry.record.version
+                msg = f"session {record.session_id!r} is at version {found}, not {expected_version}"
+                raise ConcurrentUpdate(msg)
+            self._check_seq(entry, events)
+            stop = entry.record.stop if record.status == "running" else None
+            entry.record = _keep(record, expected_version + 1)
+            entry.record.stop = stop
+            self.bytes_written += len(record.state)
+            self._append(entry, events, batch)
+            self._put(entry, values)
+            if record.token and record.token not in self._tokens:
+                self._add_token(entry, record.token)
+            self._save_waits(entry, record.status, waits, mail_done)
+            if logs is not None and logs.records:
+                _keep_logs(entry, logs)
+            return expected_version + 1
+
+    def delete(self, session_id: str) -> None:
+        with self._lock:
+            entry = self._sessions.pop(session_id, None)
+            if entry is not None:
+                self._forget_waits(entry)
+                for token in entry.tokens:
+                    self._tokens.pop(token, None)
+                    self._used.discard(token)
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        before: tuple[dt.datetime, str] | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        search: str | None = None,
+    ) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = (
+                e.record
+                for e in self._sessions.values()
+                if (status is None or e.record.status == status)
+                and (flow is None or e.record.flow == flow)
+                and (before is None or _newest(e.record) < before)
+                and (since is None or e.record.created_at >= since)
+                and (until is None or e.record.created_at < until)
+                and (search is None or _found(e.record, search))
+            )
+            # The newest offset + limit of them, without sorting the rest.
+            newest = heapq.nlargest(offset + limit, rows, key=_newest)
+            return [_copy(r, state=b"") for r in newest[offset:]]
+
+    def prune(
+        self,
+        *,
+        before: dt.datetime,
+        statuses: Sequence[str] = ENDED,
+        now: dt.datetime,
+        limit: int = 1000,
+        dry_run: bool = False,
+    ) -> int:
+        return upkeep.prune(self, before, statuses, now, limit, dry_run)
+
+    # -- events ----------------------------------------------------------------------------
+    def append_events(self, session_id: str, events: Sequence[Event]) -> None:
+        batch = _encode_batch(events) if events else None
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                msg = f"no session {session_id!r} to append events to"
+                raise ConcurrentUpdate(msg)
+            self._check_seq(entry, events)
+            self._append(entry, events, batch)
+
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> builtins.list[Event]:
+        if limit is not None and limit < 1:
+            return []
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return []
+            # The write holding after_seq + 1, found by its first seq, and those after it:
+            # a page decodes only the writes it spans, wherever it is in the log.
+            first = max(bisect.bisect_right(entry.firsts, after_seq + 1) - 1, 0)
+            batches = entry.batches[first:]
+            firsts = entry.firsts[first:]
+        found: builtins.list[Event] = []
+        for blob, start in zip(batches, firsts, strict=True):
+            left = None if limit is None else limit - len(found)
+            found += _decode_batch(blob, session_id, max(after_seq + 1 - start, 0), left)
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    # -- logs ------------------------------------------------------------------------------
+    def logs(
+        self, session_id: str, *, levelno: int = 0, after: int = 0, limit: int = 1000
+    ) -> builtins.list[LogRecord] | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else _read_logs(entry, levelno, after, limit)
+
+    def dropped_logs(self, session_id: str) -> int:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return 0 if entry is None else _dropped_logs(entry)
+
+    # -- reports ---------------------------------------------------------------------------
+    def stats(
+        self,
+        *,
+        flow: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+    ) -> Totals:
+        return upkeep.stats(self, flow, since, until)
+
+    # -- out-of-line values ----------------------------------------------------------------
+    def put_values(self, session_id: str, values: Sequence[tuple[str, int, bytes]]) -> None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None:
+                self._put(entry, values)
+
+    def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None or entry.values is None:
+                return None
+            blob = entry.values.get(key, {}).get(index)
+            if blob is not None:
+                self.bytes_read += len(blob)
+            return blob
+
+    def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None or entry.values is None:
+                return []
+            column = entry.values.get(key, {})
+            blobs = [column[i] for i in range(stop) if i in column]
+            self.bytes_read += sum(map(len, blobs))
+            return blobs
+
+    # -- internals ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _add_token(self, entry: _Entry, token: str) -> None:
+        self._tokens[token] = entry.record.session_id
+        entry.tokens.append(token)
+
+    @staticmethod
+    def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
+        expected = entry.last_seq + 1
+        for row in rows_of(events):
+            if row[0] != expected:
+                msg = (
+                    f"session {entry.record.session_id!r}: event seq {row[0]} does not follow "
+                    f"{expected - 1} (another writer got there first)"
+                )
+                raise ConcurrentUpdate(msg)
+            expected += 1
+
+    def _append(
+        self, entry: _Entry, events: Sequence[Event], batch: tuple[bytes, int] | None
+    ) -> None:
+        if batch is not None:
+            blob, counted = batch
+            entry.batches.append(blob)
+            rows = rows_of(events)
+            entry.firsts.append(rows[0][0])
+            entry.last_seq = rows[-1][0]
+            self.bytes_written += counted
+
+    def _put(self, entry: _Entry, values: Sequence[tuple[str, int, bytes]]) -> None:
+        if not values:
+            return
+        if entry.values is None:
+            entry.values = {}
+        for key, index, blob in values:
+            entry.values.setdefault(key, {})[index] = blob
+            self.bytes_written += len(blob)
+
+    def _evict(self, now: dt.datetime) -> None:
+        """Drop expired sessions, then the least recently updated beyond max_sessions.
+
+        Never a running session. Amortised: the TTL sweep runs at most once per tenth of the
+        TTL, and an overflow evicts a tenth of `max_sessions` at once, so creating sessions
+        stays O(1) on average however many are kept.
+        """
+        if self.ttl is not None and (self._swept is None or now >= self._swept):
+            self._swept = now + dt.timedelta(seconds=self.ttl / 10)
+            cutoff = now - dt.timedelta(seconds=self.ttl)
+            for sid in [
+                s
+                for s, e in self._sessions.items()
+                if e.record.status != "running" and e.record.updated_at < cutoff
+            ]:
+                self.delete(sid)
+        if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+            idle = sorted(
+                (e.record for e in self._sessions.values() if e.record.status != "running"),
+                key=lambda r: (r.status not in _ENDED, r.updated_at),
+            )
+            excess = len(self._sessions) - self.max_sessions + 1
+            batch = max(excess, self.max_sessions // 10)
+            for rec in idle[:batch]:
+                self.delete(rec.session_id)
+
+
+def _newest(record: SessionRecord) -> tuple[dt.datetime, str]:
+    return (record.created_at, record.session_id)
+
+
+def _found(record: SessionRecord, search: str) -> bool:
+    return record.session_id.startswith(search) or search in record.flow

@@ -1,0 +1,171 @@
+"""MemoryStore's tokens, stop requests, timers, leases and marks (a mixin of MemoryStore)."""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from tarry.engine.state.events import Event
+from tarry.snapshots.memory.entry import _copy, _encode_batch, _Entry
+from tarry.snapshots.records import SessionRecord, TokenInfo
+from tarry.snapshots.store import stale
+
+
+class TokensAndLeases:
+    """The token, control, timer, lease and mark methods of MemoryStore."""
+
+    _lock: threading.RLock
+    _sessions: dict[str, _Entry]
+    _tokens: dict[str, str]
+    _used: set[str]
+    _marks: set[str]
+    _check_seq: Any
+    _append: Any
+    _drop_wait: Any
+
+    # -- tokens ----------------------------------------------------------------------------
+    def find_token(self, token: str) -> TokenInfo | None:
+        with self._lock:
+            sid = self._tokens.get(token)
+            return None if sid is None else TokenInfo(sid, token in self._used)
+
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        with self._lock:
+            known = self._tokens
+            return {
+                token: TokenInfo(known[token], token in self._used)
+                for token in tokens
+                if token in known
+            }
+
+    def consume_token(
+        self,
+        token: str,
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Sequence[Event] = (),
+        version: int | None = None,
+    ) -> bool:
+        batch = _encode_batch(events) if events else None
+        with self._lock:
+            sid = self._tokens.get(token)
+            if sid is None or token in self._used:
+                return False
+            entry = self._sessions.get(sid)
+            if version is not None:
+                found = (entry.record.version, entry.record.status) if entry else None
+                if (moved := stale(sid, found, version)) is not None:
+                    raise moved
+            if entry is not None:
+                self._check_seq(entry, events)
+                entry.record.status = "running"
+                entry.record.stop = None
+                if owner is not None:
+                    entry.record.lease_owner = owner
+                    entry.record.lease_until = until
+                self._append(entry, events, batch)
+            self._used.add(token)
+            self._drop_wait(token)
+            return True
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return None
+            if entry.record.status == "running":
+                entry.record.stop = stop
+            return entry.record.status
+
+    def stop_requested(self, session_id: str) -> str | None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            return None if entry is None else entry.record.stop
+
+    # -- timers and leases -----------------------------------------------------------------
+    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.status == "paused"
+                and e.record.wake_at is not None
+                and e.record.wake_at <= now
+            ]
+            rows.sort(key=lambda r: (r.wake_at, r.session_id))
+            return [_copy(r) for r in rows[:limit]]
+
+    def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is None:
+                return False
+            rec = entry.record
+            free = rec.lease_owner is None or rec.lease_until is None or rec.lease_until <= now
+            if not (free or rec.lease_owner == owner):
+                return False
+            rec.lease_owner = owner
+            rec.lease_until = until
+            return True
+
+    def release(self, session_id: str, owner: str) -> None:
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None and entry.record.lease_owner == owner:
+                entry.record.lease_owner = None
+                entry.record.lease_until = None
+
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.status == "paused"
+                and e.record.wake_at is not None
+                and e.record.wake_at <= now
+                and (after is None or (e.record.wake_at, e.record.session_id) > after)
+                and e.record.token is not None
+                and e.record.token not in self._used
+                and (e.record.lease_until is None or e.record.lease_until <= now)
+            ]
+            rows.sort(key=lambda r: (r.wake_at, r.session_id))
+            claimed = rows[:limit]
+            for rec in claimed:
+                rec.lease_owner = owner
+                rec.lease_until = until
+            return [_copy(r) for r in claimed]
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = [
+                e.record
+                for e in self._sessions.values()
+                if e.record.lease_until is not None
+                and e.record.lease_until <= now
+                and (after is None or (e.record.lease_until, e.record.session_id) > after)
+            ]
+            rows.sort(key=lambda r: (r.lease_until, r.session_id))
+            return [_copy(r) for r in rows[:limit]]
+
+    # -- store-wide marks --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        with self._lock:
+            self._marks.add(name)
+
+    def marked(self, name: str) -> bool:
+        return name in self._marks

@@ -1,0 +1,1 @@
+"""PostgresStore: sessions in PostgreSQL shared by many workers (see store.py)."""

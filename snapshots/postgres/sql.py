@@ -1,0 +1,238 @@
+"""PostgresStore's statements and row conversion, shared by the store's method families."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from tarry.engine.errors import ConcurrentUpdate
+from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import dumps, loads
+from tarry.snapshots.records import SessionRecord
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+except ModuleNotFoundError as exc:  # the optional extra is missing (postgres.py says so first)
+    msg = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'tarry[postgres]'"
+    raise ModuleNotFoundError(msg, name=exc.name) from exc
+
+_NAMES = (
+    "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
+    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
+)  # fmt: skip
+_COLUMNS = ", ".join(_NAMES)
+# `stop` is read with every record but written only by request_stop (and cleared by a save
+# that ends the run, or a token's use): a record's own `stop` is never written.
+_SELECT = f"SELECT {_COLUMNS}, stop FROM tarry_sessions"
+#: Every column but the state, which a listing leaves out (an empty blob in its place).
+_SUMMARY = (
+    "SELECT "
+    + ", ".join("''::bytea" if n == "state" else n for n in _NAMES)
+    + ", stop FROM tarry_sessions"
+)
+# Events go in only if they continue the log: the last stored seq must be the one before
+# the first. Two writers that both read the same last seq insert the same next one, and the
+# primary key makes the second wait for the first and then fail: the log stays gap-free.
+_APPEND = (
+    "INSERT INTO tarry_events (session_id, seq, type, blob) "
+    "SELECT %(sid)s, s, t, b "
+    "FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b) "
+    "WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = %(sid)s) "
+    "= %(after)s"
+)
+_PUT = (
+    "INSERT INTO tarry_values (session_id, key, idx, blob) "
+    "SELECT %(sid)s, k, i, b "
+    "FROM unnest(%(keys)s::text[], %(indexes)s::bigint[], %(blobs)s::bytea[]) AS v(k, i, b) "
+    "WHERE EXISTS (SELECT 1 FROM tarry_sessions WHERE session_id = %(sid)s) "
+    "ON CONFLICT (session_id, key, idx) DO UPDATE SET blob = EXCLUDED.blob"
+)
+_FREE = (
+    "(lease_owner IS NULL OR lease_until IS NULL OR lease_until <= %(now)s "
+    "OR lease_owner = %(owner)s)"
+)
+# SKIP LOCKED: a claimant that finds the row locked gives up at once instead of queueing
+# behind whoever holds it (another claimant, or a resumer saving it). NO KEY UPDATE is the
+# lock the UPDATE itself takes; it does not conflict with the key-share locks that inserts
+# of events and values take through their foreign keys.
+_CLAIM = (
+    "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
+    "WHERE session_id = (SELECT session_id FROM tarry_sessions "
+    f"WHERE session_id = %(sid)s AND {_FREE} FOR NO KEY UPDATE SKIP LOCKED)"
+)
+# Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
+# SKIP LOCKED: rows that another worker is claiming (or a resumer is saving) are passed over,
+# so concurrent workers take disjoint pages instead of all fetching the earliest sessions and
+# racing for their tokens. The partial index tarry_sessions_due serves the scan in order.
+_CLAIM_DUE_ROWS = """
+    SELECT c.session_id FROM tarry_sessions AS c
+    WHERE c.status = 'paused' AND c.wake_at IS NOT NULL AND c.wake_at <= %(now)s {after}
+    AND c.token IS NOT NULL AND (c.lease_until IS NULL OR c.lease_until <= %(now)s)
+    AND NOT EXISTS (SELECT 1 FROM tarry_tokens AS t WHERE t.token = c.token AND t.used)
+    ORDER BY c.wake_at, c.session_id LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+"""
+_CLAIM_DUE_SQL = (
+    "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
+    "WHERE session_id IN ({rows}) RETURNING " + _COLUMNS + ", stop"
+)
+_CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
+_CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
+    rows=_CLAIM_DUE_ROWS.format(
+        after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)"
+    )
+)
+_RENEW = (
+    "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
+    f"WHERE session_id = %(sid)s AND {_FREE}"
+)
+
+
+# -- rows --------------------------------------------------------------------------------------
+
+
+def _exists(conn: psycopg.Connection[Any], session_id: str) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM tarry_sessions WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    return found is not None
+
+
+def _check_batch(events: Sequence[Event]) -> None:
+    """ConcurrentUpdate unless the events' seqs are consecutive."""
+    for offset, event in enumerate(events):
+        expected = events[0].seq + offset
+        if event.seq != expected:
+            msg = (
+                f"session {event.session_id!r}: event seq {event.seq} does not follow "
+                f"{expected - 1} (another writer got there first)"
+            )
+            raise ConcurrentUpdate(msg)
+
+
+def _append(
+    conn: psycopg.Connection[Any], session_id: str, events: Sequence[Event], encoded: list[bytes]
+) -> psycopg.Cursor[Any] | None:
+    """Send the insert of `events`, which happens only if they continue the stored log
+    without a gap; `_check_appended` then tells whether it did. None for no events."""
+    if not events:
+        return None
+    _check_batch(events)
+    return conn.execute(
+        _APPEND,
+        {
+            "sid": session_id,
+            "after": events[0].seq - 1,
+            "seqs": [e.seq for e in events],
+            "types": [e.type for e in events],
+            "blobs": encoded,
+        },
+    )
+
+
+def _check_appended(
+    appended: psycopg.Cursor[Any] | None, session_id: str, events: Sequence[Event]
+) -> None:
+    """ConcurrentUpdate (inside the caller's transaction, so nothing is kept) if the insert
+    `_append` sent left the events out."""
+    if appended is not None and appended.rowcount != len(events):
+        raise _conflict(None, session_id, events)
+
+
+def _conflict(
+    exc: Exception | None, session_id: str, events: Sequence[Event] = ()
+) -> ConcurrentUpdate:
+    """The ConcurrentUpdate for a write that lost: to a missing session (foreign key), to
+    another writer of the same seq (primary key), or to a log that moved on."""
+    if isinstance(exc, pg_errors.ForeignKeyViolation):
+        return ConcurrentUpdate(f"no session {session_id!r} to write to")
+    if isinstance(exc, pg_errors.UniqueViolation):
+        return ConcurrentUpdate(f"session {session_id!r}: an event seq was already stored")
+    first = events[0].seq if events else "?"
+    return ConcurrentUpdate(
+        f"session {session_id!r}: events from seq {first} do not continue its log "
+        "(another writer got there first)"
+    )
+
+
+def _put(
+    conn: psycopg.Connection[Any], session_id: str, values: Sequence[tuple[str, int, bytes]]
+) -> psycopg.Cursor[Any] | None:
+    """Send the insert (or replacement) of values; a row count of 0 means the session is
+    unknown and they were dropped, as in the other stores. None for no values."""
+    if not values:
+        return None
+    # One row per (key, index), the last one given winning: a single INSERT … ON CONFLICT
+    # may not touch a row twice.
+    rows = {(key, index): blob for key, index, blob in values}
+    return conn.execute(
+        _PUT,
+        {
+            "sid": session_id,
+            "keys": [k for k, _ in rows],
+            "indexes": [i for _, i in rows],
+            "blobs": list(rows.values()),
+        },
+    )
+
+
+def _size(values: Sequence[tuple[str, int, bytes]]) -> int:
+    return sum(len(blob) for _, _, blob in values)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _utc(at: dt.datetime) -> dt.datetime:
+    return at.astimezone(dt.UTC)
+
+
+def _maybe_utc(at: dt.datetime | None) -> dt.datetime | None:
+    return None if at is None else at.astimezone(dt.UTC)
+
+
+def _row(record: SessionRecord, *, version: int) -> tuple[Any, ...]:
+    """The record as a sessions row, in _NAMES order."""
+    return (
+        record.session_id,
+        record.flow,
+        record.status,
+        bytes(record.state),
+        version,
+        record.fingerprint,
+        dumps(record.flow_version),
+        record.token,
+        record.wake_at,
+        record.lease_owner,
+        record.lease_until,
+        record.created_at,
+        record.updated_at,
+        dumps(record.meta),
+        record.durability,
+    )
+
+
+def _record(row: Sequence[Any]) -> SessionRecord:
+    (sid, flow, status, state, version, fingerprint, flow_version, token, wake_at,
+     lease_owner, lease_until, created_at, updated_at, meta, durability, stop) = row  # fmt: skip
+    return SessionRecord(
+        session_id=sid,
+        flow=flow,
+        status=status,
+        state=bytes(state),
+        version=version,
+        fingerprint=fingerprint,
+        flow_version=loads(flow_version),
+        token=token,
+        wake_at=_maybe_utc(wake_at),
+        lease_owner=lease_owner,
+        lease_until=_maybe_utc(lease_until),
+        created_at=_utc(created_at),
+        updated_at=_utc(updated_at),
+        meta=loads(meta),
+        durability=durability,
+        stop=stop,
+    )

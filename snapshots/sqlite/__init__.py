@@ -1,0 +1,1 @@
+"""SQLiteStore: sessions in one SQLite file shared by threads and processes (see store.py)."""

@@ -1,0 +1,342 @@
+"""SQLiteStore's schema and statements, shared by the store's method families (rows and
+records convert in sqlite_rows.py)."""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+import threading
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from tarry.engine.errors import ConcurrentUpdate
+from tarry.engine.state.events import Event, rows_of
+from tarry.snapshots.sqlite import upkeep as upkeep
+
+#: 2: waits and the mailbox (sqlite_waits.py), backfilled for the paused sessions of a file at 1.
+#: 3: log records (sqlite_logs.py), a table of their own.
+SCHEMA_VERSION = 3
+
+#: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
+#: past a few dozen rows, one more statement per chunk costs less than a row does.
+_ROWS_PER_INSERT = 32
+
+#: `list()` newest first without a status filter (the monitor's poll, `stats`) walks one of
+#: these backwards instead of sorting the whole table. Neither column changes after `create`,
+#: so pauses and resumes never touch them. Then what listing by status, `prune` and `stats`
+#: need (sqlite_upkeep.SCHEMA).
+_LATER_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
+    "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
+    *upkeep.SCHEMA,
+    # Store-wide marks (SessionStore.mark), e.g. that a Runtime with a secret uses the store.
+    "CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY)",
+)
+
+#: Columns added since version 1, with their definitions: added to files made before them.
+_LATER_COLUMNS = (
+    ("durability", "TEXT NOT NULL DEFAULT 'pause'"),
+    ("stop", "TEXT"),
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id   TEXT PRIMARY KEY,
+    flow         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    state        BLOB NOT NULL,
+    version      INTEGER NOT NULL,
+    fingerprint  TEXT NOT NULL,
+    flow_version BLOB NOT NULL,
+    token        TEXT,
+    wake_at      INTEGER,
+    lease_owner  TEXT,
+    lease_until  INTEGER,
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    meta         BLOB NOT NULL,
+    durability   TEXT NOT NULL DEFAULT 'pause',
+    stop         TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_list ON sessions (status, flow, created_at);
+CREATE INDEX IF NOT EXISTS sessions_due ON sessions (status, wake_at);
+CREATE INDEX IF NOT EXISTS sessions_expired ON sessions (status, lease_until);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    blob       BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE IF NOT EXISTS vals (
+    session_id TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    idx        INTEGER NOT NULL,
+    blob       BLOB NOT NULL,
+    PRIMARY KEY (session_id, key, idx)
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    token      TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    used       INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS tokens_session ON tokens (session_id);
+"""
+
+_NAMES = (
+    "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
+    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
+)  # fmt: skip
+_COLUMNS = ", ".join(_NAMES)
+# `stop` is read with every record but written only by request_stop (and cleared by a save
+# that ends the run, or a token's use): a record's own `stop` is never written.
+_SELECT = f"SELECT {_COLUMNS}, stop FROM sessions"
+#: Every column but the state, which a listing leaves out (an empty blob in its place).
+_SUMMARY = (
+    "SELECT " + ", ".join("X''" if n == "state" else n for n in _NAMES) + ", stop FROM sessions"
+)
+_INSERT = f"INSERT INTO sessions ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
+# Whether events continue a session's log: the seq before the first one (?P below; NULL when
+# no events are written) must be stored, unless it is 0. The log is gap-free, so that is all
+# it takes, with no MAX(seq) to look up; an event that is already stored breaks the events'
+# primary key. Where a write updates the session's row anyway (save, a resume's lease), the
+# check rides in that UPDATE and costs no statement of its own.
+_CONTINUES = (
+    "(?{p} IS NULL OR ?{p} = 0 "
+    "OR EXISTS (SELECT 1 FROM events WHERE session_id = ?1 AND seq = ?{p}))"
+)
+# The indexed columns of a session that a pause -> resume does not change, by their place in
+# _NAMES. SQLite rewrites an index entry whenever an UPDATE assigns one of its columns, even
+# to the value it holds, so a save that assigned them all would rewrite two index pages per
+# pause for nothing. A save leaves out those the store saw with the same values just before
+# (SQLiteStore._seen) and checks them in the WHERE clause instead: if another writer changed
+# one meanwhile, the UPDATE matches no row and the save assigns every column after all.
+_INDEXED = tuple(_NAMES.index(n) for n in ("status", "flow", "created_at", "wake_at"))
+_SEEN = ", ".join(_NAMES[i] for i in _INDEXED)
+_ASSIGN_ALL = (False,) * len(_INDEXED)
+
+
+@cache
+def _update(held: tuple[bool, ...]) -> str:
+    """Set every column but the id (?1) and the indexed ones `held` marks, which must hold
+    their new value already; then the compare-and-set condition (?15) and the check (?16)."""
+    kept = {i for i, h in zip(_INDEXED, held, strict=True) if h}
+    sets = ", ".join(f"{n} = ?{i + 1}" for i, n in enumerate(_NAMES) if i and i not in kept)
+    held = "".join(f"AND {_NAMES[i]} IS ?{i + 1} " for i in sorted(kept))
+    # ?3 is the new status: a stop request lasts while the session runs.
+    sets += ", stop = CASE WHEN ?3 = 'running' THEN stop END"
+    return (
+        f"UPDATE sessions SET {sets} WHERE session_id = ?1 AND version = ?{len(_NAMES) + 1} "
+        f"{held}AND {_CONTINUES.format(p=len(_NAMES) + 2)}"
+    )
+
+
+class _Transaction:
+    """`with store._write as db:` holds the store's lock and one write transaction, committed
+    on success and rolled back on any error; `db` is the store's cursor. A class rather than a
+    @contextmanager generator: it runs on every write, and costs half as much."""
+
+    __slots__ = ("_db", "_cur", "_lock")
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.Lock) -> None:
+        self._db = db
+        self._cur = db.cursor()
+        self._lock = lock
+
+    def __enter__(self) -> sqlite3.Cursor:
+        self._lock.acquire()
+        try:
+            # IMMEDIATE takes the write lock now, so the reads inside the transaction
+            # cannot be invalidated by another process before we write.
+            self._cur.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._cur
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        try:
+            if kind is None:
+                try:
+                    self._cur.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+            else:
+                self._rollback()
+        finally:
+            self._lock.release()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._cur.execute("ROLLBACK")
+
+
+_LOAD = f"{_SELECT} WHERE session_id = ?"
+_FOLLOWS = "SELECT 1 FROM sessions WHERE session_id = ?1 AND " + _CONTINUES.format(p=2)
+# A used token's session runs from then on; the lease is taken when an owner (?2) is given.
+_RESUMING = (
+    "UPDATE sessions SET status = 'running', stop = NULL, "
+    "lease_owner = COALESCE(?2, lease_owner), "
+    "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
+    "WHERE session_id = ?1 AND " + _CONTINUES.format(p=4)
+)
+_USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
+# A live token's session, at which version and status (NULLs: the session is gone).
+_TOKEN_VERSION = (
+    "SELECT session_id, version, status FROM tokens LEFT JOIN sessions USING (session_id) "
+    "WHERE tokens.token = ? AND tokens.used = 0"
+)
+_TOKEN_SESSION = (
+    f"SELECT session_id, {_SEEN} FROM tokens LEFT JOIN sessions USING (session_id) "
+    "WHERE tokens.token = ?"
+)
+# The index on (status, lease_until) serves a search by lease only once the statuses are named:
+# the recursive part lists the distinct statuses with one index seek each (a loose index scan),
+# so finding lapsed leases never reads the whole table, whatever statuses there are.
+_EXPIRED = f"""
+WITH RECURSIVE statuses(status) AS (
+    SELECT (SELECT MIN(status) FROM sessions)
+    UNION ALL
+    SELECT (SELECT MIN(status) FROM sessions WHERE status > statuses.status)
+    FROM statuses WHERE status IS NOT NULL
+)
+{_SELECT} WHERE status IN (SELECT status FROM statuses) AND lease_until <= ?
+AND (lease_until, session_id) > (?, ?)
+ORDER BY lease_until, session_id LIMIT ?
+"""
+# Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
+_CLAIM_DUE = f"""
+UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
+    SELECT session_id FROM sessions
+    WHERE status = 'paused' AND wake_at <= ?3 AND (wake_at, session_id) > (?4, ?5)
+    AND token IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?3)
+    AND NOT EXISTS (SELECT 1 FROM tokens WHERE tokens.token = sessions.token AND used)
+    ORDER BY wake_at, session_id LIMIT ?6
+) RETURNING {_COLUMNS}, stop
+"""
+
+
+def _triples(rows: int, first: int, lead: str = "") -> str:
+    """`rows` VALUES tuples of three numbered parameters each, from ?`first` on, each after
+    `lead`: `_triples(2, 2, "?1, ")` is "(?1, ?2, ?3, ?4), (?1, ?5, ?6, ?7)"."""
+    return ", ".join(
+        f"({lead}?{first + 3 * i}, ?{first + 3 * i + 1}, ?{first + 3 * i + 2})" for i in range(rows)
+    )
+
+
+@cache
+def _insert_events(rows: int) -> str:
+    """Insert `rows` events of one session: the session id, then (seq, type, blob) per row."""
+    return f"INSERT INTO events (session_id, seq, type, blob) VALUES {_triples(rows, 2, '?1, ')}"
+
+
+@cache
+def _append_events(rows: int) -> str:
+    """Insert `rows` events if they continue the log: the session id, the seq before the first
+    event, then (seq, type, blob) per row. (Reading `events` in an INSERT into `events` makes
+    SQLite stage the rows in a temporary table: inside a transaction, a SELECT and a plain
+    INSERT cost less.)"""
+    return (
+        "INSERT INTO events (session_id, seq, type, blob) "
+        f"SELECT ?1, column1, column2, column3 FROM (VALUES {_triples(rows, 3)}) "
+        f"WHERE EXISTS ({_FOLLOWS})"
+    )
+
+
+@cache
+def _put_values(rows: int) -> str:
+    """Put `rows` values of a session that exists: the session id, then (key, idx, blob)."""
+    return (
+        "INSERT OR REPLACE INTO vals (session_id, key, idx, blob) "
+        f"VALUES {_triples(rows, 2, '?1, ')}"
+    )
+
+
+@cache
+def _put_values_if_session(rows: int) -> str:
+    """The same, for a session that may be gone (then nothing is written)."""
+    return (
+        "INSERT OR REPLACE INTO vals (session_id, key, idx, blob) "
+        f"SELECT ?1, column1, column2, column3 FROM (VALUES {_triples(rows, 2)}) "
+        "WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)"
+    )
+
+
+def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> None:
+    # OR IGNORE: a token already known keeps its owner and its used flag; re-registering
+    # must never make a consumed token live again.
+    db.execute(
+        "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)",
+        (token, session_id),
+    )
+
+
+def _prev(session_id: str | None, events: Sequence[Event]) -> int | None:
+    """The seq the stored log must end at for `events` to continue it (None for no events);
+    ConcurrentUpdate at once if they do not follow each other."""
+    if not events:
+        return None
+    prev = events[0].seq - 1
+    _check_run(session_id or events[0].session_id, events, after=prev)
+    return prev
+
+
+def _check_run(session_id: str, events: Sequence[Event], *, after: int) -> None:
+    for expected, row in enumerate(rows_of(events), start=after + 1):
+        if row[0] != expected:
+            msg = (
+                f"session {session_id!r}: event seq {row[0]} does not follow "
+                f"{expected - 1} (another writer got there first)"
+            )
+            raise ConcurrentUpdate(msg)
+
+
+def _insert(
+    db: sqlite3.Cursor, session_id: str, events: Sequence[Event], encoded: builtins.list[bytes]
+) -> int:
+    """Insert events whose continuity was checked; the bytes written. An event that is already
+    stored raises ConcurrentUpdate (inside the caller's transaction, so nothing is kept)."""
+    rows = rows_of(events)
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        stop = min(start + _ROWS_PER_INSERT, len(rows))
+        args: builtins.list[Any] = [session_id]
+        for i in range(start, stop):
+            row = rows[i]
+            args += (row[0], row[1], encoded[i])
+        try:
+            db.execute(_insert_events(stop - start), args)
+        except sqlite3.IntegrityError as exc:
+            if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
+                raise
+            raise _not_continued(db, session_id, rows[0][0]) from exc
+    return sum(map(len, encoded))
+
+
+def _not_continued(db: sqlite3.Cursor, session_id: str, first: int) -> ConcurrentUpdate:
+    """The error for events starting at seq `first` that do not continue the stored log."""
+    if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone() is None:
+        return ConcurrentUpdate(f"no session {session_id!r} to append events to")
+    (last,) = db.execute(
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return ConcurrentUpdate(
+        f"session {session_id!r}: event seq {first} does not follow {last} "
+        "(another writer got there first)"
+    )
+
+
+def _put(
+    db: sqlite3.Cursor, session_id: str, values: Sequence[tuple[str, int, bytes]], sql: Any
+) -> int:
+    """Put `values` with `sql` (one of the two above); the bytes written."""
+    written = 0
+    for start in range(0, len(values), _ROWS_PER_INSERT):
+        chunk = values[start : start + _ROWS_PER_INSERT]
+        args: builtins.list[Any] = [session_id]
+        for value in chunk:
+            args += value
+        if db.execute(sql(len(chunk)), args).rowcount:
+            written += sum(len(blob) for _, _, blob in chunk)
+    return written

@@ -1,0 +1,183 @@
+"""SQLiteStore's tokens, stop requests, timers, leases and marks (a mixin of SQLiteStore)."""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from tarry.engine.state.events import Event
+from tarry.snapshots.records import SessionRecord, TokenInfo, _micros, encode_events
+from tarry.snapshots.sqlite.rows import _record, _time
+from tarry.snapshots.sqlite.sql import (
+    _CLAIM_DUE,
+    _EXPIRED,
+    _RESUMING,
+    _SELECT,
+    _TOKEN_SESSION,
+    _TOKEN_VERSION,
+    _USE_TOKEN,
+    _insert,
+    _not_continued,
+    _prev,
+    _Transaction,
+)
+from tarry.snapshots.store import stale
+
+
+class TokensAndLeases:
+    """The token, control, timer, lease and mark methods of SQLiteStore."""
+
+    _lock: threading.Lock
+    _cur: sqlite3.Cursor
+    _write: _Transaction
+    _seen: tuple[Any, ...] | None
+    bytes_written: int
+
+    # -- tokens ----------------------------------------------------------------------------
+    def find_token(self, token: str) -> TokenInfo | None:
+        with self._lock:
+            row = self._cur.execute(
+                "SELECT session_id, used FROM tokens WHERE token = ?", (token,)
+            ).fetchone()
+        return None if row is None else TokenInfo(row[0], bool(row[1]))
+
+    def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
+        if not tokens:
+            return {}
+        with self._lock:
+            rows = self._cur.execute(
+                "SELECT token, session_id, used FROM tokens "
+                "WHERE token IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(tokens)),),
+            ).fetchall()
+        return {token: TokenInfo(sid, bool(used)) for token, sid, used in rows}
+
+    def consume_token(
+        self,
+        token: str,
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Sequence[Event] = (),
+        version: int | None = None,
+    ) -> bool:
+        encoded = encode_events(events)
+        prev = _prev(None, events)
+        with self._write as db:
+            if version is not None:
+                row = db.execute(_TOKEN_VERSION, (token,)).fetchone()
+                if row is None:
+                    return False  # unknown or used
+                found = None if row[1] is None else (row[1], row[2])
+                if (moved := stale(row[0], found, version)) is not None:
+                    raise moved
+            # Of any number of racing processes, exactly one sees used = 0 (the write lock
+            # of BEGIN IMMEDIATE serialises them); the lease and events go in the same commit.
+            if db.execute(_USE_TOKEN, (token,)).rowcount != 1:
+                return False
+            # The session's indexed columns come with its id: the save that ends this drive
+            # leaves those it does not change alone (see _INDEXED).
+            seen = db.execute(_TOKEN_SESSION, (token,)).fetchone()
+            sid = seen[0]
+            if seen[1] is None:  # the session is gone: only the token is used
+                continues = prev is None
+            else:
+                continues = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount == 1
+                self._seen = (sid, "running", *seen[2:])
+            db.execute("DELETE FROM waits WHERE token = ?", (token,))
+            if not continues:
+                raise _not_continued(db, sid, events[0].seq)
+            written = _insert(db, sid, events, encoded)
+        self.bytes_written += written
+        return True
+
+    # -- control ---------------------------------------------------------------------------
+    def request_stop(self, session_id: str, stop: str) -> str | None:
+        with self._write as db:
+            db.execute(
+                "UPDATE sessions SET stop = ? WHERE session_id = ? AND status = 'running'",
+                (stop, session_id),
+            )
+            row = db.execute(
+                "SELECT status FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def stop_requested(self, session_id: str) -> str | None:
+        with self._lock:
+            row = self._cur.execute(
+                "SELECT stop FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    # -- timers and leases -----------------------------------------------------------------
+    def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
+        return self._select(
+            f"{_SELECT} WHERE status = 'paused' AND wake_at <= ? "
+            "ORDER BY wake_at, session_id LIMIT ?",
+            (_micros(now), limit),
+        )
+
+    def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
+        with self._lock:
+            cur = self._cur.execute(
+                "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ? "
+                "AND (lease_owner IS NULL OR lease_until IS NULL OR lease_until <= ? "
+                "OR lease_owner = ?)",
+                (owner, _micros(until), session_id, _micros(now), owner),
+            )
+            return cur.rowcount == 1
+
+    def release(self, session_id: str, owner: str) -> None:
+        with self._lock:
+            self._cur.execute(
+                "UPDATE sessions SET lease_owner = NULL, lease_until = NULL "
+                "WHERE session_id = ? AND lease_owner = ?",
+                (session_id, owner),
+            )
+
+    def claim_due(
+        self,
+        now: dt.datetime,
+        owner: str,
+        until: dt.datetime,
+        *,
+        limit: int = 100,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> builtins.list[SessionRecord]:
+        # One statement under the write lock: no other claimant (thread or process) can take
+        # the same rows between the SELECT and the UPDATE.
+        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        args = (owner, _micros(until), _micros(now), *cursor, limit)
+        with self._lock:
+            rows = self._cur.execute(_CLAIM_DUE, args).fetchall()
+        records = [_record(row) for row in rows]
+        records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
+        return records
+
+    def expired(
+        self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
+    ) -> builtins.list[SessionRecord]:
+        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        return self._select(_EXPIRED, (_micros(now), *cursor, limit))
+
+    # -- store-wide marks --------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        with self._lock:
+            self._cur.execute("INSERT OR IGNORE INTO marks (name) VALUES (?)", (name,))
+
+    def marked(self, name: str) -> bool:
+        with self._lock:
+            row = self._cur.execute("SELECT 1 FROM marks WHERE name = ?", (name,)).fetchone()
+        return row is not None
+
+    # -- internals ---------------------------------------------------------------------------
+    def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:
+        with self._lock:
+            rows = self._cur.execute(sql, args).fetchall()
+        return [_record(row) for row in rows]

@@ -1,0 +1,260 @@
+"""SQLiteStore's waits, the mailbox and batches of tokens (a mixin of SQLiteStore), with the
+tables they need and the backfill of files made before them.
+
+Every write here is one write transaction (BEGIN IMMEDIATE): a `post` and a `save` that
+registers a wait on the same key are serialised by it, so a post either sees the wait or
+leaves mail that the saver's `take_mail` finds.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import json
+import sqlite3
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.records import (
+    WaitRecord,
+    _micros,
+    decode_path,
+    encode_events,
+    encode_path,
+    wait_records,
+)
+from tarry.snapshots.sqlite.rows import _datetime, _maybe_datetime, _time
+from tarry.snapshots.sqlite.sql import _RESUMING, _insert, _not_continued, _prev, _Transaction
+from tarry.snapshots.store import refusals
+
+#: Tables of schema version 2. The waits of paused sessions, one per live token of a waiting
+#: branch: clustered by token (a poll pages through them in token order), indexed by key (a
+#: delivery finds its waits), by kind (an adapter's poll) and by session. The mailbox: one
+#: row per key and claimant ('' while no session claimed it).
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS waits (
+        token      TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        path       BLOB NOT NULL,
+        kind       TEXT NOT NULL,
+        key        TEXT,
+        wake_at    INTEGER,
+        reason     TEXT NOT NULL,
+        payload    BLOB NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS waits_key ON waits (key, token) WHERE key IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS waits_kind ON waits (kind, token)",
+    "CREATE INDEX IF NOT EXISTS waits_session ON waits (session_id)",
+    """CREATE TABLE IF NOT EXISTS mail (
+        key        TEXT NOT NULL,
+        claimed_by TEXT NOT NULL DEFAULT '',
+        value      BLOB NOT NULL,
+        at         INTEGER NOT NULL,
+        PRIMARY KEY (key, claimed_by)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS mail_claimed ON mail (claimed_by) WHERE claimed_by <> ''",
+)
+
+_WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
+# A wait is kept only for a live token of its own session: a used one is never made live again.
+_ADD_WAIT = (
+    f"INSERT OR REPLACE INTO waits ({_WAIT}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 "
+    "WHERE EXISTS (SELECT 1 FROM tokens WHERE token = ?1 AND session_id = ?2 AND used = 0)"
+)
+_ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
+_TOKENS = "SELECT value FROM json_each(?)"
+_EMPTY_PATH = encode_path(())
+
+
+def save_waits(
+    db: sqlite3.Cursor,
+    sid: str,
+    status: str,
+    token: str | None,
+    waits: Sequence[WaitRecord],
+    mail_done: Sequence[str],
+) -> None:
+    """What a save does to a session's waits and claimed mail, inside its transaction (after
+    it registered the record's own `token`)."""
+    for wait in waits:
+        if wait.token != token:  # the record's own token is registered already
+            db.execute(_ADD_TOKEN, (wait.token, sid))
+        db.execute(_ADD_WAIT, _wait_row(wait, sid))
+    if status != "paused" and status != "running":  # the session ended: so did its waits
+        # One statement when it had none (the usual end): their tokens are then used.
+        ended = db.execute("DELETE FROM waits WHERE session_id = ? RETURNING token", (sid,))
+        tokens = [token for (token,) in ended.fetchall()]
+        if tokens:
+            db.execute(
+                f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (json.dumps(tokens),)
+            )
+    for key in mail_done:
+        db.execute("DELETE FROM mail WHERE key = ? AND claimed_by = ?", (key, sid))
+
+
+def backfill(db: sqlite3.Connection) -> None:
+    """A wait for each paused session of a file made before waits: its live `token`, of the
+    kind its meta names (else "external"), at path ()."""
+    rows = db.execute(
+        "SELECT s.session_id, s.token, s.meta, s.wake_at FROM sessions AS s "
+        "JOIN tokens AS t ON t.token = s.token AND t.session_id = s.session_id "
+        "WHERE s.status = 'paused' AND t.used = 0"
+    ).fetchall()
+    for sid, token, meta, wake_at in rows:
+        kind = "external"
+        try:
+            found = loads(meta)
+        except Exception:  # an unreadable meta is the session's problem, not the open's
+            found = None
+        if isinstance(found, dict) and isinstance(found.get("pause_kind"), str):
+            kind = found["pause_kind"]
+        db.execute(
+            f"INSERT OR IGNORE INTO waits ({_WAIT}) VALUES (?, ?, ?, ?, NULL, ?, '', X'')",
+            (token, sid, _EMPTY_PATH, kind, wake_at),
+        )
+
+
+class WaitsAndMail:
+    """The wait, mailbox and many-token methods of SQLiteStore."""
+
+    _lock: threading.Lock
+    _cur: sqlite3.Cursor
+    _write: _Transaction
+    _seen: tuple[Any, ...] | None
+    bytes_written: int
+
+    # -- tokens ----------------------------------------------------------------------------
+    def consume_tokens(
+        self,
+        tokens: Sequence[str],
+        *,
+        owner: str | None = None,
+        until: dt.datetime | None = None,
+        events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+    ) -> dict[str, str]:
+        if not tokens:
+            return {}
+        batch = json.dumps(list(tokens))
+        written = 0
+        with self._write as db:
+            found = {
+                token: (sid, bool(used))
+                for token, sid, used in db.execute(
+                    f"SELECT token, session_id, used FROM tokens WHERE token IN ({_TOKENS})",
+                    (batch,),
+                )
+            }
+            refused = refusals(tokens, {t: used for t, (_, used) in found.items()})
+            if refused:
+                return refused  # nothing was written: the transaction commits nothing
+            db.execute(f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (batch,))
+            db.execute(f"DELETE FROM waits WHERE token IN ({_TOKENS})", (batch,))
+            for sid in dict.fromkeys(found[t][0] for t in tokens):
+                given = events.get(sid, ())
+                prev = _prev(sid, given)
+                resumed = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount
+                if resumed != 1 and prev is not None:  # raised inside: nothing is kept
+                    raise _not_continued(db, sid, given[0].seq)
+                if given:
+                    written += _insert(db, sid, given, encode_events(given))
+            self._seen = None
+        self.bytes_written += written
+        return {}
+
+    # -- waits -----------------------------------------------------------------------------
+    def waits(self, session_id: str) -> builtins.list[WaitRecord]:
+        return self._waits(
+            f"SELECT {_WAIT} FROM waits WHERE session_id = ? ORDER BY path, token", (session_id,)
+        )
+
+    def waiting(
+        self,
+        *,
+        kind: str | None = None,
+        key: str | None = None,
+        after: str | None = None,
+        limit: int = 1000,
+    ) -> builtins.list[WaitRecord]:
+        where, args = ["token > ?"], [after or ""]
+        table = "waits"
+        if key is not None:
+            # The key's own entries, in token order: never the kind index and a sort.
+            table = "waits INDEXED BY waits_key"
+            where.append("key = ?")
+            args.append(key)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind)
+        sql = f"SELECT {_WAIT} FROM {table} WHERE {' AND '.join(where)} ORDER BY token LIMIT ?"
+        return self._waits(sql, (*args, limit))
+
+    def _waits(self, sql: str, args: Sequence[Any]) -> builtins.list[WaitRecord]:
+        with self._lock:
+            rows = self._cur.execute(sql, args).fetchall()
+        return wait_records(rows, _datetime)
+
+    # -- the mailbox -----------------------------------------------------------------------
+    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
+        with self._write as db:
+            rows = db.execute(
+                f"SELECT {_WAIT} FROM waits INDEXED BY waits_key WHERE key = ? ORDER BY token",
+                (key,),
+            ).fetchall()
+            if not rows:
+                db.execute(
+                    "INSERT OR REPLACE INTO mail (key, claimed_by, value, at) VALUES (?, '', ?, ?)",
+                    (key, bytes(value), _micros(at)),
+                )
+        return [_wait(row) for row in rows]
+
+    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
+        taken: dict[str, bytes] = {}
+        with self._write as db:
+            for key in keys:
+                row = db.execute(
+                    "SELECT value FROM mail WHERE key = ? AND claimed_by = ?", (key, session_id)
+                ).fetchone()
+                if row is None:
+                    row = db.execute(
+                        "UPDATE mail SET claimed_by = ? WHERE key = ? AND claimed_by = '' "
+                        "RETURNING value",
+                        (session_id, key),
+                    ).fetchone()
+                if row is not None:
+                    taken[key] = row[0]
+        return taken
+
+    def discard(self, key: str) -> bool:
+        with self._lock:
+            cur = self._cur.execute("DELETE FROM mail WHERE key = ? AND claimed_by = ''", (key,))
+            return cur.rowcount == 1
+
+    def mail(self, key: str) -> bytes | None:
+        with self._lock:
+            row = self._cur.execute(
+                "SELECT value FROM mail WHERE key = ? AND claimed_by = ''", (key,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+
+def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
+    return (
+        wait.token,
+        sid,
+        encode_path(wait.path),
+        wait.kind,
+        wait.key,
+        _time(wait.wake_at),
+        wait.reason,
+        bytes(wait.payload),
+    )
+
+
+def _wait(row: Sequence[Any]) -> WaitRecord:
+    token, sid, path, kind, key, wake_at, reason, payload = row
+    return WaitRecord(
+        token, sid, decode_path(path), kind, key, _maybe_datetime(wake_at), reason, payload
+    )

@@ -1,0 +1,535 @@
+"""PostgresStore beyond the conformance suite: migrations, the pool, URLs, processes, the
+optional dependency. Needs a server (see tests/pgserver.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pgserver
+import pytest
+from support import T0, rec
+from tarry.drivers.stores import open_store
+from tarry.engine.errors import InvalidArgument, SnapshotError
+from tarry.snapshots import SessionStore, TokenInfo
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh, empty schema, dropped after the test."""
+    with pgserver.scratch_schema() as name:
+        yield name
+
+
+@pytest.fixture
+def module() -> Any:
+    """The PostgresStore module, for the tests that need no server (its import needs psycopg)."""
+    pytest.importorskip("psycopg")
+    from tarry.snapshots.postgres import store as postgres
+
+    return postgres
+
+
+@pytest.fixture
+def postgres(module: Any) -> Any:
+    """The PostgresStore module, with a server to use it on."""
+    pgserver.server_dsn()
+    return module
+
+
+def tables(schema: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(pgserver.server_dsn()) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchall()
+    return {name for (name,) in rows}
+
+
+def applied(schema: str) -> list[int]:
+    import psycopg
+
+    with psycopg.connect(pgserver.server_dsn()) as conn:
+        rows = conn.execute(f'SELECT version FROM "{schema}".tarry_schema ORDER BY version')
+        return [v for (v,) in rows.fetchall()]
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+
+def test_a_fresh_schema_is_migrated_to_the_current_version(postgres: Any, schema: str) -> None:
+    assert tables(schema) == set()
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        assert isinstance(store, SessionStore)
+        assert store.schema_version() == postgres.latest_version() >= 1
+    assert tables(schema) == {
+        "tarry_schema", "tarry_sessions", "tarry_events", "tarry_values", "tarry_tokens",
+        "tarry_tallies",
+        "tarry_marks",
+        "tarry_waits", "tarry_mail", "tarry_logs",
+    }  # fmt: skip
+    assert applied(schema) == [m.version for m in postgres.MIGRATIONS]
+
+
+def test_sessions_paused_before_waits_get_one_on_migration(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tarry.snapshots import WaitRecord
+
+    with monkeypatch.context() as before:
+        before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:4])  # as made before waits
+        with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+            # `create` writes only what schema 4 had.
+            store.create(rec("human", status="paused", token="tk_h", meta={"pause_kind": "human"}))
+            store.create(rec("plain", status="paused", token="tk_p", wake_at=T0))
+            store.create(rec("used", status="paused", token="tk_u"))
+            store.create(rec("done", status="completed", token="tk_d"))
+            with store._pool.connection() as conn:
+                conn.execute("UPDATE tarry_tokens SET used = true WHERE token = 'tk_u'")
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        assert applied(schema)[-1] == postgres.latest_version()
+        assert store.waiting() == [
+            WaitRecord("tk_h", "human", (), "human"),
+            WaitRecord("tk_p", "plain", (), "external", wake_at=T0),
+        ]
+        assert store.consume_token("tk_h") is True
+        assert [w.token for w in store.waiting()] == ["tk_p"]
+
+
+def test_the_store_creates_a_missing_schema(postgres: Any) -> None:
+    name = f"{pgserver.PREFIX}new_{time.time_ns()}"
+    try:
+        with postgres.PostgresStore(pgserver.server_dsn(), schema=name) as store:
+            store.create(rec())
+            assert store.load("s1") == rec()
+        assert "tarry_sessions" in tables(name)
+    finally:
+        pgserver.drop_schema(name)
+
+
+def test_upgrade_twice_is_a_no_op(postgres: Any, schema: str) -> None:
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        store.create(rec(token="tk_1"))
+        assert store.upgrade() == []
+        assert store.upgrade() == []
+        assert store.schema_version() == postgres.latest_version()
+        assert store.load("s1") == rec(token="tk_1")
+    # Reopening an up-to-date schema changes nothing either.
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        assert store.find_token("tk_1") == TokenInfo("s1", False)
+    assert applied(schema) == [m.version for m in postgres.MIGRATIONS]
+
+
+def test_concurrent_upgrades_apply_each_migration_once(postgres: Any, schema: str) -> None:
+    n = 6
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+
+    def open_one(i: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            store = postgres.PostgresStore(pgserver.server_dsn(), schema=schema, auto_upgrade=False)
+            try:
+                results[i] = store.upgrade()
+            finally:
+                store.close()
+        except Exception as exc:  # reported below
+            results[i] = exc
+
+    threads = [threading.Thread(target=open_one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    everything = [m.version for m in postgres.MIGRATIONS]
+    assert sorted(results, key=len) == [[]] * (n - 1) + [everything], results
+    assert applied(schema) == everything
+
+
+def test_concurrent_opens_of_a_new_database_all_succeed(postgres: Any, schema: str) -> None:
+    n = 4
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        barrier.wait(timeout=30)
+        try:
+            postgres.PostgresStore(pgserver.server_dsn(), schema=schema).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert applied(schema) == [m.version for m in postgres.MIGRATIONS]
+
+
+def test_a_new_migration_is_applied_in_order_and_once(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pgserver.server_dsn()
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        store.create(rec())
+    latest = postgres.latest_version()
+    later = (
+        postgres.Migration(
+            latest + 1, "a column", ("ALTER TABLE tarry_sessions ADD COLUMN x int",)
+        ),
+        postgres.Migration(latest + 2, "a default", ("UPDATE tarry_sessions SET x = 7",)),
+    )
+    monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS, *later))
+    with postgres.PostgresStore(dsn, schema=schema, auto_upgrade=False) as store:
+        assert store.schema_version() == latest
+        assert store.upgrade() == [latest + 1, latest + 2]
+        assert store.upgrade() == []
+        assert store.schema_version() == latest + 2
+        assert store.load("s1") == rec()  # existing rows survive
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(f'SELECT x FROM "{schema}".tarry_sessions').fetchall() == [(7,)]
+
+
+def test_a_failing_migration_leaves_the_schema_as_it_was(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = pgserver.server_dsn()
+    postgres.PostgresStore(dsn, schema=schema).close()
+    latest = postgres.latest_version()
+    broken = (
+        postgres.Migration(latest + 1, "fine", ("ALTER TABLE tarry_sessions ADD COLUMN y int",)),
+        postgres.Migration(latest + 2, "broken", ("ALTER TABLE no_such_table ADD COLUMN z int",)),
+    )
+    monkeypatch.setattr(postgres, "MIGRATIONS", (*postgres.MIGRATIONS, *broken))
+    import psycopg
+
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        postgres.PostgresStore(dsn, schema=schema)
+    assert applied(schema) == [m.version for m in postgres.MIGRATIONS[:-2]]
+    with psycopg.connect(dsn) as conn:
+        columns = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'tarry_sessions'",
+            (schema,),
+        ).fetchall()
+    assert ("y",) not in columns
+
+
+def test_without_auto_upgrade_nothing_is_created_until_upgrade(postgres: Any, schema: str) -> None:
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema, auto_upgrade=False) as store:
+        assert store.schema_version() == 0
+        assert tables(schema) == set()
+        assert store.upgrade() == [m.version for m in postgres.MIGRATIONS]
+        store.create(rec())
+        assert store.load("s1") == rec()
+
+
+def test_a_newer_schema_is_refused(postgres: Any, schema: str) -> None:
+    dsn = pgserver.server_dsn()
+    postgres.PostgresStore(dsn, schema=schema).close()
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            f"INSERT INTO \"{schema}\".tarry_schema (version, description) VALUES (999, 'future')"
+        )
+    for auto_upgrade in (True, False):
+        with pytest.raises(SnapshotError, match="schema version 999"):
+            postgres.PostgresStore(dsn, schema=schema, auto_upgrade=auto_upgrade)
+
+
+# -- options and the pool ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"schema": "bad-name"},
+        {"schema": 'x"; DROP TABLE y; --'},
+        {"schema": ""},
+        {"min_size": 3, "max_size": 2},
+        {"max_size": 0, "min_size": 0},
+        {"min_size": -1},
+        {"max_size": "10"},
+    ],
+)
+def test_bad_options_are_refused_before_connecting(module: Any, options: dict) -> None:
+    with pytest.raises(InvalidArgument):
+        module.PostgresStore("postgresql://nobody@127.0.0.1:1/none", **options)
+
+
+def test_an_unreachable_server_fails_at_once_with_the_reason(module: Any) -> None:
+    import psycopg
+
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="127.0.0.1"):
+        module.PostgresStore("postgresql://tarry:tarry@127.0.0.1:1/tarry", connect_timeout=2)
+    assert time.monotonic() - started < 10
+
+
+def test_the_pool_shares_at_most_max_size_connections(postgres: Any, schema: str) -> None:
+    import psycopg
+
+    dsn = pgserver.server_dsn()
+    name = f"tarry-pool-test-{schema}"
+    probe_dsn = f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+    store = postgres.PostgresStore(probe_dsn, schema=schema, min_size=1, max_size=3)
+    try:
+        store.create(rec(token="tk_1"))
+        barrier = threading.Barrier(12)
+        seen: list[int] = []
+
+        def work() -> None:
+            barrier.wait(timeout=30)
+            for _ in range(20):
+                store.load("s1")
+                store.find_token("tk_1")
+            with psycopg.connect(dsn) as conn:
+                (count,) = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                ).fetchone()
+            seen.append(count)
+
+        threads = [threading.Thread(target=work) for _ in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert len(seen) == 12
+        assert 1 <= max(seen) <= 3
+    finally:
+        store.close()
+    with psycopg.connect(dsn) as conn:
+        deadline = time.monotonic() + 10
+        while True:  # the server notices closed connections a moment later
+            (left,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+            if left == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert left == 0
+
+
+def test_a_dropped_connection_fails_one_call_and_is_replaced(postgres: Any, schema: str) -> None:
+    import psycopg
+
+    dsn = pgserver.server_dsn()
+    name = f"tarry-drop-test-{schema}"
+    probe_dsn = f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+    with postgres.PostgresStore(probe_dsn, schema=schema, min_size=1, max_size=1) as store:
+        store.create(rec())
+        with psycopg.connect(dsn, autocommit=True) as admin:  # as a server restart would
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+        with pytest.raises(psycopg.OperationalError):
+            store.load("s1")
+        assert store.load("s1") == rec()
+
+
+def test_a_closed_store_refuses_calls(postgres: Any, schema: str) -> None:
+    store = postgres.PostgresStore(pgserver.server_dsn(), schema=schema)
+    store.close()
+    with pytest.raises(Exception, match="closed"):
+        store.load("s1")
+
+
+def test_two_stores_on_one_schema_share_sessions(postgres: Any, schema: str) -> None:
+    dsn = pgserver.server_dsn()
+    with (
+        postgres.PostgresStore(dsn, schema=schema) as one,
+        postgres.PostgresStore(dsn, schema=schema) as two,
+    ):
+        one.create(rec(token="tk_1"))
+        assert two.load("s1") == rec(token="tk_1")
+        assert two.consume_token("tk_1") is True
+        assert one.consume_token("tk_1") is False
+
+
+def test_schemas_keep_stores_apart(postgres: Any) -> None:
+    dsn = pgserver.server_dsn()
+    with (
+        pgserver.scratch_schema() as a,
+        pgserver.scratch_schema() as b,
+        postgres.PostgresStore(dsn, schema=a) as one,
+        postgres.PostgresStore(dsn, schema=b) as two,
+    ):
+        one.create(rec())
+        assert two.load("s1") is None
+        two.create(rec())  # no SessionExists: another schema
+
+
+# -- values as PostgreSQL keeps them ------------------------------------------------------------
+
+
+def test_datetimes_are_instants_returned_in_utc(postgres: Any, schema: str) -> None:
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    wake = dt.datetime(2024, 5, 1, 14, 0, 1, 7, tzinfo=plus2)  # 12:00:01.000007 UTC
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        store.create(
+            rec(status="paused", wake_at=wake, created_at=dt.datetime(1, 1, 2, tzinfo=dt.UTC))
+        )
+        loaded = store.load("s1")
+        assert loaded.wake_at == wake
+        assert loaded.wake_at.tzinfo is dt.UTC
+        assert loaded.created_at == dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+        assert [r.session_id for r in store.due(T0 + dt.timedelta(seconds=1, microseconds=7))] == [
+            "s1"
+        ]
+        assert store.due(T0 + dt.timedelta(seconds=1, microseconds=6)) == []
+
+
+def test_ids_order_by_code_point_whatever_the_database_collation(
+    postgres: Any, schema: str
+) -> None:
+    ids = ["a", "B", "_", "é", "Z9", "z"]
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        for sid in ids:
+            store.create(rec(sid))
+        assert [r.session_id for r in store.list()] == sorted(ids, reverse=True)
+
+
+def test_repr_hides_the_password(postgres: Any, schema: str) -> None:
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        text = repr(store)
+    assert schema in text
+    assert ":tarry@" not in text and "password" not in text
+
+
+# -- URLs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["postgresql://", "postgres://"])
+def test_open_store_takes_a_postgres_url(postgres: Any, schema: str, scheme: str) -> None:
+    url = pgserver.schema_dsn(schema).replace("postgresql://", scheme, 1)
+    assert url.startswith(scheme)
+    store = open_store(url)
+    try:
+        assert isinstance(store, postgres.PostgresStore)
+        store.create(rec())
+    finally:
+        store.close()
+    # The tables went into the schema named by the URL's search_path.
+    assert "tarry_sessions" in tables(schema)
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def _consume_in_process(dsn: str, schema: str, token: str, barrier: Any, results: Any) -> None:
+    from tarry.snapshots import PostgresStore
+
+    with PostgresStore(dsn, schema=schema) as store:
+        barrier.wait(timeout=30)
+        results.put(store.consume_token(token))
+
+
+def _claim_in_process(dsn: str, schema: str, owner: str, barrier: Any, results: Any) -> None:
+    from tarry.snapshots import PostgresStore
+
+    with PostgresStore(dsn, schema=schema) as store:
+        barrier.wait(timeout=30)
+        until = T0 + dt.timedelta(seconds=30)
+        results.put((owner, store.claim("s1", owner, until=until, now=T0)))
+
+
+@pytest.mark.parametrize("target", [_consume_in_process, _claim_in_process])
+def test_races_across_processes_have_one_winner(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch, target: Any
+) -> None:
+    dsn = pgserver.server_dsn()
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        store.create(rec(token="tk_1"))
+    # Spawned children import this module by name: make the repository root importable.
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3]))
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    arg = "tk_1" if target is _consume_in_process else None
+    procs = [
+        ctx.Process(target=target, args=(dsn, schema, arg or f"w{i}", barrier, results))
+        for i in range(4)
+    ]
+    for p in procs:
+        p.start()
+    outcome = [results.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        if target is _consume_in_process:
+            assert sorted(outcome) == [False, False, False, True]
+            assert store.find_token("tk_1") == TokenInfo("s1", True)
+        else:
+            winners = [owner for owner, won in outcome if won]
+            assert len(winners) == 1
+            assert store.load("s1").lease_owner == winners[0]
+
+
+def test_a_renewal_waits_for_a_row_lock_instead_of_failing(postgres: Any, schema: str) -> None:
+    import psycopg
+
+    dsn = pgserver.server_dsn()
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        store.create(rec())
+        until = T0 + dt.timedelta(seconds=30)
+        assert store.claim("s1", "a", until=until, now=T0) is True
+        with psycopg.connect(dsn) as locker:
+            locker.execute(f'SELECT 1 FROM "{schema}".tarry_sessions FOR NO KEY UPDATE')
+            # Another claimant does not wait: the row is locked, and the lease is not its.
+            started = time.monotonic()
+            assert store.claim("s1", "b", until=until, now=T0 + dt.timedelta(seconds=40)) is False
+            assert time.monotonic() - started < 1
+            # The owner's renewal waits for the lock to go, then succeeds.
+            threading.Timer(0.3, locker.commit).start()
+            later = T0 + dt.timedelta(seconds=60)
+            assert store.claim("s1", "a", until=later, now=T0 + dt.timedelta(seconds=10)) is True
+        assert store.load("s1").lease_until == later
+
+
+# -- the optional dependency -------------------------------------------------------------------
+
+
+def test_tarry_imports_without_psycopg() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["psycopg"] = None  # as if it were not installed
+        sys.modules["psycopg_pool"] = None
+        import tarry, tarry.snapshots
+        from tarry.snapshots import MemoryStore, SQLiteStore
+        assert "PostgresStore" not in tarry.snapshots.__all__
+        for attempt in (
+            lambda: tarry.snapshots.PostgresStore,
+            lambda: tarry.Runtime(store="postgresql://u@127.0.0.1/db"),
+        ):
+            try:
+                attempt()
+            except ImportError as exc:
+                assert "pip install 'tarry[postgres]'" in str(exc), exc
+            else:
+                raise AssertionError("no ImportError")
+        try:
+            tarry.snapshots.NoSuchThing
+        except AttributeError:
+            pass
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
