@@ -37,7 +37,7 @@ from tarry.engine.errors import InvalidArgument
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
 from tarry.engine.waits import PAUSE_KINDS
-from tarry.snapshots.codec.pack import MAX_BLOB_BYTES
+from tarry.snapshots.codec.limits import MAX_BLOB_BYTES
 from tarry.snapshots.store import SessionStore
 
 

@@ -129,6 +129,7 @@ class Runtime(Reads):
             durability=durability,
             asynchronous=False,
             actor=actor,
+            resume=prepare,
         )
 
     def run_sync(
@@ -169,6 +170,7 @@ class Runtime(Reads):
             durability=durability,
             asynchronous=True,
             actor=actor,
+            resume=prepare,
         )
         if is_awaitable(result):
             result = await result

@@ -9,7 +9,8 @@ them either.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from tarry.snapshots.codec.pack import check, dumps, loads, register
+from tarry.snapshots.codec.check import check
+from tarry.snapshots.codec.pack import dumps, loads, register
 from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 from tarry.snapshots.store import SessionStore
 

@@ -31,9 +31,9 @@ class Command(NamedTuple):
 
 
 def completion(args: argparse.Namespace) -> int:
-    from tarry.drivers.cli.parser import build_parser  # the parser names this module's handler
-
-    print(script(args.shell, build_parser()), end="")
+    """`tarry completion SHELL`: the parser that read the arguments hands itself over in
+    `args.parser` (set as a default by parser.py), so this module needs no import of it."""
+    print(script(args.shell, args.parser), end="")
     return 0
 
 

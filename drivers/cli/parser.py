@@ -281,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("completion", completion.completion, "print a shell completion script")
     p.add_argument("shell", choices=completion.SHELLS)
+    p.set_defaults(parser=parser)  # the script is made from this very parser
     return parser
 
 

@@ -10,10 +10,10 @@ from typing import Any
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import apply
-from tarry.snapshots.codec.pack import check as _codec_check
+from tarry.snapshots.codec.check import check as _codec_check
+from tarry.snapshots.codec.limits import INT_MAX, INT_MIN
 
 _FIXED = frozenset({type(None), bool, float})
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can encode
 
 
 def value_check(limit: int) -> Callable[[Any, Any], None]:
@@ -26,7 +26,7 @@ def value_check(limit: int) -> Callable[[Any, Any], None]:
 
     def check(value: Any, where: Any) -> None:
         kind = type(value)
-        if kind in _FIXED or (kind is int and _INT_MIN <= value <= _INT_MAX):
+        if kind in _FIXED or (kind is int and INT_MIN <= value <= INT_MAX):
             return
         if (kind is str or kind is bytes) and len(value) <= short:
             return

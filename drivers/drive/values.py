@@ -11,14 +11,13 @@ from tarry.engine.bounds import Bounds
 from tarry.engine.errors import NotSerializable
 from tarry.engine.flow import Flow
 from tarry.engine.state.records import SessionState
-from tarry.snapshots.codec.pack import copy as copy
-from tarry.snapshots.codec.pack import take as _codec_take
+from tarry.snapshots.codec.check import copy as copy
+from tarry.snapshots.codec.check import take as _codec_take
+from tarry.snapshots.codec.limits import INT_MAX, INT_MIN
 from tarry.snapshots.records import SessionRecord, encode_state
 
 if TYPE_CHECKING:
     from tarry.drivers.core import Core
-
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack can encode
 
 
 def value_take(limit: int) -> Callable[[Any, Any], tuple[Any, int]]:
@@ -37,7 +36,7 @@ def value_take(limit: int) -> Callable[[Any, Any], tuple[Any, int]]:
                 return value, 2
             if -32768 <= value < 65536:
                 return value, 3
-            if _INT_MIN <= value <= _INT_MAX:
+            if INT_MIN <= value <= INT_MAX:
                 return value, 5 if -(2**31) <= value < 2**32 else 9
         elif value is None or kind is bool:
             return value, 1

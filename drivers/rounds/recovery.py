@@ -16,7 +16,7 @@ from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.settle import settle
 from tarry.drivers.rounds.boundary import Round, contain, flow_of, infrastructure
-from tarry.drivers.sessions.resuming import stored_state
+from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.drivers.sessions.starting import start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.errors import InconsistentSnapshot, SnapshotError
@@ -81,7 +81,7 @@ def _recover_one(
         core.store.append_events(sid, events)
         resumed = True
         meta = {"trigger": "recover"}
-        outcome = settle(start(core, flow, record, state, events, meta=meta))
+        outcome = settle(start(core, flow, record, state, events, meta=meta, resume=prepare))
     except Exception as exc:
         if infrastructure(exc):
             raise

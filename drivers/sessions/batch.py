@@ -25,6 +25,7 @@ from tarry.drivers.sessions.resuming import (
     busy_retry,
     key_of,
     not_resumable,
+    prepare,
     stored_state,
     wait_of,
 )
@@ -164,6 +165,7 @@ def _resume_keys(
                 session.events,
                 asynchronous=asynchronous,
                 meta=meta,
+                resume=prepare,
             )
         )
     if asynchronous or any(is_awaitable(o) for o in outcomes):

@@ -256,6 +256,7 @@ def _resume(
         asynchronous=asynchronous,
         meta=outcome_meta,
         mail_done=mail_done,
+        resume=prepare,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,10 @@ from tarry.engine.state.records import SessionState
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import SessionRecord
 
+#: How a waiting branch is resumed by its token: `resuming.prepare`, handed in by whoever drives
+#: a session (resuming.py imports this module, so this one cannot import it back).
+Resume = Callable[..., AwaitableOrValue[Outcome]]
+
 
 def begin(
     core: Core,
@@ -35,9 +39,11 @@ def begin(
     durability: str | None = None,
     asynchronous: bool,
     actor: str | None = None,
+    resume: Resume,
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it.
-    `durability` is the session's own (the Runtime's default when None)."""
+    `durability` is the session's own (the Runtime's default when None). `resume`: how a
+    wait of the session is resumed by its token (resuming.prepare; see `late_mail`)."""
     check_actor(actor)
     core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     if durability is None:
@@ -82,7 +88,7 @@ def begin(
     initial = SessionState(session_id=sid, flow=flow.name)
     state, events = fold(initial, now, [(ev.RUN_STARTED, (), started)])
     core.store.create(record, events=events)  # SessionExists: nothing changed
-    return start(core, flow, record, state, events, asynchronous=asynchronous)
+    return start(core, flow, record, state, events, asynchronous=asynchronous, resume=resume)
 
 
 def start(
@@ -95,6 +101,7 @@ def start(
     asynchronous: bool = False,
     meta: dict[str, Any] | None = None,
     mail_done: Sequence[str] = (),
+    resume: Resume,
 ) -> AwaitableOrValue[Outcome]:
     """Drive a session whose opening `written` events are already in the store. `mail_done`:
     keys of mail the session took before this drive (see `late_mail`), deleted with its first
@@ -107,11 +114,13 @@ def start(
     if not drive.keyed and not is_awaitable(result):
         return result
     if is_awaitable(result):
-        return _late_mail_async(core, drive, result)
-    return late_mail(core, drive, result)  # type: ignore[arg-type]
+        return _late_mail_async(core, drive, result, resume)
+    return late_mail(core, drive, result, resume)  # type: ignore[arg-type]
 
 
-def late_mail(core: Core, drive: Drive, outcome: Outcome) -> AwaitableOrValue[Outcome]:
+def late_mail(
+    core: Core, drive: Drive, outcome: Outcome, resume: Resume
+) -> AwaitableOrValue[Outcome]:
     """After a drive paused at keyed waits: mail for those keys that was posted while the Wait
     was pausing (it had found none, and the delivery had found no wait yet) resumes the wait
     now. Looked up after the write that registered the waits, so a delivery either finds the
@@ -121,13 +130,9 @@ def late_mail(core: Core, drive: Drive, outcome: Outcome) -> AwaitableOrValue[Ou
     found = core.store.take_mail(list(drive.keyed), outcome.session_id)
     if not found:
         return outcome
-    from tarry.drivers.sessions.resuming import (
-        prepare,  # resuming drives sessions through this module
-    )
-
     key, blob = next(iter(found.items()))  # one wait at a time (resume_many: all of them)
     try:
-        return prepare(
+        return resume(
             core,
             drive.keyed[key],
             drive.flow,
@@ -140,8 +145,10 @@ def late_mail(core: Core, drive: Drive, outcome: Outcome) -> AwaitableOrValue[Ou
         return outcome  # resumed by its token meanwhile; the mail stays this session's
 
 
-async def _late_mail_async(core: Core, drive: Drive, result: Awaitable[Outcome]) -> Outcome:
-    outcome = late_mail(core, drive, await result)
+async def _late_mail_async(
+    core: Core, drive: Drive, result: Awaitable[Outcome], resume: Resume
+) -> Outcome:
+    outcome = late_mail(core, drive, await result, resume)
     if is_awaitable(outcome):
         outcome = await outcome  # type: ignore[misc]
     return outcome  # type: ignore[return-value]

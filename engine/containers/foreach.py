@@ -6,6 +6,7 @@ from collections.abc import Callable, Generator, Iterable
 from time import monotonic
 from typing import Any
 
+from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes, list_header
 from tarry.engine.containers._callables import evaluate
 from tarry.engine.containers.inflight import check_concurrency, run_concurrently
@@ -14,7 +15,6 @@ from tarry.engine.element import (
     Detour,
     Element,
     Signal,
-    as_body,
     check_name,
     resume_prev,
     run_body,

@@ -10,7 +10,8 @@ from typing import Any
 from tarry.engine.errors import PayloadTooLarge
 from tarry.engine.values import immutable
 from tarry.snapshots.codec.explain import _explain
-from tarry.snapshots.codec.pack import _HEADROOM, _INT_MAX, _INT_MIN, _PLAIN_LIMIT, _pack, _unpack
+from tarry.snapshots.codec.limits import HEADROOM, INT_MAX, INT_MIN, PLAIN_LIMIT
+from tarry.snapshots.codec.pack import _default, _pack, _unpack
 
 _ALWAYS_OK = frozenset({type(None), bool, float})
 
@@ -24,7 +25,7 @@ def check(value: Any, where: str = "value", limit: int | None = None) -> None:
     t = type(value)
     if t in _ALWAYS_OK:
         return
-    if t is int and _INT_MIN <= value <= _INT_MAX:
+    if t is int and INT_MIN <= value <= INT_MAX:
         return
     if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
         # Only non-ASCII text can fail to encode (lone surrogates); ASCII is one byte a char.
@@ -38,10 +39,10 @@ def check(value: Any, where: str = "value", limit: int | None = None) -> None:
         # Stored, a value sits a few lists and dicts deeper (in an event, the state, a
         # container's outputs); one that only fits at the top would fail there, later, after
         # the token was used. Only a value of this many bytes can nest this deep.
-        if size > _PLAIN_LIMIT - _HEADROOM:
-            _pack(_wrapped(value, _HEADROOM))
+        if size > PLAIN_LIMIT - HEADROOM:
+            _pack(_wrapped(value, HEADROOM))
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _explain(value, where) from exc
+        raise _explain(value, where, _default) from exc
     if limit is not None and size > limit:
         raise PayloadTooLarge(where, size, limit)
 
@@ -56,7 +57,7 @@ def take(value: Any, where: str = "value", limit: int | None = None) -> tuple[An
     t = type(value)
     if t in _ALWAYS_OK:
         return value, 9 if t is float else 1
-    if t is int and _INT_MIN <= value <= _INT_MAX:
+    if t is int and INT_MIN <= value <= INT_MAX:
         return value, _int_size(value)
     if (t is str and value.isascii()) or (t is bytes and len(value) < 2**32):
         size = len(value) + _header(len(value), t is str)
@@ -65,10 +66,10 @@ def take(value: Any, where: str = "value", limit: int | None = None) -> tuple[An
         return value, size
     try:
         blob = _pack(value)
-        if len(blob) > _PLAIN_LIMIT - _HEADROOM:  # see `check`
-            _pack(_wrapped(value, _HEADROOM))
+        if len(blob) > PLAIN_LIMIT - HEADROOM:  # see `check`
+            _pack(_wrapped(value, HEADROOM))
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _explain(value, where) from exc
+        raise _explain(value, where, _default) from exc
     size = len(blob)
     if limit is not None and size > limit:
         raise PayloadTooLarge(where, size, limit)
@@ -102,7 +103,7 @@ def copy(value: Any) -> Any:
 
 
 def _int_size(n: int) -> int:
-    """Bytes msgpack takes for the int `n` (within _INT_MIN.._INT_MAX)."""
+    """Bytes msgpack takes for the int `n` (within INT_MIN..INT_MAX)."""
     if -32 <= n < 128:
         return 1
     if -128 <= n < 256:

@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 from tarry.engine.errors import NotSerializable
+from tarry.snapshots.codec.limits import (
+    C_LEVELS,
+    DEEP_PLAIN_LIMIT,
+    INT_MAX,
+    INT_MIN,
+    MAX_DEPTH,
+    PLAIN_LIMIT,
+)
 from tarry.snapshots.codec.registry import _by_type, _fields
 
 
-def _explain(value: Any, where: str) -> NotSerializable:
-    """Find the first value below `value` that cannot be encoded, and name it."""
-    found = _find_bad(value, where)
+def _explain(value: Any, where: str, default: Callable[[int, Any], Any]) -> NotSerializable:
+    """Find the first value below `value` that cannot be encoded, and name it. `default` is the
+    packer's hook for types msgpack does not know (it raises TypeError for one it refuses)."""
+    found = _find_bad(value, where, default)
     if found is None:
         return NotSerializable(where, value)
     return NotSerializable(*found)
 
 
-def _find_bad(value: Any, where: str) -> tuple[str, Any] | None:
-    from tarry.snapshots.codec.pack import (
-        _C_LEVELS,
-        _DEEP_PLAIN_LIMIT,
-        _PLAIN_LIMIT,
-        MAX_DEPTH,
-        _default,
-    )
-
+def _find_bad(value: Any, where: str, default: Callable[[int, Any], Any]) -> tuple[str, Any] | None:
     """The path and value of the first thing `_pack` refuses, depth first, or None.
 
     A loop rather than recursion, so values nested deeper than Python's recursion limit are
@@ -39,7 +41,7 @@ def _find_bad(value: Any, where: str) -> tuple[str, Any] | None:
             if not _scalar_ok(value):
                 return (where, value)
             continue
-        limit = _PLAIN_LIMIT if depth <= _C_LEVELS else _DEEP_PLAIN_LIMIT
+        limit = PLAIN_LIMIT if depth <= C_LEVELS else DEEP_PLAIN_LIMIT
         children: list[tuple[Any, str, int, int]] = []
         if t is list or (isinstance(value, dict) and t not in _by_type):
             if plain >= limit:
@@ -62,7 +64,7 @@ def _find_bad(value: Any, where: str) -> tuple[str, Any] | None:
                 children = [(x, f"{where}[{i}]", depth + 1, 1) for i, x in enumerate(value)]
         else:
             try:
-                _default(0, value)
+                default(0, value)
             except TypeError:
                 return (where, value)
             continue
@@ -74,11 +76,9 @@ _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 
 
 def _scalar_ok(value: Any) -> bool:
-    from tarry.snapshots.codec.pack import _INT_MAX, _INT_MIN
-
     t = type(value)
     if t is int:
-        return _INT_MIN <= value <= _INT_MAX
+        return INT_MIN <= value <= INT_MAX
     if t is str:
         try:
             value.encode("utf-8")

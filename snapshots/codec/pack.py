@@ -29,6 +29,12 @@ from typing import Any
 import msgpack
 from tarry.engine.errors import SnapshotError
 from tarry.snapshots.codec.explain import _explain
+from tarry.snapshots.codec.limits import (
+    C_LEVELS,
+    DEEP_PLAIN_LIMIT,
+    MAX_BLOB_BYTES,
+    MAX_DEPTH,
+)
 from tarry.snapshots.codec.registry import (
     _UNSET,
     EXT_DATE,
@@ -55,28 +61,9 @@ from tarry.snapshots.codec.registry import (
 __all__ = [
     "EXT_DATE", "EXT_DATETIME", "EXT_DECIMAL", "EXT_ENUM", "EXT_FROZENSET", "EXT_RECORD",
     "EXT_SET", "EXT_TIME", "EXT_TIMEDELTA", "EXT_TUPLE", "EXT_UUID", "MAX_BLOB_BYTES",
-    "MAX_DEPTH", "_UNSET", "_build", "_by_name", "_by_type", "_fields", "check", "copy",
-    "dumps", "loads", "register", "registered", "take",
+    "MAX_DEPTH", "_UNSET", "_build", "_by_name", "_by_type", "_fields",
+    "dumps", "loads", "register", "registered",
 ]  # fmt: skip
-
-#: Largest blob `loads` accepts; anything longer is refused before it is parsed.
-MAX_BLOB_BYTES = 256 * 1024 * 1024
-
-#: Deepest nesting of ext values (tuples, sets, records, enums) inside one another.
-MAX_DEPTH = 100
-#: The outermost ext levels are packed and unpacked by msgpack's fast C calls, whose lists and
-#: dicts may nest up to msgpack's own limit (`_PLAIN_LIMIT`); deeper ones are unpacked by a
-#: heap-allocated `Unpacker`, and their lists and dicts may nest at most `_DEEP_PLAIN_LIMIT`
-#: levels, so the worst case stays a few MiB of C stack.
-_C_LEVELS = 4
-_PLAIN_LIMIT = 1024
-_DEEP_PLAIN_LIMIT = 32
-#: Lists and dicts a checked value leaves free for where it is stored: the envelope, the
-#: state, an event, and one level per container whose output holds it.
-_HEADROOM = 64
-
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1
 
 
 # --- encoding ------------------------------------------------------------------------------------
@@ -121,9 +108,9 @@ def _ext(code: int, payload: Any, depth: int) -> msgpack.ExtType:
     if depth >= MAX_DEPTH:
         msg = f"values nest more than {MAX_DEPTH} tuples, sets, records or enums deep"
         raise ValueError(msg)
-    if depth >= _C_LEVELS and _plain_depth_exceeds(payload, _DEEP_PLAIN_LIMIT):
+    if depth >= C_LEVELS and _plain_depth_exceeds(payload, DEEP_PLAIN_LIMIT):
         msg = (
-            f"lists and dicts nest more than {_DEEP_PLAIN_LIMIT} levels deep inside a value "
+            f"lists and dicts nest more than {DEEP_PLAIN_LIMIT} levels deep inside a value "
             f"nested {depth + 1} tuples, sets, records or enums deep"
         )
         raise ValueError(msg)
@@ -200,7 +187,7 @@ _DEFAULTS = [functools.partial(_default, depth) for depth in range(MAX_DEPTH + 1
 def _unpack(data: bytes, depth: int = 0) -> Any:
     """The msgpack document `data`, nested `depth` ext values deep."""
     hook = _HOOKS[depth]
-    if depth <= _C_LEVELS:
+    if depth <= C_LEVELS:
         return msgpack.unpackb(data, ext_hook=hook, raw=False, strict_map_key=False, timestamp=3)
     # `unpackb` keeps its parse stack (about 40 KiB) on the C stack; an Unpacker keeps it on the
     # heap, so deep nesting costs little C stack.
@@ -316,7 +303,7 @@ def dumps(value: Any) -> bytes:
     try:
         return _pack(value)
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise _explain(value, "value") from exc
+        raise _explain(value, "value", _default) from exc
 
 
 def dumps_many(values: list[Any]) -> list[bytes]:
@@ -348,7 +335,3 @@ def loads(data: bytes | bytearray | memoryview) -> Any:
 
 
 # Types `check` passes at once: every value of them can be encoded.
-
-
-# `check`, `take` and `copy` live in _check.py (which needs the functions above).
-from tarry.snapshots.codec.check import check, copy, take  # noqa: E402

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from tarry.engine.errors import NotSerializable, SnapshotError
 from tarry.snapshots.codec import check as _check
 from tarry.snapshots.codec import pack as _codec
+from tarry.snapshots.codec.check import check
 from tarry.snapshots.codec.pack import (
     EXT_DATETIME,
     EXT_DECIMAL,
@@ -36,7 +37,6 @@ from tarry.snapshots.codec.pack import (
     EXT_TUPLE,
     EXT_UUID,
     MAX_DEPTH,
-    check,
     dumps,
     loads,
     register,
