@@ -15,10 +15,9 @@ from typing import Any
 
 from tarry.drivers.adapters import is_bulk
 from tarry.drivers.clock import Clock, SystemClock, clock_ns
-from tarry.drivers.drive.checking import value_check
 from tarry.drivers.drive.local_drives import Running
 from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, StateCache
-from tarry.drivers.drive.values import value_take
+from tarry.drivers.drive.values import value_check, value_take
 from tarry.drivers.limits import (
     DURABILITY,
     ERROR_ALLOWANCE,

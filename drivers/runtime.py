@@ -1,31 +1,38 @@
 """Runtime: the one object users hold. A thin facade: each family of methods lives in its own
 module (starting, resuming, timers, polling, recovery, control, inspecting), and they share
-one `Core` (core.py) instead of importing this module back. The reading and retention methods
-are in reads.py, its base class."""
+one `Core` (core.py) instead of importing this module back. Its reading, retention and
+settings methods delegate the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.clock import Clock
-from tarry.drivers.core import Core
+from tarry.drivers.core import Core, checked_adapters
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.drive.settle import is_awaitable, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
 from tarry.drivers.limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from tarry.drivers.logs import INFO, MAX_LOGS
-from tarry.drivers.reads import Reads
+from tarry.drivers.registry import FlowRegistry
 from tarry.drivers.sessions.resuming import key_of, prepare
 from tarry.drivers.sessions.starting import begin
+from tarry.drivers.tokens import Tokens
 from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
+from tarry.engine.state.events import Event
+from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.store import SessionStore
 
 if TYPE_CHECKING:
-    from tarry.drivers.rounds import delivering, polling, recovery, timers
+    from tarry.drivers.reading import inspecting, paging
+    from tarry.drivers.reading.paging import SessionPage
+    from tarry.drivers.reading.stats import Stats
+    from tarry.drivers.reading.views import SessionSummary, SessionView
+    from tarry.drivers.rounds import delivering, polling, pruning, recovery, timers
     from tarry.drivers.sessions import batch, control
 else:
     # The families a plain run or resume never calls load when first called, so that
@@ -36,9 +43,12 @@ else:
     polling = lazy_module("tarry.drivers.rounds.polling")
     recovery = lazy_module("tarry.drivers.rounds.recovery")
     timers = lazy_module("tarry.drivers.rounds.timers")
+    inspecting = lazy_module("tarry.drivers.reading.inspecting")
+    paging = lazy_module("tarry.drivers.reading.paging")
+    pruning = lazy_module("tarry.drivers.rounds.pruning")
 
 
-class Runtime(Reads):
+class Runtime:
     """Runs flows over one store. Safe to share between threads.
 
     `run`/`resume` return an `Outcome` for an all-sync flow and an awaitable as soon as an async
@@ -372,3 +382,171 @@ class Runtime(Reads):
         checkpoint, in whichever process runs it; the outcome returned then has status
         "running" and `meta["stop_requested"] == "cancel"`."""
         return control.cancel(self._core, token_or_session_id, actor)
+
+    # -- what it runs on -----------------------------------------------------------------------
+    @property
+    def store(self) -> SessionStore:
+        return self._core.store
+
+    @property
+    def flows(self) -> FlowRegistry:
+        """The flows this Runtime knows (`get(name)`, `version(name, fingerprint)`, `all()`)."""
+        return self._core.flows
+
+    @property
+    def clock(self) -> Clock:
+        return self._core.clock
+
+    @property
+    def tokens(self) -> Tokens:
+        """Mints tokens and checks them (signed with `secret` when one is given)."""
+        return self._core.tokens
+
+    @property
+    def durability(self) -> str:
+        return self._core.durability
+
+    @property
+    def lease(self) -> float:
+        """Seconds a running session's lease lasts; renewed at checkpoints."""
+        return self._core.lease
+
+    @property
+    def owner(self) -> str:
+        """This runtime's name on the leases it holds."""
+        return self._core.owner
+
+    @property
+    def retry(self) -> Retry | None:
+        """The retry policy of steps that have none of their own."""
+        return self._core.retry
+
+    @property
+    def adapters(self) -> dict[str, Any]:
+        """{pause kind: adapter} that `poll()` asks."""
+        return self._core.adapters
+
+    @adapters.setter
+    def adapters(self, adapters: dict[str, Any]) -> None:
+        self._core.adapters = checked_adapters(adapters)
+
+    @property
+    def max_value_bytes(self) -> int:
+        return self._core.max_value_bytes
+
+    @property
+    def max_snapshot_bytes(self) -> int:
+        return self._core.max_snapshot_bytes
+
+    @property
+    def retention(self) -> timedelta | None:
+        """How long ended sessions are kept before workers prune them (None: forever)."""
+        return self._core.retention
+
+    # -- retention -----------------------------------------------------------------------------
+    def prune(
+        self,
+        *,
+        older_than: timedelta,
+        status: str | Iterable[str] = ("completed", "cancelled", "failed"),
+        dry_run: bool = False,
+    ) -> int:
+        """Delete the ended sessions whose last update is older than `older_than` (by `clock`)
+        — with their events, values and tokens — and return how many. `status` narrows which
+        ended statuses go (one or several of "completed", "cancelled", "failed"); a running or
+        paused session is never deleted, nor a failed one being resumed. Deletes in batches,
+        each one short transaction; a SQLite file then gives the space back. `dry_run`: only
+        count them. InvalidArgument for an `older_than` that is not a positive timedelta or a
+        status that is not an ended one."""
+        return pruning.prune(self._core, older_than, status, dry_run)
+
+    def retain(self) -> int:
+        """Prune by `retention` if it is set and a minute (by `clock`) passed since the last
+        time: what `tarry worker` does every round, for loops of your own. Returns how many
+        sessions were deleted; a failure is logged, not raised."""
+        return pruning.retain(self._core)
+
+    # -- inspecting ----------------------------------------------------------------------------
+    def session(self, session_id: str) -> SessionView:
+        """A view of one stored session; UnknownSession if there is none."""
+        return inspecting.session(self._core, session_id)
+
+    def sessions(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | Flow | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[SessionSummary]:
+        """Sessions newest first, optionally filtered by status and flow (name or Flow)."""
+        return inspecting.sessions(self._core, status, flow, limit, offset)
+
+    def sessions_page(
+        self,
+        *,
+        status: str | None = None,
+        flow: str | Flow | None = None,
+        q: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> SessionPage:
+        """A page of sessions newest first and the `next_cursor` of the next page (None on the
+        last): keyset paging, stable while sessions are created, an index range read however
+        deep. `q`: a session id prefix or flow name substring; created in [`since`, `until`)."""
+        return paging.sessions_page(
+            self._core,
+            status=status,
+            flow=flow,
+            q=q,
+            since=since,
+            until=until,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    def stats(
+        self,
+        *,
+        flow: str | Flow | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Stats:
+        """Counts of sessions by status; per node (by name) executions, failures and mean
+        duration; and the sums of every `ctx.metric` — over all sessions, or one flow's, or
+        those created in [`since`, `until`) (timezone-aware datetimes).
+
+        The store keeps a tally per session and folds in only the events written since the last
+        report: its cost grows with the sessions, not with their logs. A session whose stored
+        data cannot be read is logged and left out of the node figures.
+        """
+        return inspecting.stats(self._core, flow, since, until)
+
+    def logs(
+        self,
+        session_id: str,
+        *,
+        level: int | str | None = None,
+        after: int = 0,
+        limit: int = 1000,
+    ) -> list[LogRecord]:
+        """The `logging` records a session's steps emitted (those it keeps), in order: those
+        at `level` or above (a number or a name such as "WARNING"), with seq > `after`, at most
+        `limit`. Records are written with the session (at most a second behind while it
+        runs). UnknownSession for an id no session has."""
+        return inspecting.logs(self._core, session_id, level, after, limit)
+
+    def dropped_logs(self, session_id: str) -> int:
+        """How many of a session's `logging` records it did not keep (over `max_logs`: its
+        oldest ones)."""
+        return inspecting.dropped_logs(self._core, session_id)
+
+    def subscribe(
+        self, callback: Callable[[Event], Any], *, session_id: str | None = None
+    ) -> Callable[[], None]:
+        """Call `callback(event)` for each new event (of one session, or all). Returns the
+        function that unsubscribes. Runs already in progress keep the subscribers they
+        started with; a callback that raises is logged and does not disturb the run."""
+        return self._core.hub.subscribe(callback, session_id)

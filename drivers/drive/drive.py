@@ -10,19 +10,18 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.clock import sleepers
 from tarry.drivers.drive.ledger import StoreLedger
 from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of
-from tarry.drivers.drive.pausing import old_token, record_pauses
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
-from tarry.drivers.drive.writes import next_record, too_large
+from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.execution import Execution
-from tarry.engine.failure import record_failure
+from tarry.engine.failure import fail, record_failure
 from tarry.engine.flow import Flow
-from tarry.engine.signals import NO_MAIL, PauseMany
+from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog
 from tarry.engine.state.records import ErrorInfo, SessionState
 from tarry.engine.state.reducer import error_to_data
-from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.codec.pack import dumps, loads
 from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
 
 if TYPE_CHECKING:
@@ -379,3 +378,106 @@ class Drive:
         return encode_state(
             self.ex.state, fingerprint=self.flow.fingerprint, flow_version=self.flow.version
         )
+
+
+# --- what a drive writes ----------------------------------------------------------------------
+
+
+def next_record(
+    drive: Drive,
+    blob: bytes,
+    token: str | None,
+    wake: datetime | None,
+    owner: str | None,
+    until: datetime | None,
+) -> SessionRecord:
+    """The session's record as its next write leaves it: the state `blob`, the `token`
+    it keeps, when it wakes, and its lease (an owner while it runs, none once it stops)."""
+    rec = drive.record
+    return SessionRecord(
+        session_id=rec.session_id,
+        flow=rec.flow,
+        status=drive.ex.state.status,
+        state=blob,
+        version=rec.version,
+        fingerprint=drive.flow.fingerprint,
+        flow_version=drive.flow.version,
+        token=token,
+        wake_at=wake,
+        lease_owner=owner,
+        lease_until=until,
+        created_at=rec.created_at,
+        updated_at=drive.core.clock.now(),
+        meta=rec.meta,
+        durability=rec.durability,
+    )
+
+
+def too_large(state: SessionState, size: int, limit: int) -> ErrorInfo:
+    """The failure of a session whose snapshot (`size` bytes) is over `limit`."""
+    error = SnapshotTooLarge(state.session_id, size, limit)
+    path = state.pause.path if state.pause is not None else ()
+    return ErrorInfo(type="SnapshotTooLarge", message=str(error), path=path, retryable=False)
+
+
+# --- what a drive records when its run pauses -----------------------------------------------
+
+
+def old_token(drive: Drive) -> str:
+    """The token the session keeps when it pauses again on waits of an earlier drive
+    only: the first of theirs (or a new one for a run that failed instead)."""
+    if drive.ex.state.status == "paused":
+        for wait in drive.core.store.waits(drive.ex.session_id):
+            return wait.token
+    return drive.core.tokens.new_key()
+
+
+def record_pauses(drive: Drive, signals: tuple[Pause, ...]) -> list[WaitRecord]:
+    """Record each wait that began (`run.paused`), each with a token of its own; with none
+    (the waits left began in an earlier drive), the session pauses again on its first.
+    A payload that cannot be stored fails the run there: no wait is then recorded."""
+    ex = drive.ex
+    core = drive.core
+    waits = []
+    for signal in signals:
+        data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
+        if signal.payload is not None:
+            data["payload"] = signal.payload
+        if signal.wake_at is not None:
+            data["wake_at"] = signal.wake_at
+        if signal.expires_at is not None:
+            data["expires_at"] = signal.expires_at
+        if not signal.awaits_value:
+            data["awaits_value"] = False
+        if signal.key is not None:
+            data["key"] = signal.key
+        if signal.on_timeout is not None:
+            data["on_timeout"] = signal.on_timeout
+        try:
+            core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+        except NotSerializable as exc:
+            drive._fail(fail(ex, signal.path, exc).error)
+            return []
+        ex.emit(ev.RUN_PAUSED, signal.path, data)
+        waits.append(
+            WaitRecord(
+                token=core.tokens.new_key(),
+                session_id=ex.session_id,
+                path=signal.path,
+                kind=signal.kind,
+                key=signal.key,
+                wake_at=signal.wake_at or signal.expires_at,
+                reason=signal.reason,
+                payload=b"" if signal.payload is None else dumps(signal.payload),
+            )
+        )
+    if not signals:
+        first = all_pauses(ex.state)[0]
+        data = {"kind": first.kind, "reason": first.reason}
+        for name in ("payload", "wake_at", "expires_at", "key", "on_timeout"):
+            if getattr(first, name) is not None:
+                data[name] = getattr(first, name)
+        if not first.awaits_value:
+            data["awaits_value"] = False
+        ex.emit(ev.RUN_PAUSED, first.path, data)
+    return waits

@@ -11,6 +11,7 @@ from tarry.engine.bounds import Bounds
 from tarry.engine.errors import NotSerializable
 from tarry.engine.flow import Flow
 from tarry.engine.state.records import SessionState
+from tarry.snapshots.codec.check import check as _codec_check
 from tarry.snapshots.codec.check import copy as copy
 from tarry.snapshots.codec.check import take as _codec_take
 from tarry.snapshots.codec.limits import INT_MAX, INT_MIN
@@ -73,3 +74,28 @@ def measure(flow: Flow) -> Callable[[SessionState], int]:
         return len(encode_state(state, fingerprint=flow.fingerprint, flow_version=flow.version))
 
     return size
+
+
+_FIXED = frozenset({type(None), bool, float})
+
+
+def value_check(limit: int) -> Callable[[Any, Any], None]:
+    """The engine's check of a value an event will carry: encodable, and at most `limit` bytes
+    encoded. Numbers and short text pass at once; a `(path, key)` place is formatted only when
+    a value fails."""
+    # Text of up to this many characters fits whatever its characters: at most 4 bytes each,
+    # after a header of at most 5.
+    short = (limit - 5) // 4
+
+    def check(value: Any, where: Any) -> None:
+        kind = type(value)
+        if kind in _FIXED or (kind is int and INT_MIN <= value <= INT_MAX):
+            return
+        if (kind is str or kind is bytes) and len(value) <= short:
+            return
+        if type(where) is tuple:
+            path, key = where
+            where = f"{'/'.join(map(str, path))}[{key!r}]"
+        _codec_check(value, where, limit)
+
+    return check

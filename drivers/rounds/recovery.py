@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.settle import settle
 from tarry.drivers.rounds.boundary import Round, contain, flow_of, infrastructure
@@ -23,7 +22,7 @@ from tarry.engine.errors import InconsistentSnapshot, SnapshotError
 from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import SessionState
-from tarry.engine.state.reducer import apply
+from tarry.engine.state.reducer import apply, fold
 from tarry.snapshots.records import SessionRecord
 
 #: Sessions `recover()` continues at most per call (and lists per page).

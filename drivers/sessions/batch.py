@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.drive.settle import is_awaitable
@@ -41,7 +40,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.lanes import concurrent
 from tarry.engine.state.records import SessionState
-from tarry.engine.state.reducer import own
+from tarry.engine.state.reducer import fold, own
 from tarry.snapshots.records import SessionRecord
 
 

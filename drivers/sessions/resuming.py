@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
@@ -35,6 +34,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.lanes import concurrent, scope_of
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState
+from tarry.engine.state.reducer import fold
 from tarry.snapshots.records import SessionRecord
 
 

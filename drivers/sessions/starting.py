@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
@@ -21,6 +20,7 @@ from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState
+from tarry.engine.state.reducer import fold
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import SessionRecord
 

@@ -9,7 +9,8 @@ its state in place, so an event costs a few dict writes and no copy at all.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from tarry.engine.state import events as ev
@@ -397,3 +398,20 @@ def derive_state(events: Iterable[Event], initial: SessionState | None = None) -
             raise ValueError(msg)
         initial = SessionState(session_id=events[0].session_id)
     return functools.reduce(apply, events, initial)
+
+
+def fold(
+    state: SessionState,
+    now: datetime,
+    specs: Sequence[tuple[str, tuple[Any, ...], dict[str, Any]]],
+    owned: bool = False,
+) -> tuple[SessionState, list[Event]]:
+    """Events for `specs` (type, path, data) that follow `state`, and the state after them:
+    for writing events in the same transaction as something else (create, token use).
+    `owned`: `state` is the caller's own (see `reducer.own`) and is changed in place."""
+    events = []
+    for type_, path, data in specs:
+        event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
+        state = apply(state, event, owned)
+        events.append(event)
+    return state, events
