@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
-from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
+from tarry.snapshots.records import MailInfo, MailRecord, SessionRecord, TokenInfo, WaitRecord
 
 if TYPE_CHECKING:
     from tarry.snapshots.tally import Totals
@@ -74,6 +74,11 @@ def list_where(
     return (f"WHERE {' AND '.join(where)} " if where else ""), args
 
 
+class MailGone(ConcurrentUpdate):
+    """A message a token's use was to consume is not queued any more: another delivery or a
+    Wait took it first. Nothing was written."""
+
+
 def stale(session_id: str, found: tuple[int, str] | None, version: int) -> ConcurrentUpdate | None:
     """Why `consume_token(..., version=version)` must not use a token whose session is at
     `found` (its version and status; None: gone), or None when it may."""
@@ -111,7 +116,7 @@ class SessionStore(Protocol):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[str] = (),
+        mail_done: Sequence[int] = (),
         logs: LogBatch | None = None,
     ) -> int:
         """In one transaction: write `record` if the stored version is `expected_version`
@@ -125,14 +130,16 @@ class SessionStore(Protocol):
         (a used one gets no wait row). A wait stays until its token is used or the session
         ends: a save whose status is neither "paused" nor "running" drops every wait of the
         session and marks their tokens used (TokenAlreadyUsed, never UnknownToken, for them
-        later). `mail_done`: keys whose mail this session claimed (`take_mail`) and has used:
-        that mail is deleted. A save of keyed waits is serialised with `post` on those keys.
+        later). `mail_done`: ids of messages this session claimed (`claim_mail`) and whose effect
+        this save records: they are deleted (consumed); the session's other claims are
+        released (queued again).
         `logs`: log records captured by the drive, numbered after the session's last and
         appended; the session then keeps only its last `logs.keep` records (log_records.py)."""
 
     def delete(self, session_id: str) -> None:
-        """Remove the session, its events, values, tokens, waits, logs and the mail it claimed.
-        Unknown ids are ignored."""
+        """Remove the session, its events, values, tokens, waits and logs, and release the
+        messages it claimed (queued again: a claim is not a consumption). Unknown ids are
+        ignored."""
 
     def list(
         self,
@@ -167,7 +174,7 @@ class SessionStore(Protocol):
         """Delete, in one transaction, up to `limit` ended sessions (status in `statuses`, which
         holds only ENDED ones) last updated before `before` and not leased at `now` (a failed
         session being resumed is), oldest first, with their events, values, tokens, waits,
-        logs, claimed mail and tally.
+        logs and tally; the messages they claimed are released.
         Returns how many. Never a running or paused session, whatever `statuses` says. With
         `dry_run`, counts them all instead and deletes nothing."""
 
@@ -230,6 +237,7 @@ class SessionStore(Protocol):
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
         version: int | None = None,
+        mail: int | None = None,
     ) -> bool:
         """Mark the token used. True for exactly one caller, ever; False if already used
         or unknown (and then nothing is written). In the same transaction, the winner sets
@@ -239,7 +247,10 @@ class SessionStore(Protocol):
         `version`: use the token only while its session is still at that version and not
         running (no other token of it was used since): else ConcurrentUpdate, nothing written.
         A caller that checked a resume against the session as it saved it (see
-        drivers/drive/statecache.py) uses the token in one call, without reading the session."""
+        drivers/drive/statecache.py) uses the token in one call, without reading the session.
+        `mail`: the id of an unclaimed message whose value `events` carry (a delivery): it is
+        deleted in the same transaction, so the message is consumed exactly when its effect
+        is recorded; MailGone (nothing written) when no such unclaimed message is left."""
 
     def consume_tokens(
         self,
@@ -248,6 +259,7 @@ class SessionStore(Protocol):
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+        mail: Mapping[str, int] = {},  # noqa: B006 - read only
     ) -> dict[str, str]:
         """Use many tokens, of one or several sessions, all or nothing, in one transaction.
 
@@ -257,7 +269,9 @@ class SessionStore(Protocol):
         log, as in `append_events`: else ConcurrentUpdate, nothing written; events of sessions
         no token belongs to are not written). Otherwise NOTHING is written and the result names
         each offending token: "unknown", "used", or "duplicate" (given more than once).
-        Single-winner with `consume_token`, other `consume_tokens` and `save`."""
+        Single-winner with `consume_token`, other `consume_tokens` and `save`. `mail`: {token:
+        message id} consumed with those tokens, as in `consume_token` (MailGone, nothing
+        written, when one of them is no longer an unclaimed message)."""
 
     # -- waits and the mailbox ---------------------------------------------------------------
     def waits(self, session_id: str) -> builtins.list[WaitRecord]:
@@ -275,25 +289,53 @@ class SessionStore(Protocol):
         tokens after `after` (the last token of the previous page): through an index, reading
         no snapshot and writing nothing (a poll of idle waits costs no write)."""
 
-    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
-        """A delivery to `key`, atomically: if waits on `key` are live, return them (the caller
-        resumes them by token) and keep nothing; otherwise keep `value` as the key's mail and
-        return []. A key has at most one unclaimed mail (a later post replaces it); mail that a
-        session claimed stays that session's, and a post meanwhile becomes the key's next
-        unclaimed mail. Serialised with a `save` that registers a wait on `key`: a post either
-        sees that wait or is found by the saver's `take_mail`."""
+    def post(
+        self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None
+    ) -> int:
+        """Queue one message on `key` (a key is a FIFO queue: a later post never replaces an
+        earlier one) and return its id; ids only grow. `target`: a session that waits on the
+        key but was busy when the message came; its drive asks for such messages when it
+        next saves (`queued(session_id=...)`). Writes the message row only."""
 
-    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
-        """For each key with mail this session claimed earlier, or unclaimed mail (claimed for
-        it now): its value. Claimed mail is deleted by the session's `save(mail_done=...)` or
-        with the session; until then `take_mail` returns it to the same session again (a
-        process that died before saving finds it on recovery)."""
+    def claim_mail(
+        self, key: str, session_id: str, skip: Sequence[int] = ()
+    ) -> tuple[int, bytes] | None:
+        """A message on `key` for a Wait of `session_id` that its drive reached: the oldest
+        one this session claimed earlier whose id is not in `skip` (a drive that died before
+        it saved finds its claims again on recovery), else the oldest unclaimed one, claimed
+        for the session now (no other session or delivery takes it while it is claimed).
+        `(id, value)`, or None when the key holds no message it may take. The claim ends with
+        the session's next `save`: the ids in its `mail_done` are deleted (consumed), its
+        other claims released (queued again, in their place)."""
 
-    def discard(self, key: str) -> bool:
-        """Drop the key's unclaimed mail; whether there was one."""
+    def queued(
+        self,
+        *,
+        key: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[MailRecord]:
+        """Unclaimed messages, oldest first: on `key`, or targeted at `session_id` (see
+        `post`), at most `limit`. Reads through an index; writes nothing."""
 
-    def mail(self, key: str) -> bytes | None:
-        """The key's unclaimed mail (what the next wait on it would take), or None."""
+    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+        """Live waits on keys that hold an unclaimed message, each with the oldest such
+        message of its key (one pair per key: the wait with the least token): what a worker
+        round delivers when a delivery and a wait crossed without meeting (a crash between a
+        save and its check for mail). Reads through indexes; writes nothing."""
+
+    def discard(self, key: str) -> int:
+        """Drop the key's unclaimed messages; how many."""
+
+    def mailbox(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MailInfo]:
+        """Keys that hold unclaimed messages, by key (only keys starting with `prefix`, and
+        after `after`, when given), each with its count and oldest message's time."""
+
+    def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
+        """Drop up to `limit` unclaimed messages posted before `before`, oldest first; how
+        many (the mailbox's time to live)."""
 
     # -- control ---------------------------------------------------------------------------
     def request_stop(self, session_id: str, stop: str) -> str | None:

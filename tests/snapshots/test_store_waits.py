@@ -1,5 +1,6 @@
 """Conformance of every store for many waits per session, keys and the mailbox: `save(waits=,
-mail_done=)`, `consume_tokens`, `waits`, `waiting`, `post`, `take_mail`, `discard`, `mail`."""
+mail_done=)`, `consume_tokens`, `waits`, `waiting`, and the message queue per key (`post`,
+`claim_mail`, `queued`, `pending`, `discard`, `mailbox`, `purge_mail`)."""
 
 from __future__ import annotations
 
@@ -335,111 +336,191 @@ def test_waiting_writes_nothing(store: Any) -> None:
             store.waiting(kind=kind, key=key)
             store.waiting(kind=kind, key=key, after="t3", limit=1)
     store.waits("s1")
-    store.mail("early")
+    store.queued(key="early")
+    store.pending()
+    store.mailbox()
     assert rows(store) == before
     store.post("other", b"w", at(1))  # and the probe does see a write
     assert rows(store) != before
 
 
-# -- the mailbox -------------------------------------------------------------------------------
+# -- the mailbox: a FIFO queue per key -------------------------------------------------------
 
 
-def test_a_post_to_a_live_key_returns_its_waits_and_keeps_nothing(store: Any) -> None:
+def ids_of(found: list[Any]) -> list[int]:
+    return [m.id for m in found]
+
+
+def test_posts_to_one_key_are_two_messages_in_order(store: Any) -> None:
+    first = store.post("job", b"a", at(1))
+    second = store.post("job", b"b", at(2))
+    assert second > first
+    found = store.queued(key="job")
+    assert [(m.id, m.key, m.value, m.at) for m in found] == [
+        (first, "job", b"a", at(1)),
+        (second, "job", b"b", at(2)),
+    ]
+    assert store.queued(key="other") == []
+
+
+def test_a_post_keeps_the_message_even_with_waits_on_its_key(store: Any) -> None:
     fill(store)
-    found = store.post("k1", b"result", at(1))
-    assert tokens_of(found) == ["t2", "t3", "t4"]
-    assert found[0] == wait("t2", "s2", key="k1")
-    assert store.mail("k1") is None
+    posted = store.post("k1", b"result", at(1))
+    assert ids_of(store.queued(key="k1")) == [posted]
 
 
-def test_a_post_before_its_wait_is_kept_and_taken_once(store: Any) -> None:
-    assert store.post("job-1", b"early", at(1)) == []
-    assert store.mail("job-1") == b"early"
-    assert store.post("job-1", b"later", at(2)) == []  # replaces the unclaimed one
-    assert store.mail("job-1") == b"later"
-    paused(store, "s1", wait("tk_1", key="job-1"))
-    paused(store, "s2", wait("tk_2", "s2", key="job-1"))
-    assert store.take_mail(["job-1", "job-2"], "s1") == {"job-1": b"later"}
-    assert store.mail("job-1") is None  # claimed: no other session gets it
-    assert store.take_mail(["job-1"], "s2") == {}
-    # The claimant finds it again (a process that died before saving, on recovery).
-    assert store.take_mail(["job-1"], "s1") == {"job-1": b"later"}
-    store.save(rec(status="paused", token="tk_1"), 1, mail_done=["job-1"])
-    assert store.take_mail(["job-1"], "s1") == {}
-
-
-def test_a_post_while_the_mail_is_claimed_waits_for_the_next_claimer(store: Any) -> None:
-    store.post("job", b"first", at(1))
+def test_a_claim_takes_the_oldest_message_once(store: Any) -> None:
+    a = store.post("job", b"a", at(1))
+    b = store.post("job", b"b", at(2))
     paused(store, "s1", wait("tk_1", key="job"))
-    assert store.take_mail(["job"], "s1") == {"job": b"first"}
-    assert store.consume_token("tk_1") is True  # s1 resumes its wait with the mail
-    assert store.post("job", b"second", at(2)) == []
-    assert store.mail("job") == b"second"
-    assert store.take_mail(["job"], "s1") == {"job": b"first"}  # its own claim first
-    store.save(rec(status="running"), 1, mail_done=["job"])
     paused(store, "s2", wait("tk_2", "s2", key="job"))
-    assert store.take_mail(["job"], "s2") == {"job": b"second"}
+    assert store.claim_mail("job", "s1") == (a, b"a")
+    assert store.claim_mail("job", "s2") == (b, b"b")  # a is s1's: s2 gets the next one
+    assert store.claim_mail("job", "s2", skip=[b]) is None
+    assert store.queued(key="job") == []  # claimed messages are not queued for others
+    # The claimant finds its claims again (a drive that died before it saved, on recovery),
+    # but not the ones its drive already took (`skip`).
+    assert store.claim_mail("job", "s1") == (a, b"a")
+    assert store.claim_mail("job", "s1", skip=[a]) is None
+
+
+def test_a_save_consumes_what_it_names_and_releases_the_rest(store: Any) -> None:
+    a = store.post("a", b"1", at(1))
+    b = store.post("b", b"2", at(1))
+    paused(store, "s1", wait("tk_1"))
+    assert store.claim_mail("a", "s1") == (a, b"1")
+    assert store.claim_mail("b", "s1") == (b, b"2")
+    store.save(rec(status="paused", token="tk_1"), 1, mail_done=[a])
+    assert store.queued(key="a") == []  # consumed
+    assert ids_of(store.queued(key="b")) == [b]  # released: queued again
+    assert store.claim_mail("b", "s2") == (b, b"2")
 
 
 def test_mail_done_deletes_only_the_sessions_own_claims(store: Any) -> None:
-    store.post("a", b"1", at(1))
-    store.post("b", b"2", at(1))
+    a = store.post("a", b"1", at(1))
+    b = store.post("b", b"2", at(1))
     paused(store, "s1", wait("tk_1"))
     paused(store, "s2", wait("tk_2", "s2"))
-    assert store.take_mail(["a"], "s2") == {"a": b"1"}
-    store.save(rec(status="paused", token="tk_1"), 1, mail_done=["a", "b"])
-    assert store.mail("b") == b"2"  # unclaimed: not s1's to delete
-    assert store.take_mail(["a"], "s2") == {"a": b"1"}
+    assert store.claim_mail("a", "s2") == (a, b"1")
+    store.save(rec(status="paused", token="tk_1"), 1, mail_done=[a, b])
+    assert ids_of(store.queued(key="b")) == [b]  # unclaimed: not s1's to delete
+    assert store.claim_mail("a", "s2") == (a, b"1")  # s2's claim stands
 
 
-def test_discard_drops_unclaimed_mail_only(store: Any) -> None:
-    assert store.discard("job") is False
+def test_a_token_use_consumes_its_message_in_the_same_transaction(store: Any) -> None:
+    from tarry.snapshots.store import MailGone
+
+    m = store.post("job", b"v", at(1))
+    paused(store, "s1", wait("tk_1", key="job"))
+    paused(store, "s2", wait("tk_2", "s2", key="job"))
+    assert store.consume_token("tk_1", mail=m) is True
+    assert store.queued(key="job") == []
+    before = everything(store, ("s2",), ("tk_2",))
+    with pytest.raises(MailGone):  # consumed already: the token stays unused
+        store.consume_token("tk_2", mail=m)
+    assert everything(store, ("s2",), ("tk_2",)) == before
+    n = store.post("job", b"w", at(2))
+    assert store.claim_mail("job", "s9") == (n, b"w")
+    with pytest.raises(MailGone):  # claimed by another session: not this delivery's to take
+        store.consume_token("tk_2", mail=n)
+    assert everything(store, ("s2",), ("tk_2",)) == before
+
+
+def test_consume_tokens_consumes_their_messages_all_or_nothing(store: Any) -> None:
+    from tarry.snapshots.store import MailGone
+
+    fill(store)
+    m1 = store.post("k1", b"1", at(1))
+    m2 = store.post("k2", b"2", at(1))
+    store.claim_mail("k2", "s9")
+    before = everything(store, ("s1", "s2"), ("t2", "t7"))
+    with pytest.raises(MailGone):
+        store.consume_tokens(["t2", "t7"], mail={"t2": m1, "t7": m2})
+    assert everything(store, ("s1", "s2"), ("t2", "t7")) == before
+    assert ids_of(store.queued(key="k1")) == [m1]
+    assert store.consume_tokens(["t2", "t7"], mail={"t2": m1}) == {}
+    assert store.queued(key="k1") == []
+
+
+def test_a_message_for_a_busy_session_is_found_by_its_target(store: Any) -> None:
+    paused(store, "s1", wait("tk_1", key="job"))
+    m = store.post("job", b"v", at(1), target="s1")
+    store.post("job", b"w", at(2))
+    assert ids_of(store.queued(session_id="s1")) == [m]
+    assert store.queued(session_id="s2") == []
+
+
+def test_pending_pairs_waits_with_mail_on_their_key(store: Any) -> None:
+    fill(store)  # waits on k1: t2, t3, t4; on k2: t7
+    assert store.pending() == []
+    m1 = store.post("k1", b"1", at(1))
+    store.post("k1", b"1b", at(2))
+    store.post("nobody", b"x", at(1))
+    found = store.pending()
+    assert [(w.token, m.id) for w, m in found] == [("t2", m1)]
+    store.claim_mail("k1", "s9")
+    store.claim_mail("k1", "s9", skip=[m1])
+    assert store.pending() == []  # claimed messages are not pending
+
+
+def test_discard_drops_unclaimed_messages_only(store: Any) -> None:
+    assert store.discard("job") == 0
     store.post("job", b"v", at(1))
-    assert store.discard("job") is True
-    assert store.mail("job") is None
-    assert store.discard("job") is False
-    store.post("job", b"w", at(1))
-    paused(store, "s1", wait("tk_1"))
-    store.take_mail(["job"], "s1")
-    assert store.discard("job") is False
-    assert store.take_mail(["job"], "s1") == {"job": b"w"}
+    store.post("job", b"w", at(2))
+    assert store.discard("job") == 2
+    assert store.queued(key="job") == []
+    m = store.post("job", b"x", at(3))
+    store.claim_mail("job", "s1")
+    assert store.discard("job") == 0
+    assert store.claim_mail("job", "s1") == (m, b"x")
 
 
-def test_delete_and_prune_drop_waits_and_claimed_mail(store: Any) -> None:
+def test_the_mailbox_lists_keys_with_counts(store: Any) -> None:
+    store.post("batch-1/a", b"1", at(3))
+    store.post("batch-1/a", b"2", at(4))
+    store.post("batch-1/b", b"3", at(2))
+    store.post("batch-2/a", b"4", at(1))
+    claimed = store.post("batch-1/c", b"5", at(1))
+    assert store.claim_mail("batch-1/c", "s1") == (claimed, b"5")
+    found = store.mailbox()
+    assert [(i.key, i.count, i.oldest_at) for i in found] == [
+        ("batch-1/a", 2, at(3)),
+        ("batch-1/b", 1, at(2)),
+        ("batch-2/a", 1, at(1)),
+    ]
+    assert [i.key for i in store.mailbox(prefix="batch-1/")] == ["batch-1/a", "batch-1/b"]
+    assert [i.key for i in store.mailbox(after="batch-1/a", limit=1)] == ["batch-1/b"]
+    assert [i.key for i in store.mailbox(prefix="%")] == []  # no wildcards
+
+
+def test_purge_drops_old_unclaimed_messages(store: Any) -> None:
+    store.post("a", b"1", at(1))
+    keep = store.post("a", b"2", at(5))
+    old = store.post("b", b"3", at(2))
+    store.claim_mail("b", "s1")
+    assert store.purge_mail(at(3)) == 1  # b's is claimed: not purged
+    assert ids_of(store.queued(key="a")) == [keep]
+    assert store.claim_mail("b", "s1") == (old, b"3")
+
+
+def test_delete_and_prune_drop_waits_and_release_claims(store: Any) -> None:
+    mail = {}
     for sid in ("s1", "s2"):
         paused(store, sid, wait(f"tk_{sid}", sid, key=f"k_{sid}"))
-        store.post(f"m_{sid}", b"v", at(1))
-        assert store.take_mail([f"m_{sid}"], sid) == {f"m_{sid}": b"v"}
+        mail[sid] = store.post(f"m_{sid}", b"v", at(1))
+        assert store.claim_mail(f"m_{sid}", sid) == (mail[sid], b"v")
     store.delete("s1")
     store.save(rec("s2", status="completed", updated_at=at(1)), 1)
     assert store.prune(before=at(2), now=at(3)) == 1
     assert store.waiting() == []
-    assert store.post("k_s1", b"x", at(1)) == []  # no wait is left on the key
-    for sid in ("s1", "s2"):
-        # Recreated under the same id, a session finds none of the old one's mail.
-        paused(store, sid, wait(f"tk2_{sid}", sid))
-        assert store.take_mail([f"m_{sid}"], sid) == {}
+    for sid in ("s1", "s2"):  # a claim is not a consumption: the messages are queued again
+        assert ids_of(store.queued(key=f"m_{sid}")) == [mail[sid]]
 
 
-def test_a_post_racing_a_keyed_save_is_never_lost(store: Any) -> None:
-    """One thread registers a wait on a key and then takes the key's mail, as a run that
-    pauses does; another posts to the key. Whoever comes first, the value reaches the wait
-    exactly once: the post returns the wait, or the saver's take_mail finds the mail."""
-    rounds = 30
-    for i in range(rounds):
-        store.create(rec(f"s{i}"))
-    for i in range(rounds):
-        key = f"key-{i}"
-
-        def go(who: int, i: int = i, key: str = key) -> Any:
-            if who == 0:
-                paused(store, f"s{i}", wait(f"tk_{i}", f"s{i}", key=key), version=0)
-                return store.take_mail([key], f"s{i}")
-            return store.post(key, b"v%d" % i, at(1))
-
-        taken, posted = race(2, go)
-        assert taken in ({}, {key: b"v%d" % i}), taken
-        assert bool(taken) != bool(posted), (i, taken, posted)
+def test_concurrent_claims_take_each_message_once(store: Any) -> None:
+    ids = [store.post("job", b"%d" % i, at(1)) for i in range(THREADS)]
+    taken = race(THREADS, lambda i: store.claim_mail("job", f"s{i}"))
+    assert sorted(t[0] for t in taken) == ids
 
 
 # -- sessions paused before waits existed ------------------------------------------------------
@@ -470,7 +551,7 @@ def test_an_old_sqlite_file_gets_a_wait_for_each_paused_session(tmp_path: Path) 
             WaitRecord("tk_p", "plain", (), "external"),
         ]
         assert store.waits("human") == [WaitRecord("tk_h", "human", (), "human")]
-        assert store.post("k", b"v", at(1)) == []
+        assert store.post("k", b"v", at(1)) > 0
         assert store.consume_token("tk_h") is True
         assert tokens_of(store.waiting()) == ["tk_p"]
     with SQLiteStore(path) as store:  # opening again adds nothing
@@ -497,9 +578,10 @@ def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
         store.waiting(key="k1")
         store.waiting(kind="human", key="k1")
         store.waits("s1")
-        store.mail("k1")
+        store.queued(key="k1")
+        store.queued(session_id="s1")
         store._cur = real
-        assert len(plans) == 6
+        assert len(plans) == 7
         for found in plans:
             assert "SCAN" not in found, found  # every lookup through an index or the key
         assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
