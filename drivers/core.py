@@ -21,6 +21,7 @@ from tarry.drivers.drive.values import value_check, value_take
 from tarry.drivers.limits import (
     DURABILITY,
     ERROR_ALLOWANCE,
+    MAIL_TTL,
     MAX_SNAPSHOT_BYTES,
     MAX_VALUE_BYTES,
     positive_int,
@@ -53,6 +54,7 @@ class Core:
         "retry",
         "adapters",
         "max_value_bytes",
+        "mail_ttl",
         "max_snapshot_bytes",
         "check",
         "take",
@@ -84,6 +86,7 @@ class Core:
         retention: timedelta | None = None,
         log_level: int | str = INFO,
         max_logs: int = MAX_LOGS,
+        mail_ttl: timedelta = MAIL_TTL,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -138,6 +141,8 @@ class Core:
         #: The records of the sessions this runtime last paused, for resuming them unread
         #: (not with a store of an older protocol, whose consume_token takes no version).
         self.records = RecordCache(MAX_ENTRIES if _takes_version(self.store) else 0)
+        #: How long a message may stay queued before `prune` and workers drop it.
+        self.mail_ttl = checked_age(mail_ttl, "mail_ttl")
         self.hub = Subscribers()
         #: How long ended sessions are kept: workers prune older ones as they go (pruning.py).
         self.retention = None if retention is None else checked_age(retention, "retention")
@@ -150,13 +155,10 @@ class Core:
 
 
 def _takes_version(store: SessionStore) -> bool:
-    """Whether the store's consume_token takes `version` (every store of this tarry does)."""
-    import inspect
-
-    try:
-        return "version" in inspect.signature(store.consume_token).parameters
-    except (TypeError, ValueError):  # no signature to read: assume the older protocol
-        return False
+    """Whether the store declares that its consume_token takes `version` (every store of this
+    tarry does: `consume_at_version = True`). Declared, never read off a signature: a wrapper
+    of a store says what it forwards."""
+    return getattr(store, "consume_at_version", False) is True
 
 
 def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
@@ -176,9 +178,12 @@ def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
     return adapters
 
 
-def checked_age(value: Any, name: str = "older_than") -> timedelta:
-    """`value` if it is a positive timedelta, else InvalidArgument naming `name`."""
-    if not isinstance(value, timedelta) or value <= timedelta(0):
-        msg = f"{name} must be a positive datetime.timedelta (got {describe(value)})"
+def checked_age(value: Any, name: str = "older_than", *, zero: bool = False) -> timedelta:
+    """`value` if it is a positive timedelta (or zero, when `zero`), else InvalidArgument
+    naming `name`."""
+    least = timedelta(0)
+    if not isinstance(value, timedelta) or value < least or (value == least and not zero):
+        what = "a datetime.timedelta of 0 or more" if zero else "a positive datetime.timedelta"
+        msg = f"{name} must be {what} (got {describe(value)})"
         raise InvalidArgument(msg)
     return value

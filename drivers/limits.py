@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine.describe import describe
@@ -93,3 +94,7 @@ def check_period(since: Any, until: Any) -> None:
             f"until={until.isoformat()})"
         )
         raise InvalidArgument(msg)
+
+
+#: How long a message stays queued on a key nothing takes it from (`Runtime(mail_ttl=)`).
+MAIL_TTL = timedelta(days=30)

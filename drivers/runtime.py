@@ -15,7 +15,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.drive.settle import is_awaitable, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
-from tarry.drivers.limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
+from tarry.drivers.limits import MAIL_TTL, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from tarry.drivers.logs import INFO, MAX_LOGS
 from tarry.drivers.registry import FlowRegistry
 from tarry.drivers.sessions.resuming import key_of, prepare
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from tarry.drivers.reading.stats import Stats
     from tarry.drivers.reading.views import SessionSummary, SessionView
     from tarry.drivers.rounds import delivering, polling, pruning, recovery, timers
+    from tarry.drivers.rounds.delivering import Delivery
     from tarry.drivers.sessions import batch, control
+    from tarry.snapshots.records import MailInfo
 else:
     # The families a plain run or resume never calls load when first called, so that
     # `import tarry` and a process that only resumes a token do not pay for them.
@@ -86,6 +88,7 @@ class Runtime:
         retention: timedelta | None = None,
         log_level: int | str = INFO,
         max_logs: int = MAX_LOGS,
+        mail_ttl: timedelta = MAIL_TTL,
     ) -> None:
         self._core = Core(
             store,
@@ -101,6 +104,7 @@ class Runtime:
             retention=retention,
             log_level=log_level,
             max_logs=max_logs,
+            mail_ttl=mail_ttl,
         )
 
     def register(self, flow: Flow) -> Flow:
@@ -298,21 +302,35 @@ class Runtime:
 
     # -- keyed delivery ------------------------------------------------------------------------
     def deliver(self, key: str, value: Any = None, *, actor: str | None = None) -> list[Outcome]:
-        """Resume every wait on `key` (`Wait(key=...)`) in any session with `value`, one outcome
-        per session; if none waits, keep it as mail for the first Wait that reaches `key` and
-        return []. A bad key or value, or one a wait refuses: typed error, nothing changed."""
+        """Add one message to `key`'s queue (`Wait(key=...)`, in any session of the store): the
+        branch that waits on `key` takes it and goes on; with none, it stays queued, and the
+        next Wait that reaches `key` takes it instead of pausing. Every message is taken
+        exactly once: two deliveries are two messages, taken in order by two Waits. Returns
+        the outcomes of the sessions it moved on ([] when it was queued). A session running
+        right now is never waited for: the message stays queued for it. A bad key or value,
+        or one the waiting element refuses: a typed error, nothing queued."""
         return delivering.deliver(self._core, key, value, actor)
 
-    def deliver_many(
-        self, deliveries: Mapping[str, Any], *, actor: str | None = None
-    ) -> list[Outcome]:
-        """`deliver` for each `{key: value}`, all checked before any is used; one resume per
-        session touched. The outcomes of the sessions resumed, in the order of their keys."""
-        return delivering.deliver_many(self._core, deliveries, actor).outcomes
+    def deliver_many(self, deliveries: Mapping[str, Any], *, actor: str | None = None) -> Delivery:
+        """`deliver` for each `{key: value}`, every key and value checked before any message is
+        queued; the messages that waits of one session take, one resume of it. A `Delivery`:
+        `applied` (key -> session id), `queued` (keys), `outcomes`."""
+        return delivering.deliver_many(self._core, deliveries, actor)
 
-    def discard(self, key: str) -> bool:
-        """Drop the mail kept for `key`; whether there was any."""
+    def broadcast(self, key: str, value: Any = None, *, actor: str | None = None) -> list[Outcome]:
+        """Resume every branch waiting on `key` at this moment with `value`, and keep nothing
+        (a signal: "the dataset is ready"). The outcomes of the sessions it moved on."""
+        return delivering.broadcast(self._core, key, value, actor)
+
+    def discard(self, key: str) -> int:
+        """Drop the messages queued on `key`; how many."""
         return delivering.discard(self._core, key)
+
+    def mailbox(self, *, prefix: str | None = None, limit: int = 100) -> list[MailInfo]:
+        """The keys that hold queued messages, by key (those starting with `prefix`): each a
+        `MailInfo(key, count, oldest_at)`. Messages older than `mail_ttl` are dropped by
+        `prune` and by workers with `retention`."""
+        return delivering.mailbox(self._core, prefix, limit)
 
     # -- timers, adapters, recovery ------------------------------------------------------------
     def resume_due(self, *, limit: int = 100) -> list[Outcome]:
@@ -341,7 +359,9 @@ class Runtime:
         Writes nothing for a request that is not ready (no claim, no lease): of two pollers,
         the token's single use decides which one resumes a ready request. An adapter that
         raises, or a value the waiting element refuses, is logged, and the round goes on. Each
-        session is handled inside its own error boundary, as in `resume_due`.
+        session is handled inside its own error boundary, as in `resume_due`. Between the two,
+        each wait whose key holds a queued message that did not reach it (the delivery and the
+        wait crossed in processes that died, or the session was busy) takes it.
         """
         return polling.poll(self._core, limit)
 

@@ -21,7 +21,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.limits import check_limit
 from tarry.drivers.rounds import delivering, polling, recovery, timers
 from tarry.drivers.rounds.boundary import Round
-from tarry.drivers.rounds.delivering import Delivered
+from tarry.drivers.rounds.delivering import Delivery
 from tarry.drivers.runtime import Runtime
 from tarry.engine.errors import FlowMismatch, InvalidArgument, InvalidFlow, UnknownFlow
 from tarry.engine.flow import Flow
@@ -154,7 +154,7 @@ def deliver_importing(
     tried: set[str] | None = None,
     *,
     actor: str | None = None,
-) -> Delivered:
+) -> Delivery:
     """`deliver_many`, importing the flow of a waiting session that the runtime does not know
     from the `MODULE:FLOW` its meta records (each reference once per `tried`): what `tarry
     deliver` and `POST /api/deliver` do, in processes that never ran those flows. A refused
@@ -279,6 +279,9 @@ class Worker:
                 return outcomes, False
             resumed = timers.resume_due(core, self.limit, self._round)
             self._report("resumed", resumed, outcomes)
+            if not self._stopping:
+                delivered = delivering.deliver_pending(core, self._round, self.limit)
+                self._report("delivered", delivered, outcomes)
             if not self._stopping:
                 self._report("resumed", polling.ask_adapters(core, self._round), outcomes)
         finally:

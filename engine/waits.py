@@ -19,9 +19,10 @@ from tarry.engine.containers._callables import evaluate
 from tarry.engine.context import Scope
 from tarry.engine.describe import describe
 from tarry.engine.element import Element, Signal, check_name
-from tarry.engine.errors import InvalidFlow, InvalidResumeValue, NotSerializable
+from tarry.engine.errors import InvalidArgument, InvalidFlow, InvalidResumeValue, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import completed, fail
+from tarry.engine.keys import key_problem
 from tarry.engine.signals import NO_MAIL, Pause
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import PauseState
@@ -58,8 +59,8 @@ def _text_or_none(value: Any) -> str | None:
 
 
 def _key(value: Any) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError("a non-empty str")
+    if value is not None and (problem := key_problem(value)) is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -142,6 +143,8 @@ class _Waiting(Element):
                         f"{self.what} {self.name!r}: {name} returned {describe(result)}, "
                         f"expected {exc}"
                     )
+                    if name == "key":  # computed from data: a retry after a fix may do
+                        raise fail(ex, path, InvalidArgument(msg), retryable=True) from None
                     raise fail(ex, path, InvalidFlow(msg)) from None
             values[name] = arg
         return values

@@ -289,9 +289,7 @@ class SessionStore(Protocol):
         tokens after `after` (the last token of the previous page): through an index, reading
         no snapshot and writing nothing (a poll of idle waits costs no write)."""
 
-    def post(
-        self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None
-    ) -> int:
+    def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         """Queue one message on `key` (a key is a FIFO queue: a later post never replaces an
         earlier one) and return its id; ids only grow. `target`: a session that waits on the
         key but was busy when the message came; its drive asks for such messages when it

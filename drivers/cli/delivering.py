@@ -13,10 +13,11 @@ from tarry.drivers.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, json_
 from tarry.drivers.cli.progress import count_progress
 from tarry.drivers.cli.text import summary
 from tarry.drivers.reading.jsonable import dumps
-from tarry.drivers.rounds.delivering import Delivered, checked_key
+from tarry.drivers.rounds.delivering import Delivery
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import deliver_importing
 from tarry.engine.errors import TarryError
+from tarry.engine.keys import check_key
 
 #: Lines of a results file delivered per `deliver_many` call.
 BATCH = 1000
@@ -31,9 +32,9 @@ class Tally:
         self.errors: list[tuple[int | None, str]] = []
         self.outcomes: list[Any] = []
 
-    def add(self, done: Delivered, keep_outcomes: bool) -> None:
+    def add(self, done: Delivery, keep_outcomes: bool) -> None:
         self.delivered += len(done.outcomes)
-        self.kept += len(done.kept)
+        self.kept += len(done.queued)
         if keep_outcomes:
             self.outcomes.extend(done.outcomes)
 
@@ -120,7 +121,7 @@ def _lines(stream: IO[str], tally: Tally) -> Iterator[tuple[int, tuple[str, Any]
             yield number, None
             continue
         try:
-            checked_key(item["key"])
+            check_key(item["key"])
         except TarryError as exc:
             tally.refused(number, str(exc))
             yield number, None

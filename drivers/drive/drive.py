@@ -75,7 +75,7 @@ class Drive:
         "lost",
         "asynchronous",
         "meta",
-        "mail_done",
+        "claimed",
         "keyed",
         "logs",
     )
@@ -133,8 +133,8 @@ class Drive:
         self.asynchronous = asynchronous
         #: What the outcome's `meta` says of how this drive began (the pause kind resumed).
         self.meta = meta
-        #: Keys of mail this drive took (besides `ex.mail_taken`): deleted with its next write.
-        self.mail_done: list[str] = []
+        #: (key, id) of each message this drive claimed (`_mailbox`) since its last write.
+        self.claimed: list[tuple[str, int]] = []
         #: {key: token key} of the keyed waits its last write registered (see starting.py).
         self.keyed: dict[str, str] = {}
         #: The `logging` records its steps emit, until its next write (None: not captured).
@@ -195,7 +195,13 @@ class Drive:
         # Only when something completed since the last write: an iteration or container that
         # only started waits for its first step, so an item costs one commit, not two.
         if len(log) >= self.ex.flush_at and log[-1][1] not in _OPENINGS:
-            self._flush_steps()
+            if self.claimed:
+                # A Wait took a message: the events that record it go with the write that
+                # consumes it, never before (a recovery would see the Wait done and the
+                # message queued again).
+                self._write_progress()
+            else:
+                self._flush_steps()
         if time.monotonic() >= self.ex.due:
             return self._tick()
         return False
@@ -234,19 +240,34 @@ class Drive:
         return False
 
     def _mailbox(self, key: str) -> Any:
-        """What a keyed Wait finds when reached (`Execution.mailbox`): the value delivered for
-        `key` before it, claimed for this session, or NO_MAIL. A run that dies before its next
-        write claims it again when recovered; the write deletes it (`_mail_taken`)."""
-        blob = self.core.store.take_mail([key], self.ex.session_id).get(key)
+        """What a keyed Wait finds when reached (`Execution.mailbox`): the oldest message
+        queued on `key`, claimed for this session (no other takes it), or NO_MAIL. The write
+        that records the Wait's output consumes it (`_mail_taken`); a run that dies first finds
+        its claim again when recovered."""
+        skip = [mid for _, mid in self.claimed]
+        found = self.core.store.claim_mail(key, self.ex.session_id, skip)
         self.ex.at = None  # the store took its time: the next event reads the clock
-        return NO_MAIL if blob is None else loads(blob)
+        if found is None:
+            return NO_MAIL
+        self.claimed.append((key, found[0]))
+        return loads(found[1])
 
-    def _mail_taken(self) -> list[str]:
-        """The keys of the mail taken since the last write, for that write to delete."""
-        taken = self.mail_done + self.ex.mail_taken if self.ex.mail_taken else self.mail_done
-        if taken:
-            self.mail_done, self.ex.mail_taken = [], []
-        return taken
+    def _mail_taken(self) -> list[int]:
+        """The ids of the messages whose Waits completed since the last write, for that write
+        to consume; the write releases the drive's other claims (a Wait that refused its
+        message), so each write starts the drive's claims afresh."""
+        if not self.claimed:
+            return []
+        left = list(self.claimed)
+        done = []
+        for key in self.ex.mail_taken:
+            for i, (claimed_key, mid) in enumerate(left):
+                if claimed_key == key:
+                    done.append(mid)
+                    del left[i]
+                    break
+        self.claimed, self.ex.mail_taken = [], []
+        return done
 
     def _write_progress(self) -> None:
         """The state so far (status "running"), the events and values since the last write:

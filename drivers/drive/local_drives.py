@@ -14,7 +14,7 @@ class Running:
     dict look-up is atomic under the GIL, and writes take the lock.
     """
 
-    __slots__ = ("sessions", "aborts", "actors", "_lock")
+    __slots__ = ("sessions", "aborts", "actors", "mail_noted", "_lock")
 
     def __init__(self) -> None:
         #: session id -> the Execution of its drive in this process.
@@ -22,7 +22,25 @@ class Running:
         self.aborts: dict[str, bool] = {}
         #: session id -> who asked for its abort (recorded in the event the stop causes).
         self.actors: dict[str, str] = {}
+        #: Sessions a delivery found running here and left a message for (`note_mail`).
+        self.mail_noted: set[str] = set()
         self._lock = threading.Lock()
+
+    def note_mail(self, session_id: str) -> None:
+        """A delivery found `session_id` running and queued its message for it: the drive
+        looks for it when it pauses (starting.late_mail)."""
+        with self._lock:
+            self.mail_noted.add(session_id)
+
+    def take_mail_note(self, session_id: str) -> bool:
+        """Whether a delivery noted mail for `session_id`, forgetting the note."""
+        if session_id not in self.mail_noted:
+            return False
+        with self._lock:
+            if session_id in self.mail_noted:
+                self.mail_noted.discard(session_id)
+                return True
+            return False
 
     def started(self, session_id: str, execution: Any) -> None:
         """A drive of `session_id` begins. An abort asked before it began was meant for an

@@ -227,7 +227,14 @@ class Api(SessionRoutes, ReadingRoutes):
         done = await run_in_threadpool(
             partial(deliver_importing, self.rt, deliveries, actor=request.state.user)
         )
-        return json_response({"outcomes": done.outcomes, "kept": done.kept})
+        return json_response(
+            {
+                "outcomes": done.outcomes,
+                "applied": done.applied,
+                "queued": done.queued,
+                "kept": done.queued,
+            }
+        )
 
     def _by_session(self, sid: str, action: str, value: Any, user: str | None) -> Outcome:
         """Resume or skip a session by id, with the live token looked up here: the page never

@@ -302,10 +302,24 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Me": _obj(["user"], {"user": {**_NULLABLE_STR, "description": "null without users"}}),
     "Delivered": _obj(
-        ["outcomes", "kept"],
+        ["outcomes", "applied", "queued", "kept"],
         {
             "outcomes": {"type": "array", "items": _ref("Outcome")},
-            "kept": {"type": "array", "items": _STR, "description": "keys kept as mail"},
+            "applied": {
+                "type": "object",
+                "additionalProperties": _STR,
+                "description": "key -> the session whose wait took its message",
+            },
+            "queued": {
+                "type": "array",
+                "items": _STR,
+                "description": "keys whose messages stay queued",
+            },
+            "kept": {
+                "type": "array",
+                "items": _STR,
+                "description": "the same as queued (older name)",
+            },
         },
     ),
     "AbortRequested": _obj(

@@ -1,25 +1,26 @@
-"""Keyed delivery: `Runtime.deliver`, `deliver_many` and `discard`, and the one function that
-resumes a group of waits (`resume_group`), which polls and deliveries share.
+"""Keyed delivery: `Runtime.deliver`, `deliver_many`, `broadcast`, `discard` and `mailbox`,
+the worker round that delivers what crossed its wait (`deliver_pending`), and the one function
+that resumes a group of waits (`resume_group`), which polls and broadcasts share.
 
-A `Wait(key=...)` registers its key with its wait (`WaitRecord.key`), so the outside world can
-resume it by a name it knows. A delivery looks the key's live waits up through the store's
-index and resumes each by its token; a key nothing waits on keeps the value as mail
-(`SessionStore.post`), for the first Wait that reaches that key (see drive.py).
+A key is a queue. `deliver` first queues its message in the store (`SessionStore.post`), then
+offers it to the waits on the key, one at a time: a wait takes it by being resumed with it, and
+the store consumes the message in the transaction that uses the wait's token (`mail=`), so a
+message is taken exactly once however deliveries, token resumes, timeouts and cancels race. A
+wait whose token was used meanwhile is passed over; a session running right now is never waited
+for: the message stays queued for it (its drive looks when it pauses, see
+starting.late_mail); with no wait to take it, it stays queued for the next Wait on the key,
+which takes it instead of pausing (`Drive._mailbox`).
 
 Nothing is written before every check passed: the key and the value (encodable, within
 `max_value_bytes`), then every wait found against its session (the flow it runs with is
 registered here, the waiting element accepts the value). A refused delivery raises its typed
 error with the mailbox and every session as they were.
-
-Racing a token: a wait that a `resume` by token (or a timeout) took between the look-up and
-the delivery's use of the token is no longer live. The delivery is then handled as if it had
-arrived after: posted again, so it goes to whatever waits on the key by then, or to the mailbox
-when nothing does — never applied twice, never lost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -27,45 +28,37 @@ from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.settle import settle, settle_many
 from tarry.drivers.limits import check_actor, log
-from tarry.drivers.rounds.boundary import contain, infrastructure
+from tarry.drivers.rounds.boundary import Round, contain, infrastructure
 from tarry.drivers.sessions.batch import resume_keys
-from tarry.drivers.sessions.resuming import prepare
+from tarry.drivers.sessions.resuming import SessionBusy, prepare, prepare_now
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
     InvalidArgument,
-    InvalidResumeValue,
     SessionNotResumable,
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.snapshots.codec.pack import dumps
-from tarry.snapshots.records import WaitRecord
+from tarry.engine.keys import check_key
+from tarry.snapshots.codec.pack import dumps, loads
+from tarry.snapshots.records import MailInfo, WaitRecord
+from tarry.snapshots.store import MailGone
 
 #: Waiting rows read from the store at a time (an index range after the last token read).
 PAGE = 1000
-#: How many times a delivery that lost races to token resumes is posted again before it gives
-#: up (each post either finds live waits or keeps the value as mail: one more is rare).
-MAX_POSTS = 5
 
-_RACED = (TokenAlreadyUsed, UnknownToken, SessionNotResumable)
+#: A wait that cannot take a message now: its token was used, or its session is gone.
+_PASSED = (TokenAlreadyUsed, UnknownToken, SessionNotResumable)
 
 
 @attrs.frozen
-class Delivered:
-    """What a delivery did: the outcome of each session it resumed, in the order of their
-    first key, and the keys whose values were kept as mail."""
+class Delivery:
+    """What `deliver_many` did: `applied`, key -> the session whose wait took its message;
+    `queued`, the keys whose messages stay queued (no wait could take them now); `outcomes`,
+    one per session moved on, in the order of their first key."""
 
+    applied: dict[str, str]
+    queued: list[str]
     outcomes: list[Outcome]
-    kept: list[str]
-
-
-def checked_key(key: Any) -> str:
-    """`key` if it can name a wait (a non-empty str, as `Wait(key=...)` takes); else
-    InvalidResumeValue naming it."""
-    if type(key) is not str or not key:
-        msg = f"a delivery key must be a non-empty str (got {describe(key)})"
-        raise InvalidResumeValue(msg)
-    return key
 
 
 def waiting(core: Core, *, kind: str | None = None, key: str | None = None) -> list[WaitRecord]:
@@ -85,83 +78,177 @@ def deliver(core: Core, key: str, value: Any, actor: str | None = None) -> list[
     return deliver_many(core, {key: value}, actor).outcomes
 
 
-def discard(core: Core, key: str) -> bool:
-    """Drop the mail kept for `key`; whether there was any."""
-    return core.store.discard(checked_key(key))
+def discard(core: Core, key: str) -> int:
+    """Drop the messages queued on `key`; how many."""
+    return int(core.store.discard(check_key(key)))
 
 
-def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = None) -> Delivered:
-    """Resume every wait on each key with its value; keep the values of keys nothing waits on
-    as mail. One resume per session touched (see `resume_group`); `actor` in each
-    `run.resumed` event."""
-    check_actor(actor)
+def mailbox(core: Core, prefix: str | None, limit: int) -> list[MailInfo]:
+    if prefix is not None and type(prefix) is not str:
+        msg = f"prefix must be a str or None (got {describe(prefix)})"
+        raise InvalidArgument(msg)
+    if type(limit) is not int or not 1 <= limit <= 10_000:
+        msg = f"limit must be an int from 1 to 10000 (got {describe(limit)})"
+        raise InvalidArgument(msg)
+    return list(core.store.mailbox(prefix=prefix, limit=limit))
+
+
+def _checked(
+    core: Core, deliveries: Mapping[str, Any], what: str
+) -> tuple[dict[str, Any], dict[str, bytes], dict[str, list[WaitRecord]]]:
+    """Every key and value checked, and every wait on the keys against its value: (values,
+    their encodings, the waits of each key). Raises the first refusal; writes nothing."""
     if not isinstance(deliveries, Mapping):
-        msg = f"deliver_many takes a mapping {{key: value}} (got {describe(deliveries)})"
+        msg = f"{what} takes a mapping {{key: value}} (got {describe(deliveries)})"
         raise InvalidArgument(msg)
     core.tokens.check()
     values: dict[str, Any] = {}
     blobs: dict[str, bytes] = {}
     for key, value in deliveries.items():
-        checked_key(key)
+        check_key(key)
         # The session's own copy, checked: NotSerializable / PayloadTooLarge naming the key.
         values[key], _ = core.take(value, f"delivery for key {key!r}")
         blobs[key] = dumps(values[key])
     found = {key: waiting(core, key=key) for key in values}
-    group = {row.token: (row, values[key]) for key, rows in found.items() for row in rows}
-    check_group(core, group)  # every refusal raises here, before anything is written
-    kept: list[str] = []
-    later: dict[str, tuple[WaitRecord, Any]] = {}
-    now = core.clock.now()
-    for key in values:
-        if not found[key]:
-            # Nothing waited when we looked: post keeps it as mail, unless a wait came since.
-            for row in core.store.post(key, blobs[key], now):
-                later[row.token] = (row, values[key])
-            if not any(row.key == key for row, _ in later.values()):
-                kept.append(key)
-    if later:
-        check_group(core, later)  # a wait that came meanwhile: checked like the others
-        group.update(later)
-    outcomes = _resume_posting(core, group, blobs, kept, actor)
-    return Delivered(outcomes, kept)
-
-
-def _resume_posting(
-    core: Core,
-    group: dict[str, tuple[WaitRecord, Any]],
-    blobs: dict[str, bytes],
-    kept: list[str],
-    actor: str | None = None,
-) -> list[Outcome]:
-    """Resume the waits of `group`; the values of the keys whose every wait was taken by a
-    token resume first are posted again (to the waits on the key by then, or kept as mail)."""
-    outcomes: list[Outcome] = []
-    for _ in range(MAX_POSTS):
-        got, lost = resume_group(core, group, trigger="deliver", actor=actor)
-        outcomes.extend(got)
-        applied = {row.key for token, (row, _) in group.items() if token not in lost}
-        keys = {row.key for token, (row, _) in group.items() if token in lost} - applied
-        if not keys:
-            return outcomes
-        values = {row.key: value for row, value in group.values()}
-        group = {}
-        now = core.clock.now()
-        for key in sorted(keys, key=str):
-            rows = core.store.post(key, blobs[key], now)  # type: ignore[index]
-            if not rows:
-                kept.append(key)  # type: ignore[arg-type]
-            for row in rows:
-                group[row.token] = (row, values[key])
-        if not group:
-            return outcomes
-        check_group(core, group)
-    log().error(
-        "deliver: the waits on %d keys were resumed by their tokens first %d times in a row; "
-        "those values were not delivered",
-        len(group),
-        MAX_POSTS,
+    check_group(
+        core, {row.token: (row, values[key]) for key, rows in found.items() for row in rows}
     )
+    return values, blobs, found
+
+
+def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = None) -> Delivery:
+    """Queue one message per key, then let a wait on each key take it (see the module's
+    docstring); `actor` in each `run.resumed` event. The messages that found waits of one
+    session are taken by one resume of it (one drive, one write)."""
+    check_actor(actor)
+    values, blobs, found = _checked(core, deliveries, "deliver_many")
+    now = core.clock.now()
+    posted = {key: core.store.post(key, blobs[key], now) for key in values}
+    applied: dict[str, str] = {}
+    outcomes: list[Outcome] = []
+    # The first wait of each key, grouped by session: one resume per session.
+    firsts: dict[str, dict[str, tuple[str, WaitRecord]]] = {}
+    for key, rows in found.items():
+        if rows:
+            firsts.setdefault(rows[0].session_id, {})[rows[0].token] = (key, rows[0])
+    left = [key for key in values if not found[key]]
+    for sid, waits in firsts.items():
+        if len(waits) > 1:
+            outcome = _take_together(core, waits, values, posted, actor)
+            if outcome is not None:
+                outcomes.append(outcome)
+                applied.update({key: sid for key, _ in waits.values()})
+                continue
+        left += [key for key, _ in waits.values()]
+    for key in sorted(set(left) - set(applied), key=list(values).index):
+        outcome, sid = _offer(core, key, values[key], posted[key], found[key], actor)
+        if sid is not None:
+            applied[key] = sid
+            if outcome is not None:
+                outcomes.append(outcome)
+    queued = [key for key in values if key not in applied]
+    return Delivery(applied, queued, outcomes)
+
+
+def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
+    """Resume every branch waiting on `key` now, each with `value`; keep nothing."""
+    check_actor(actor)
+    values, _, found = _checked(core, {key: value}, "broadcast")
+    group = {row.token: (row, values[key]) for row in found[key]}
+    outcomes, _ = resume_group(core, group, trigger="broadcast", actor=actor)
     return outcomes
+
+
+def _take_together(
+    core: Core,
+    waits: dict[str, tuple[str, WaitRecord]],
+    values: dict[str, Any],
+    posted: dict[str, int],
+    actor: str | None,
+) -> Outcome | None:
+    """Waits of one session (token key -> (key, wait)) each take their key's message in one
+    resume (resume_many's path); None when that cannot be done at once (a token used, a
+    message taken, the session busy): the caller offers them one at a time."""
+    keyed = {token: (token, values[key]) for token, (key, _) in waits.items()}
+    mail = {token: posted[key] for token, (key, _) in waits.items()}
+    try:
+        outcomes = settle_many(
+            resume_keys(core, keyed, trigger="deliver", actor=actor, mail=mail, wait_busy=False)
+        )
+    except (*_PASSED, MailGone, SessionBusy):
+        return None
+    return outcomes[0] if outcomes else None
+
+
+def _offer(
+    core: Core,
+    key: str,
+    value: Any,
+    mid: int,
+    rows: list[WaitRecord],
+    actor: str | None,
+) -> tuple[Outcome | None, str | None]:
+    """Offer the message `mid` to the waits on its key in turn, until one takes it: (that
+    resume's outcome, its session id), or (None, None) when it stays queued. Waits that came
+    since `rows` was read are asked too (a page at a time), so none is passed over."""
+    busy: list[str] = []
+    seen: set[str] = set()
+    for attempt in range(2):
+        candidates = rows if attempt == 0 else waiting(core, key=key)
+        for row in candidates:
+            if row.token in seen and attempt == 0:
+                continue
+            seen.add(row.token)
+            try:
+                outcome = _resume_one(core, row.token, value, "deliver", actor, mid)
+            except _PASSED:
+                continue  # its token was used meanwhile: the next wait
+            except MailGone:
+                return None, None  # a Wait reached the key and claimed it: it is that Wait's
+            except SessionBusy:
+                busy.append(row.session_id)  # running now: the message stays for it
+                continue
+            return outcome, row.session_id
+        if not busy:
+            break
+        for sid in busy:  # its drive looks for the message when it pauses
+            core.running.note_mail(sid)
+        busy = []  # once more: a drive that paused meanwhile did not see the note
+    return None, None
+
+
+def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) -> list[Outcome]:
+    """The worker round's share of delivery: each wait whose key holds a queued message that
+    did not reach it (the delivery and the wait crossed, and the process that would have
+    joined them died, or the wait's session was busy) takes the oldest one. Reads through the
+    store's indexes; writes only for what it delivers."""
+    round = round or Round()
+    outcomes: list[Outcome] = []
+    for wait, message in core.store.pending(limit):
+        if round.stopping():
+            break
+        if not round.begin(wait.session_id):
+            continue
+        try:
+            value = loads(message.value)
+            outcome = _resume_one(core, wait.token, value, "mail", None, message.id)
+        except (*_PASSED, MailGone, SessionBusy):
+            continue
+        except Exception as exc:
+            if infrastructure(exc):
+                raise
+            log().warning(
+                "deliver: message %s for key %r not delivered: %s", message.id, message.key, exc
+            )
+            continue
+        if outcome is not None:
+            outcomes.append(outcome)
+    return outcomes
+
+
+def expire_mail(core: Core, ttl: timedelta, limit: int = 1000) -> int:
+    """Drop messages queued longer than `ttl` (`Runtime(mail_ttl=)`); how many."""
+    return int(core.store.purge_mail(core.clock.now() - ttl, limit))
 
 
 # --- resuming a group of waits ---------------------------------------------------------------
@@ -216,7 +303,7 @@ def resume_group(
         for token, value in tokens.items():
             try:
                 outcome = _resume_one(core, token, value, trigger, actor) or outcome
-            except _RACED:
+            except _PASSED:
                 lost.add(token)
         if outcome is not None:
             outcomes.append(outcome)
@@ -249,11 +336,26 @@ def _resume_together(
 
 
 def _resume_one(
-    core: Core, token: str, value: Any, trigger: str, actor: str | None
+    core: Core,
+    token: str,
+    value: Any,
+    trigger: str,
+    actor: str | None,
+    mail: int | None = None,
 ) -> Outcome | None:
+    """Resume one wait by its token with `value`; with `mail`, consuming that queued message
+    with the token and never waiting for a busy session (SessionBusy)."""
     try:
-        return settle(prepare(core, token, None, False, value=value, trigger=trigger, actor=actor))
-    except _RACED:
+        if mail is None:
+            return settle(
+                prepare(core, token, None, False, value=value, trigger=trigger, actor=actor)
+            )
+        return settle(
+            prepare_now(
+                core, token, None, False, value=value, trigger=trigger, actor=actor, mail=mail
+            )
+        )
+    except (*_PASSED, MailGone, SessionBusy):
         raise
     except Exception as exc:
         if infrastructure(exc):

@@ -21,7 +21,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.settle import is_awaitable, settle
 from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
-from tarry.drivers.rounds.delivering import resume_group, waiting
+from tarry.drivers.rounds.delivering import deliver_pending, resume_group, waiting
 from tarry.drivers.rounds.timers import resume_due
 from tarry.engine.errors import InvalidResumeValue, NotSerializable, SnapshotError
 from tarry.snapshots.codec.pack import loads
@@ -37,6 +37,7 @@ Ready = dict[str, tuple[WaitRecord, Any]]
 def poll(core: Core, limit: int, round: Round | None = None) -> list[Outcome]:
     round = round or Round()
     outcomes = resume_due(core, limit, round)
+    outcomes += deliver_pending(core, round, limit)
     return outcomes + ask_adapters(core, round)
 
 

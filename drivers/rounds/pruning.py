@@ -22,10 +22,11 @@ RETAIN_EVERY = timedelta(minutes=1)
 def prune(core: Core, older_than: Any, status: Any, dry_run: bool) -> int:
     """Delete the ended sessions (of `status`) last updated before now - `older_than` by the
     runtime's clock, a batch at a time; how many (with `dry_run`, how many there are)."""
-    age = checked_age(older_than)
+    age = checked_age(older_than, zero=True)
     statuses = checked_statuses(status)
     now = core.clock.now()
-    before = now - age
+    # Zero: every ended session, one that ended at this very instant too.
+    before = now - age if age else now + timedelta(microseconds=1)
     store = core.store
     if dry_run:
         return store.prune(before=before, statuses=statuses, now=now, dry_run=True)
@@ -34,6 +35,21 @@ def prune(core: Core, older_than: Any, status: Any, dry_run: bool) -> int:
         deleted = store.prune(before=before, statuses=statuses, now=now, limit=BATCH)
         total += deleted
         if deleted < BATCH:
+            break
+    _expire_mail(core)
+    return total
+
+
+def _expire_mail(core: Core) -> int:
+    """Drop the messages queued longer than the runtime's `mail_ttl`, a batch at a time."""
+    total = 0
+    before = core.clock.now() - core.mail_ttl
+    while True:
+        dropped = core.store.purge_mail(before, BATCH)
+        total += dropped
+        if dropped < BATCH:
+            if total:
+                log().info("mailbox: dropped %d messages older than %s", total, core.mail_ttl)
             return total
 
 

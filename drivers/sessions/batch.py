@@ -19,6 +19,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.sessions.resuming import (
+    SessionBusy,
     _Busy,
     accepted,
     busy_retry,
@@ -42,6 +43,7 @@ from tarry.engine.state.lanes import concurrent
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import fold, own
 from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.store import MailGone
 
 
 class _Session:
@@ -87,11 +89,20 @@ def resume_keys(
     asynchronous: bool = False,
     trigger: str = "resume",
     actor: str | None = None,
+    mail: Mapping[str, int] | None = None,
+    wait_busy: bool = True,
 ) -> AwaitableOrValue[list[Outcome]]:
     """`resume_many` by store keys: `{key: (the caller's token, value)}` (the token names it in
     errors). Timers resume the due waits of a session this way too (`trigger="timer"`). A
-    session another call is resuming meanwhile is waited for (see resuming.busy_retry)."""
-    return busy_retry(lambda: _resume_keys(core, keyed, asynchronous, trigger, actor))
+    session another call is resuming meanwhile is waited for (see resuming.busy_retry), unless
+    `wait_busy` is false: then SessionBusy, nothing used. `mail`: {key: id of the queued
+    message its value came from}, consumed with the tokens (MailGone: nothing written)."""
+    if not wait_busy:
+        try:
+            return _resume_keys(core, keyed, asynchronous, trigger, actor, mail or {})
+        except _Busy as busy:
+            raise SessionBusy(str(busy)) from None
+    return busy_retry(lambda: _resume_keys(core, keyed, asynchronous, trigger, actor, mail or {}))
 
 
 def _resume_keys(
@@ -100,6 +111,7 @@ def _resume_keys(
     asynchronous: bool,
     trigger: str,
     actor: str | None = None,
+    mail: Mapping[str, int] = {},  # noqa: B006 - read only
 ) -> AwaitableOrValue[list[Outcome]]:
     sessions: dict[str, _Session] = {}
     keys = {key: token for key, (token, _) in keyed.items()}
@@ -140,7 +152,10 @@ def _resume_keys(
             owner=core.owner,
             until=until,
             events={sid: s.events for sid, s in sessions.items()},
+            mail=mail,
         )
+    except MailGone:
+        raise  # a message is another's: nothing was written
     except ConcurrentUpdate as exc:  # a session moved on since we read it: nothing written
         raise _Busy(str(exc)) from None
     if problems:

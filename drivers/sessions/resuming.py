@@ -8,7 +8,6 @@ that the resume's first call to the store is the token's use.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +35,7 @@ from tarry.engine.state.lanes import concurrent, scope_of
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState
 from tarry.engine.state.reducer import fold
 from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.store import MailGone
 
 
 def key_of(core: Core, token: object) -> str:
@@ -122,6 +122,10 @@ class _Busy(Exception):
     using the token: nothing was written, the token is unused; try again."""
 
 
+class SessionBusy(Exception):
+    """`prepare_now` found the session running: nothing was written, the token is unused."""
+
+
 class _Stale(Exception):
     """A resume checked against the record this runtime kept (see `_prepare`) did not go
     through: nothing was written; read the session from the store and check it again."""
@@ -132,6 +136,15 @@ def prepare(*args: Any, **kwargs: Any) -> AwaitableOrValue[Outcome]:
     waiting branches of one session at once take turns, each with the session as the other
     left it. ConcurrentUpdate (nothing used) if it stays busy for BUSY_SECONDS."""
     return busy_retry(lambda: _prepare(*args, **kwargs))
+
+
+def prepare_now(*args: Any, **kwargs: Any) -> AwaitableOrValue[Outcome]:
+    """`_prepare` once: SessionBusy (nothing used) when the session is running. A delivery
+    never waits for a busy session: it leaves its message queued instead."""
+    try:
+        return _prepare(*args, **kwargs)
+    except _Busy as busy:
+        raise SessionBusy(str(busy)) from None
 
 
 def busy_retry(attempt: Any) -> Any:
@@ -199,7 +212,7 @@ def _resume(
     trigger: str = "resume",
     failure: ErrorInfo | None = None,
     meta: dict[str, Any] | None = None,
-    mail_done: Sequence[str] = (),
+    mail: int | None = None,
     actor: str | None = None,
 ) -> AwaitableOrValue[Outcome]:
     """Resume the session `record` holds by the token `key`; with `version`, `record` is the
@@ -207,8 +220,9 @@ def _resume(
     (else, or when a check refuses, _Stale: nothing was written).
 
     `trigger` says who resumes (resume, skip, timer, timeout, adapter, deliver, mail) in the
-    outcome's meta. `mail_done`: keys of mail the value came from (see starting.late_mail),
-    deleted with the session's next write. With `failure`, a timeout that fails the run: the
+    outcome's meta. `mail`: the id of the queued message the value came from (a delivery),
+    consumed in the same transaction as the token (MailGone, nothing written, when another
+    delivery or a Wait took it first). With `failure`, a timeout that fails the run: the
     session is failed with it at the paused element instead of being run. `meta`: keys to set
     in the session's meta. `actor`: who resumes, recorded in the `run.resumed` event.
 
@@ -231,8 +245,10 @@ def _resume(
     # recorded, so a crash from here on leaves a session that recover() can continue.
     try:
         used = core.store.consume_token(
-            key, owner=core.owner, until=until, events=events, version=version
+            key, owner=core.owner, until=until, events=events, version=version, mail=mail
         )
+    except MailGone:
+        raise  # the message is another's: nothing was written, and trying again cannot help
     except ConcurrentUpdate as exc:  # it moved on since we read it: nothing was written
         if version is not None:
             raise _Stale() from None
@@ -255,7 +271,6 @@ def _resume(
         events,
         asynchronous=asynchronous,
         meta=outcome_meta,
-        mail_done=mail_done,
         resume=prepare,
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,14 +15,15 @@ from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
-from tarry.engine.errors import InvalidArgument, TokenAlreadyUsed
+from tarry.engine.errors import InvalidArgument, TokenAlreadyUsed, UnknownToken
 from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import fold
 from tarry.snapshots.codec.pack import loads
-from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.records import MailRecord, SessionRecord
+from tarry.snapshots.store import MailGone
 
 #: How a waiting branch is resumed by its token: `resuming.prepare`, handed in by whoever drives
 #: a session (resuming.py imports this module, so this one cannot import it back).
@@ -100,55 +101,82 @@ def start(
     *,
     asynchronous: bool = False,
     meta: dict[str, Any] | None = None,
-    mail_done: Sequence[str] = (),
     resume: Resume,
 ) -> AwaitableOrValue[Outcome]:
-    """Drive a session whose opening `written` events are already in the store. `mail_done`:
-    keys of mail the session took before this drive (see `late_mail`), deleted with its first
-    write."""
+    """Drive a session whose opening `written` events are already in the store; then resume
+    the waits it paused on that have a message queued (see `late_mail`)."""
     core.hub.announce(written)
     drive = Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta)
     drive.ex.remember(written)  # the input it was started with: never read back in this run
-    drive.mail_done = list(mail_done)
     result = drive.start()
-    if not drive.keyed and not is_awaitable(result):
-        return result
     if is_awaitable(result):
         return _late_mail_async(core, drive, result, resume)
+    if not drive.keyed and not core.running.mail_noted:
+        return result
     return late_mail(core, drive, result, resume)  # type: ignore[arg-type]
 
 
 def late_mail(
     core: Core, drive: Drive, outcome: Outcome, resume: Resume
 ) -> AwaitableOrValue[Outcome]:
-    """After a drive paused at keyed waits: mail for those keys that was posted while the Wait
-    was pausing (it had found none, and the delivery had found no wait yet) resumes the wait
-    now. Looked up after the write that registered the waits, so a delivery either finds the
-    wait or leaves mail that this finds."""
-    if not drive.keyed:
+    """After a drive paused: the waits it paused on whose key holds a queued message take it.
+
+    Two deliveries can miss their wait: one posted while the Wait was pausing (it found no
+    message; the delivery found no wait yet) — looked for after the write that registered
+    the wait, so a delivery either finds the wait or leaves a message that this finds —, and
+    one that found this session running (another branch of it) and left its message for it
+    (`Running.note_mail`). Each wait is resumed by its token with the message, consumed in the
+    same transaction (`mail=`). Whatever this misses (a crash right after the write) the next
+    worker round delivers (`SessionStore.pending`)."""
+    if outcome.status != "paused":
         return outcome
-    found = core.store.take_mail(list(drive.keyed), outcome.session_id)
+    found = _waiting_mail(core, drive, outcome.session_id)
     if not found:
         return outcome
-    key, blob = next(iter(found.items()))  # one wait at a time (resume_many: all of them)
+    token, message = found[0]  # one at a time: the resume's own drive looks for the rest
     try:
         return resume(
             core,
-            drive.keyed[key],
+            token,
             drive.flow,
             False,
-            value=loads(blob),
+            value=loads(message.value),
             trigger="mail",
-            mail_done=[key],
+            mail=message.id,
         )
-    except TokenAlreadyUsed:
-        return outcome  # resumed by its token meanwhile; the mail stays this session's
+    except (TokenAlreadyUsed, UnknownToken, MailGone):
+        # Resumed by its token, or the message taken by another, meanwhile: what is left is
+        # the next worker round's (pending).
+        return outcome
+
+
+def _waiting_mail(core: Core, drive: Drive, sid: str) -> list[tuple[str, MailRecord]]:
+    """(token key, message) for each wait of the session that a queued message is for."""
+    found: list[tuple[str, MailRecord]] = []
+    taken: set[int] = set()
+    for key, token in drive.keyed.items():
+        for message in core.store.queued(key=key, limit=1):
+            found.append((token, message))
+            taken.add(message.id)
+    if core.running.take_mail_note(sid):
+        for message in core.store.queued(session_id=sid):
+            if message.id in taken:
+                continue
+            for wait in core.store.waiting(key=message.key, limit=100):
+                if wait.session_id == sid:
+                    found.append((wait.token, message))
+                    taken.add(message.id)
+                    break
+    return found
 
 
 async def _late_mail_async(
     core: Core, drive: Drive, result: Awaitable[Outcome], resume: Resume
 ) -> Outcome:
-    outcome = late_mail(core, drive, await result, resume)
+    outcome = await result
+    if not drive.keyed and not core.running.mail_noted:
+        return outcome
+    outcome = late_mail(core, drive, outcome, resume)
     if is_awaitable(outcome):
         outcome = await outcome  # type: ignore[misc]
     return outcome  # type: ignore[return-value]

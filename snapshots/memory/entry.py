@@ -108,7 +108,6 @@ class _Entry:
         "tokens",
         "tally",
         "waits",
-        "mail",
         "logs",
     )
 
@@ -121,7 +120,6 @@ class _Entry:
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
         self.waits: set[str] = set()  # the tokens of its live waits
-        self.mail: set[str] = set()  # the keys whose mail it claimed
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
 

@@ -53,6 +53,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
     whenever one is handed out.
     """
 
+    #: Its consume_token takes `version=` (drivers/core.py reads this, never a signature).
+    consume_at_version = True
+
     def __init__(self, *, ttl: float | None = None, max_sessions: int | None = None) -> None:
         self.ttl = ttl
         self.max_sessions = max_sessions
@@ -99,7 +102,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[str] = (),
+        mail_done: Sequence[int] = (),
         logs: LogBatch | None = None,
     ) -> int:
         batch = _encode_batch(events) if events else None

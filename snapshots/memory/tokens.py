@@ -25,6 +25,8 @@ class TokensAndLeases:
     _check_seq: Any
     _append: Any
     _drop_wait: Any
+    _check_unclaimed: Any
+    _consume: Any
 
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None:
@@ -49,6 +51,7 @@ class TokensAndLeases:
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
         version: int | None = None,
+        mail: int | None = None,
     ) -> bool:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -60,6 +63,8 @@ class TokensAndLeases:
                 found = (entry.record.version, entry.record.status) if entry else None
                 if (moved := stale(sid, found, version)) is not None:
                     raise moved
+            if mail is not None:
+                self._check_unclaimed(mail)
             if entry is not None:
                 self._check_seq(entry, events)
                 entry.record.status = "running"
@@ -70,6 +75,8 @@ class TokensAndLeases:
                 self._append(entry, events, batch)
             self._used.add(token)
             self._drop_wait(token)
+            if mail is not None:
+                self._consume(mail)
             return True
 
     # -- control ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """MemoryStore's waits, the mailbox and batches of tokens (a mixin of MemoryStore).
 
 Waits are kept by token, with sorted token lists per kind, per key and overall, so that a
-poll pages through them in token order without sorting. The mailbox is a dict keyed by
-(key, the session that claimed it or "" while unclaimed).
+poll pages through them in token order without sorting. The mailbox is a queue of messages per
+key: each message by its id (ids only grow), the unclaimed ids of each key in order, and the ids
+each session claimed (see `SessionStore.claim_mail`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,28 @@ from typing import Any
 
 from tarry.engine.state.events import Event
 from tarry.snapshots.memory.entry import _encode_batch, _Entry
-from tarry.snapshots.records import WaitRecord, encode_path
-from tarry.snapshots.store import refusals
+from tarry.snapshots.records import MailInfo, MailRecord, WaitRecord, encode_path
+from tarry.snapshots.store import MailGone, refusals
 
-#: The claimant of mail that no session claimed yet.
+#: The claimant of a message that no session claimed yet.
 UNCLAIMED = ""
+
+
+class _Message:
+    """A queued message (mutable: its claimant changes)."""
+
+    __slots__ = ("id", "key", "value", "at", "claimed_by", "target")
+
+    def __init__(self, id: int, key: str, value: bytes, at: dt.datetime, target: str | None):
+        self.id = id
+        self.key = key
+        self.value = value
+        self.at = at
+        self.claimed_by = UNCLAIMED
+        self.target = target
+
+    def record(self) -> MailRecord:
+        return MailRecord(self.id, self.key, self.value, self.at, self.target)
 
 
 class WaitsAndMail:
@@ -39,8 +57,11 @@ class WaitsAndMail:
         self._all_waits: list[str] = []  # every live wait's token, sorted
         self._by_kind: dict[str, list[str]] = {}  # sorted tokens per kind
         self._by_key: dict[str, list[str]] = {}  # sorted tokens per key
-        # (key, claimant or UNCLAIMED) -> (value, posted at)
-        self._mail: dict[tuple[str, str], tuple[bytes, dt.datetime]] = {}
+        self._mail: dict[int, _Message] = {}  # every message, by id
+        self._queue: dict[str, list[int]] = {}  # the unclaimed ids of each key, in order
+        self._claims: dict[str, set[int]] = {}  # the ids each session claimed
+        self._targeted: dict[str, list[int]] = {}  # ids posted for a busy session
+        self._next_mail = 1
 
     # -- tokens ----------------------------------------------------------------------------
     def consume_tokens(
@@ -50,12 +71,16 @@ class WaitsAndMail:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+        mail: Mapping[str, int] = {},  # noqa: B006 - read only
     ) -> dict[str, str]:
         with self._lock:
             known = {t: t in self._used for t in tokens if t in self._tokens}
             refused = refusals(tokens, known)
             if refused:
                 return refused
+            for token in tokens:
+                if token in mail:
+                    self._check_unclaimed(mail[token])
             touched = list(dict.fromkeys(self._tokens[t] for t in tokens))
             entries = [(sid, self._sessions.get(sid)) for sid in touched]
             for sid, entry in entries:  # every check before any write
@@ -75,6 +100,8 @@ class WaitsAndMail:
             for token in tokens:
                 self._used.add(token)
                 self._drop_wait(token)
+                if token in mail:
+                    self._consume(mail[token])
             return {}
 
     # -- waits -----------------------------------------------------------------------------
@@ -113,38 +140,92 @@ class WaitsAndMail:
             return found
 
     # -- the mailbox -----------------------------------------------------------------------
-    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
+    def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         with self._lock:
-            live = self._by_key.get(key)
-            if live:
-                return [self._waits[t] for t in live]
-            self._mail[key, UNCLAIMED] = (bytes(value), at)
-            return []
+            mid = self._next_mail
+            self._next_mail += 1
+            self._mail[mid] = _Message(mid, key, bytes(value), at, target)
+            self._queue.setdefault(key, []).append(mid)  # the largest id yet: stays in order
+            if target is not None:
+                self._targeted.setdefault(target, []).append(mid)
+            return mid
 
-    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
-        taken: dict[str, bytes] = {}
+    def claim_mail(
+        self, key: str, session_id: str, skip: Sequence[int] = ()
+    ) -> tuple[int, bytes] | None:
         with self._lock:
-            entry = self._sessions.get(session_id)
-            for key in keys:
-                mine = self._mail.get((key, session_id))
-                if mine is None:
-                    free = self._mail.pop((key, UNCLAIMED), None)
-                    if free is None:
-                        continue
-                    self._mail[key, session_id] = mine = free
-                    if entry is not None:
-                        entry.mail.add(key)
-                taken[key] = mine[0]
-        return taken
+            mine = [
+                m
+                for m in self._claims.get(session_id, ())
+                if m not in skip and self._mail[m].key == key
+            ]
+            if mine:
+                message = self._mail[min(mine)]
+                return message.id, message.value
+            queue = self._queue.get(key)
+            if not queue:
+                return None
+            message = self._mail[queue[0]]
+            self._unqueue(message)
+            message.claimed_by = session_id
+            self._claims.setdefault(session_id, set()).add(message.id)
+            return message.id, message.value
 
-    def discard(self, key: str) -> bool:
+    def queued(
+        self,
+        *,
+        key: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[MailRecord]:
         with self._lock:
-            return self._mail.pop((key, UNCLAIMED), None) is not None
+            if key is not None:
+                ids = self._queue.get(key, [])[:limit]
+            else:
+                ids = self._targeted.get(session_id or "", [])[:limit]
+            return [self._mail[m].record() for m in ids]
 
-    def mail(self, key: str) -> bytes | None:
+    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._lock:
-            found = self._mail.get((key, UNCLAIMED))
-            return None if found is None else found[0]
+            found = [
+                (self._waits[self._by_key[key][0]], self._mail[ids[0]].record())
+                for key, ids in self._queue.items()
+                if ids and self._by_key.get(key)
+            ]
+        found.sort(key=lambda pair: pair[1].id)
+        return found[:limit]
+
+    def discard(self, key: str) -> int:
+        with self._lock:
+            ids = list(self._queue.get(key, ()))
+            for m in ids:
+                self._consume(m)
+            return len(ids)
+
+    def mailbox(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MailInfo]:
+        with self._lock:
+            keys = sorted(
+                k
+                for k, ids in self._queue.items()
+                if ids and (prefix is None or k.startswith(prefix)) and (after is None or k > after)
+            )[:limit]
+            return [
+                MailInfo(k, len(self._queue[k]), min(self._mail[m].at for m in self._queue[k]))
+                for k in keys
+            ]
+
+    def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
+        with self._lock:
+            old = sorted(
+                (m.at, m.id)
+                for m in self._mail.values()
+                if m.claimed_by == UNCLAIMED and m.at < before
+            )[:limit]
+            for _, mid in old:
+                self._consume(mid)
+            return len(old)
 
     # -- internals (under the lock) --------------------------------------------------------
     def _save_waits(
@@ -160,19 +241,43 @@ class WaitsAndMail:
             for token in list(entry.waits):
                 self._used.add(token)
                 self._drop_wait(token)
-        sid = entry.record.session_id
-        for key in mail_done:
-            if self._mail.pop((key, sid), None) is not None:
-                entry.mail.discard(key)
+        self._settle_claims(entry.record.session_id, mail_done)
 
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""
         for token in list(entry.waits):
             self._drop_wait(token)
-        sid = entry.record.session_id
-        for key in entry.mail:
-            self._mail.pop((key, sid), None)
-        entry.mail.clear()
+        self._settle_claims(entry.record.session_id, ())
+
+    def _settle_claims(self, session_id: str, done: Sequence[int]) -> None:
+        """A session's save (or end): the messages it names in `done` are consumed, its other
+        claims released, queued again in their place."""
+        for mid in self._claims.pop(session_id, ()):
+            message = self._mail[mid]
+            if mid in done:
+                self._consume(mid)
+                continue
+            message.claimed_by = UNCLAIMED
+            bisect.insort(self._queue.setdefault(message.key, []), mid)
+            if message.target is not None:
+                bisect.insort(self._targeted.setdefault(message.target, []), mid)
+
+    def _check_unclaimed(self, mid: int) -> None:
+        message = self._mail.get(mid)
+        if message is None or message.claimed_by != UNCLAIMED:
+            msg = f"message {mid} is no longer queued: another delivery or Wait took it"
+            raise MailGone(msg)
+
+    def _unqueue(self, message: _Message) -> None:
+        """Take an unclaimed message out of its key's queue (and its target's list)."""
+        _remove_id(self._queue, message.key, message.id)
+        if message.target is not None:
+            _remove_id(self._targeted, message.target, message.id)
+
+    def _consume(self, mid: int) -> None:
+        message = self._mail.pop(mid)
+        if message.claimed_by == UNCLAIMED:
+            self._unqueue(message)
 
     def _add_wait(self, entry: _Entry, wait: WaitRecord) -> None:
         token = wait.token
@@ -211,6 +316,17 @@ def _remove(where: Any, token: str, name: str | None = None) -> None:
     if i < len(tokens) and tokens[i] == token:
         del tokens[i]
     if name is not None and not tokens:
+        del where[name]
+
+
+def _remove_id(where: dict[Any, list[int]], name: Any, mid: int) -> None:
+    ids = where.get(name)
+    if ids is None:
+        return
+    i = bisect.bisect_left(ids, mid)
+    if i < len(ids) and ids[i] == mid:
+        del ids[i]
+    if not ids:
         del where[name]
 
 

@@ -98,6 +98,9 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
     stores. Thread-safe; not fork-safe: open the store in the process that uses it.
     """
 
+    #: Its consume_token takes `version=` (drivers/core.py reads this, never a signature).
+    consume_at_version = True
+
     def __init__(
         self,
         dsn: str,

@@ -16,7 +16,8 @@ from tarry.snapshots.sqlite import upkeep as upkeep
 
 #: 2: waits and the mailbox (sqlite_waits.py), backfilled for the paused sessions of a file at 1.
 #: 3: log records (sqlite_logs.py), a table of their own.
-SCHEMA_VERSION = 3
+#: 4: the mailbox a queue of messages per key (sqlite/waits.py), one message per earlier row.
+SCHEMA_VERSION = 4
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.

@@ -66,6 +66,9 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
     count the same blobs as MemoryStore's.
     """
 
+    #: Its consume_token takes `version=` (drivers/core.py reads this, never a signature).
+    consume_at_version = True
+
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
         self.bytes_written = 0
@@ -132,6 +135,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
                 self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
+        waits_.upgrade_mail(self._db)
         for statement in (*waits_.SCHEMA, *logs_.SCHEMA):
             self._db.execute(statement)
         if found < SCHEMA_VERSION:
@@ -185,7 +189,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[str] = (),
+        mail_done: Sequence[int] = (),
         logs: LogBatch | None = None,
     ) -> int:
         sid = record.session_id
@@ -226,7 +230,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         with self._write as db:
             for table in ("sessions", "events", "vals", "tokens", "tallies", "waits", "logs"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            db.execute("DELETE FROM mail WHERE claimed_by = ?", (session_id,))
+            waits_.settle_claims(db, session_id, ())  # its claims are queued again
 
     def list(
         self,

@@ -12,6 +12,7 @@ from typing import Any
 
 from tarry.engine.state.events import Event
 from tarry.snapshots.records import SessionRecord, TokenInfo, _micros, encode_events
+from tarry.snapshots.sqlite import waits as waits_
 from tarry.snapshots.sqlite.rows import _record, _time
 from tarry.snapshots.sqlite.sql import (
     _CLAIM_DUE,
@@ -65,6 +66,7 @@ class TokensAndLeases:
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
         version: int | None = None,
+        mail: int | None = None,
     ) -> bool:
         encoded = encode_events(events)
         prev = _prev(None, events)
@@ -80,6 +82,8 @@ class TokensAndLeases:
             # of BEGIN IMMEDIATE serialises them); the lease and events go in the same commit.
             if db.execute(_USE_TOKEN, (token,)).rowcount != 1:
                 return False
+            if mail is not None:
+                waits_.consume_mail(db, mail)  # MailGone: the transaction rolls back
             # The session's indexed columns come with its id: the save that ends this drive
             # leaves those it does not change alone (see _INDEXED).
             seen = db.execute(_TOKEN_SESSION, (token,)).fetchone()

@@ -126,8 +126,10 @@ def prune(
                     f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))",
                     (doomed,),
                 )
-            db.execute(
-                "DELETE FROM mail WHERE claimed_by IN (SELECT value FROM json_each(?))", (doomed,)
+            db.execute(  # a claim is not a consumption: their claims are queued again
+                "UPDATE mail SET claimed_by = '' "
+                "WHERE claimed_by IN (SELECT value FROM json_each(?))",
+                (doomed,),
             )
     if ids:
         _reclaim(store)

@@ -19,6 +19,8 @@ from typing import Any
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import (
+    MailInfo,
+    MailRecord,
     WaitRecord,
     _micros,
     decode_path,
@@ -28,12 +30,14 @@ from tarry.snapshots.records import (
 )
 from tarry.snapshots.sqlite.rows import _datetime, _maybe_datetime, _time
 from tarry.snapshots.sqlite.sql import _RESUMING, _insert, _not_continued, _prev, _Transaction
-from tarry.snapshots.store import refusals
+from tarry.snapshots.store import MailGone, refusals
 
 #: Tables of schema version 2. The waits of paused sessions, one per live token of a waiting
 #: branch: clustered by token (a poll pages through them in token order), indexed by key (a
-#: delivery finds its waits), by kind (an adapter's poll) and by session. The mailbox: one
-#: row per key and claimant ('' while no session claimed it).
+#: delivery finds its waits), by kind (an adapter's poll) and by session. The mailbox: a queue
+#: of messages per key (schema 4), ids from AUTOINCREMENT so that an id is never reused (a
+#: delivery consumes the message by its id); indexed so that each read is a range: a key's
+#: unclaimed messages in order, a session's claims, the messages meant for a busy session.
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS waits (
         token      TEXT PRIMARY KEY,
@@ -49,14 +53,36 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS waits_kind ON waits (kind, token)",
     "CREATE INDEX IF NOT EXISTS waits_session ON waits (session_id)",
     """CREATE TABLE IF NOT EXISTS mail (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
         key        TEXT NOT NULL,
         claimed_by TEXT NOT NULL DEFAULT '',
+        target     TEXT,
         value      BLOB NOT NULL,
-        at         INTEGER NOT NULL,
-        PRIMARY KEY (key, claimed_by)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS mail_claimed ON mail (claimed_by) WHERE claimed_by <> ''",
+        at         INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS mail_queue ON mail (key, id) WHERE claimed_by = ''",
+    "CREATE INDEX IF NOT EXISTS mail_claims ON mail (claimed_by) WHERE claimed_by <> ''",
+    "CREATE INDEX IF NOT EXISTS mail_target ON mail (target, id) "
+    "WHERE target IS NOT NULL AND claimed_by = ''",
+    "CREATE INDEX IF NOT EXISTS mail_at ON mail (at) WHERE claimed_by = ''",
 )
+
+
+def upgrade_mail(db: sqlite3.Connection) -> None:
+    """A file of schema 2 or 3 kept one mail row per key and claimant: its rows become one
+    message each, in the order they came, in the queue of schema 4."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(mail)")}
+    if not columns or "id" in columns:
+        return
+    db.execute("DROP INDEX IF EXISTS mail_claimed")
+    db.execute("ALTER TABLE mail RENAME TO mail_before_queue")
+    db.execute(SCHEMA[4])
+    db.execute(
+        "INSERT INTO mail (key, claimed_by, value, at) "
+        "SELECT key, claimed_by, value, at FROM mail_before_queue ORDER BY at, key"
+    )
+    db.execute("DROP TABLE mail_before_queue")
+
 
 _WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
 # A wait is kept only for a live token of its own session: a used one is never made live again.
@@ -75,7 +101,7 @@ def save_waits(
     status: str,
     token: str | None,
     waits: Sequence[WaitRecord],
-    mail_done: Sequence[str],
+    mail_done: Sequence[int],
 ) -> None:
     """What a save does to a session's waits and claimed mail, inside its transaction (after
     it registered the record's own `token`)."""
@@ -91,8 +117,18 @@ def save_waits(
             db.execute(
                 f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (json.dumps(tokens),)
             )
-    for key in mail_done:
-        db.execute("DELETE FROM mail WHERE key = ? AND claimed_by = ?", (key, sid))
+    settle_claims(db, sid, mail_done)
+
+
+def settle_claims(db: sqlite3.Cursor, sid: str, done: Sequence[int]) -> None:
+    """The messages of `done` that the session claimed are consumed; its other claims are
+    released (queued again in their place: a queue is ordered by id)."""
+    if done:
+        db.execute(
+            f"DELETE FROM mail WHERE id IN ({_TOKENS}) AND claimed_by = ?",
+            (json.dumps(list(done)), sid),
+        )
+    db.execute("UPDATE mail SET claimed_by = '' WHERE claimed_by = ?", (sid,))
 
 
 def backfill(db: sqlite3.Connection) -> None:
@@ -134,6 +170,7 @@ class WaitsAndMail:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+        mail: Mapping[str, int] = {},  # noqa: B006 - read only
     ) -> dict[str, str]:
         if not tokens:
             return {}
@@ -152,6 +189,9 @@ class WaitsAndMail:
                 return refused  # nothing was written: the transaction commits nothing
             db.execute(f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (batch,))
             db.execute(f"DELETE FROM waits WHERE token IN ({_TOKENS})", (batch,))
+            for token in tokens:
+                if token in mail:
+                    consume_mail(db, mail[token])  # raised inside: nothing is kept
             for sid in dict.fromkeys(found[t][0] for t in tokens):
                 given = events.get(sid, ())
                 prev = _prev(sid, given)
@@ -197,47 +237,118 @@ class WaitsAndMail:
         return wait_records(rows, _datetime)
 
     # -- the mailbox -----------------------------------------------------------------------
-    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
+    def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         with self._write as db:
-            rows = db.execute(
-                f"SELECT {_WAIT} FROM waits INDEXED BY waits_key WHERE key = ? ORDER BY token",
-                (key,),
-            ).fetchall()
-            if not rows:
-                db.execute(
-                    "INSERT OR REPLACE INTO mail (key, claimed_by, value, at) VALUES (?, '', ?, ?)",
-                    (key, bytes(value), _micros(at)),
-                )
-        return [_wait(row) for row in rows]
+            mid = db.execute(
+                "INSERT INTO mail (key, value, at, target) VALUES (?, ?, ?, ?) RETURNING id",
+                (key, bytes(value), _micros(at), target),
+            ).fetchone()[0]
+        return int(mid)
 
-    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
-        taken: dict[str, bytes] = {}
+    def claim_mail(
+        self, key: str, session_id: str, skip: Sequence[int] = ()
+    ) -> tuple[int, bytes] | None:
         with self._write as db:
-            for key in keys:
-                row = db.execute(
-                    "SELECT value FROM mail WHERE key = ? AND claimed_by = ?", (key, session_id)
-                ).fetchone()
-                if row is None:
-                    row = db.execute(
-                        "UPDATE mail SET claimed_by = ? WHERE key = ? AND claimed_by = '' "
-                        "RETURNING value",
-                        (session_id, key),
-                    ).fetchone()
-                if row is not None:
-                    taken[key] = row[0]
-        return taken
-
-    def discard(self, key: str) -> bool:
-        with self._lock:
-            cur = self._cur.execute("DELETE FROM mail WHERE key = ? AND claimed_by = ''", (key,))
-            return cur.rowcount == 1
-
-    def mail(self, key: str) -> bytes | None:
-        with self._lock:
-            row = self._cur.execute(
-                "SELECT value FROM mail WHERE key = ? AND claimed_by = ''", (key,)
+            row = db.execute(
+                "SELECT id, value FROM mail WHERE claimed_by = ? AND key = ? "
+                f"AND id NOT IN ({_TOKENS}) ORDER BY id LIMIT 1",
+                (session_id, key, json.dumps(list(skip))),
             ).fetchone()
-        return None if row is None else row[0]
+            if row is None:
+                row = db.execute(
+                    "UPDATE mail SET claimed_by = ? WHERE id = (SELECT id FROM mail "
+                    "INDEXED BY mail_queue WHERE key = ? AND claimed_by = '' ORDER BY id LIMIT 1) "
+                    "RETURNING id, value",
+                    (session_id, key),
+                ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def queued(
+        self,
+        *,
+        key: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[MailRecord]:
+        if key is not None:
+            sql = (
+                f"SELECT {_MAIL} FROM mail INDEXED BY mail_queue "
+                "WHERE key = ? AND claimed_by = '' ORDER BY id LIMIT ?"
+            )
+            args: tuple[Any, ...] = (key, limit)
+        else:
+            sql = (
+                f"SELECT {_MAIL} FROM mail INDEXED BY mail_target "
+                "WHERE target = ? AND claimed_by = '' ORDER BY id LIMIT ?"
+            )
+            args = (session_id, limit)
+        with self._lock:
+            rows = self._cur.execute(sql, args).fetchall()
+        return [_message(row) for row in rows]
+
+    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+        # Each key with unclaimed mail (a skip-scan of the queue index), its oldest message
+        # and the least token waiting on it.
+        sql = (
+            f"SELECT {', '.join('w.' + c for c in _WAIT.split(', '))}, "
+            f"{', '.join('m.' + c for c in _MAIL.split(', '))} "
+            "FROM (SELECT key, min(id) AS id FROM mail INDEXED BY mail_queue "
+            "WHERE claimed_by = '' GROUP BY key) AS q "
+            "JOIN mail AS m ON m.id = q.id "
+            "JOIN waits AS w ON w.token = (SELECT token FROM waits INDEXED BY waits_key "
+            "WHERE key = q.key ORDER BY token LIMIT 1) "
+            "ORDER BY q.id LIMIT ?"
+        )
+        with self._lock:
+            rows = self._cur.execute(sql, (limit,)).fetchall()
+        return [(_wait(row[:8]), _message(row[8:])) for row in rows]
+
+    def discard(self, key: str) -> int:
+        with self._write as db:
+            cur = db.execute("DELETE FROM mail WHERE key = ? AND claimed_by = ''", (key,))
+            return cur.rowcount
+
+    def mailbox(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MailInfo]:
+        where, args = ["claimed_by = ''"], []
+        if prefix is not None:  # a range of the index: no LIKE, so no wildcards
+            where.append("key >= ? AND substr(key, 1, ?) = ?")
+            args += [prefix, len(prefix), prefix]
+        if after is not None:
+            where.append("key > ?")
+            args.append(after)
+        sql = (
+            "SELECT key, count(*), min(at) FROM mail INDEXED BY mail_queue "
+            f"WHERE {' AND '.join(where)} GROUP BY key ORDER BY key LIMIT ?"
+        )
+        with self._lock:
+            rows = self._cur.execute(sql, (*args, limit)).fetchall()
+        return [MailInfo(key, count, _datetime(at)) for key, count, at in rows]
+
+    def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
+        with self._write as db:
+            return db.execute(
+                "DELETE FROM mail WHERE id IN (SELECT id FROM mail INDEXED BY mail_at "
+                "WHERE claimed_by = '' AND at < ? ORDER BY at, id LIMIT ?)",
+                (_micros(before), limit),
+            ).rowcount
+
+
+_MAIL = "id, key, value, at, target"
+
+
+def consume_mail(db: sqlite3.Cursor, mid: int) -> None:
+    """Delete the unclaimed message `mid` inside a token's use; MailGone (the caller's
+    transaction then rolls back) when it is gone or claimed."""
+    if db.execute("DELETE FROM mail WHERE id = ? AND claimed_by = ''", (mid,)).rowcount != 1:
+        msg = f"message {mid} is no longer queued: another delivery or Wait took it"
+        raise MailGone(msg)
+
+
+def _message(row: Sequence[Any]) -> MailRecord:
+    mid, key, value, at, target = row
+    return MailRecord(mid, key, value, _datetime(at), target)
 
 
 def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:

@@ -1,5 +1,6 @@
-"""Random sequences of saves with waits, token uses, posts, mail takes and session ends, run
-against each store and against a model made of dicts: both must agree after every step."""
+"""Random sequences of saves with waits, token uses (some consuming a message), posts, claims,
+saves that consume claims, discards and session ends, run against each store and against a
+model made of dicts: both must agree after every step."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ operation = st.one_of(
     st.tuples(st.just("use"), st.integers(0, 30)),
     st.tuples(st.just("use_many"), st.lists(st.integers(0, 30), min_size=1, max_size=4)),
     st.tuples(st.just("post"), st.sampled_from(KEYS), st.binary(max_size=3)),
-    st.tuples(st.just("take"), st.sampled_from(KEYS), st.sampled_from(SESSIONS)),
-    st.tuples(st.just("done"), st.sampled_from(KEYS), st.sampled_from(SESSIONS)),
+    st.tuples(st.just("claim"), st.sampled_from(KEYS), st.sampled_from(SESSIONS)),
+    st.tuples(st.just("done"), st.sampled_from(SESSIONS), st.booleans()),
+    st.tuples(st.just("use_mail"), st.integers(0, 30), st.sampled_from(KEYS)),
     st.tuples(st.just("discard"), st.sampled_from(KEYS)),
     st.tuples(st.just("end"), st.sampled_from(SESSIONS)),
 )  # fmt: skip
@@ -38,7 +40,11 @@ class Model:
         self.status: dict[str, str] = {}
         self.tokens: dict[str, tuple[str, bool]] = {}  # token -> (session, used)
         self.waits: dict[str, WaitRecord] = {}
-        self.mail: dict[tuple[str, str], bytes] = {}  # (key, claimant or "") -> value
+        # message id -> [key, value, claimant or ""]; ids in the order the store gave them
+        self.mail: dict[int, list[Any]] = {}
+
+    def queue(self, key: str) -> list[int]:
+        return [m for m, (k, _, who) in self.mail.items() if k == key and who == ""]
 
     def use(self, token: str) -> None:
         self.tokens[token] = (self.tokens[token][0], True)
@@ -86,29 +92,48 @@ def step(store: Any, model: Model, op: tuple[Any, ...], serial: list[int]) -> No
                 model.use(token)
     elif name == "post":
         _, key, value = op
-        live = sorted((w for w in model.waits.values() if w.key == key), key=lambda w: w.token)
-        assert store.post(key, value, support.at(1)) == live
-        if not live:
-            model.mail[key, ""] = value
-    elif name == "take":
+        mid = store.post(key, value, support.at(1))
+        assert all(mid > m for m in model.mail)
+        model.mail[mid] = [key, value, ""]
+    elif name == "claim":
         _, key, sid = op
-        if sid not in model.versions:
-            return
-        found = model.mail.get((key, sid))
-        if found is None and (key, "") in model.mail:
-            found = model.mail.pop((key, ""))
-            model.mail[key, sid] = found
-        assert store.take_mail([key], sid) == ({} if found is None else {key: found})
+        mine = [m for m, (k, _, who) in model.mail.items() if k == key and who == sid]
+        queue = model.queue(key)
+        expected = min(mine) if mine else (queue[0] if queue else None)
+        found = store.claim_mail(key, sid)
+        if expected is None:
+            assert found is None
+        else:
+            assert found == (expected, model.mail[expected][1])
+            model.mail[expected][2] = sid
     elif name == "done":
-        _, key, sid = op
+        _, sid, consume = op
         if sid not in model.versions:
             return
+        mine = sorted(m for m, (_, _, who) in model.mail.items() if who == sid)
+        done = mine[:1] if consume else []
         status = model.status[sid]
         record = support.rec(sid, status=status, token=None)
-        model.versions[sid] = store.save(record, model.versions[sid], mail_done=[key])
-        model.mail.pop((key, sid), None)
+        model.versions[sid] = store.save(record, model.versions[sid], mail_done=done)
+        for m in mine:
+            if m in done:
+                del model.mail[m]
+            else:
+                model.mail[m][2] = ""
+    elif name == "use_mail":
+        _, i, key = op
+        token = tokens[i % len(tokens)] if tokens else "nope"
+        queue = model.queue(key)
+        if not queue or token not in model.tokens or model.tokens[token][1]:
+            return
+        assert store.consume_token(token, mail=queue[0]) is True
+        model.use(token)
+        del model.mail[queue[0]]
     elif name == "discard":
-        assert store.discard(op[1]) is (model.mail.pop((op[1], ""), None) is not None)
+        queue = model.queue(op[1])
+        assert store.discard(op[1]) == len(queue)
+        for m in queue:
+            del model.mail[m]
     elif name == "end":
         sid = op[1]
         if sid not in model.versions:
@@ -119,12 +144,17 @@ def step(store: Any, model: Model, op: tuple[Any, ...], serial: list[int]) -> No
             if wait.session_id == sid:
                 model.use(token)
         model.status[sid] = "completed"
+        for message in model.mail.values():  # an ended session's claims are released
+            if message[2] == sid:
+                message[2] = ""
 
 
 def agree(store: Any, model: Model) -> None:
     assert store.waiting() == sorted(model.waits.values(), key=lambda w: w.token)
     for key in KEYS:
-        assert store.mail(key) == model.mail.get((key, ""))
+        assert [(m.id, m.value) for m in store.queued(key=key)] == [
+            (m, model.mail[m][1]) for m in model.queue(key)
+        ]
     for token, (sid, used) in model.tokens.items():
         info = store.find_token(token)
         assert (info.session_id, info.used) == (sid, used), token
