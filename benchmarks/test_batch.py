@@ -46,7 +46,8 @@ WRITES = frozenset(
         "claim",
         "release",
         "post",
-        "take_mail",
+        "claim_mail",
+        "purge_mail",
         "discard",
         "mark",
     }
@@ -186,7 +187,7 @@ def test_deliver_many_to_waiting_sessions(benchmark, sizes: Sizes, store: Any) -
     got: list[Any] = []
 
     def deliver() -> None:
-        got.extend(rt.deliver_many(results))
+        got.extend(rt.deliver_many(results).outcomes)
 
     benchmark.pedantic(deliver, rounds=1, iterations=1)
     assert len(got) == n and all(o.ok for o in got)
@@ -213,7 +214,7 @@ def test_deliver_many_to_one_sequential_session(benchmark, sizes: Sizes, store: 
     got: list[Any] = []
 
     def deliver() -> None:
-        got.extend(rt.deliver_many(results))
+        got.extend(rt.deliver_many(results).outcomes)
 
     benchmark.pedantic(deliver, rounds=1, iterations=1)
     [done] = got
@@ -245,7 +246,7 @@ def test_deliver_many_to_one_session_with_many_waiting_branches(
     got: list[Any] = []
 
     def deliver() -> None:
-        got.extend(rt.deliver_many(results))
+        got.extend(rt.deliver_many(results).outcomes)
 
     benchmark.pedantic(deliver, rounds=1, iterations=1)
     [done] = got

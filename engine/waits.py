@@ -59,9 +59,12 @@ def _text_or_none(value: Any) -> str | None:
 
 
 def _key(value: Any) -> str | None:
-    if value is not None and (problem := key_problem(value)) is not None:
+    if value is None:
+        return None
+    if (problem := key_problem(value)) is not None:
         raise ValueError(problem)
-    return value
+    key: str = value
+    return key
 
 
 def _kind(value: Any) -> str:

@@ -116,7 +116,7 @@ class SessionStore(Protocol):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[int] = (),
+        mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
     ) -> int:
         """In one transaction: write `record` if the stored version is `expected_version`
@@ -131,8 +131,9 @@ class SessionStore(Protocol):
         ends: a save whose status is neither "paused" nor "running" drops every wait of the
         session and marks their tokens used (TokenAlreadyUsed, never UnknownToken, for them
         later). `mail_done`: ids of messages this session claimed (`claim_mail`) and whose effect
-        this save records: they are deleted (consumed); the session's other claims are
-        released (queued again).
+        this save records: they are deleted (consumed), and the session's other claims are
+        released (queued again). None (a drive that claimed nothing) leaves its claims alone,
+        unless the session ended: an ended session's claims are released.
         `logs`: log records captured by the drive, numbered after the session's last and
         appended; the session then keeps only its last `logs.keep` records (log_records.py)."""
 

@@ -252,12 +252,12 @@ class Drive:
         self.claimed.append((key, found[0]))
         return loads(found[1])
 
-    def _mail_taken(self) -> list[int]:
+    def _mail_taken(self) -> list[int] | None:
         """The ids of the messages whose Waits completed since the last write, for that write
         to consume; the write releases the drive's other claims (a Wait that refused its
         message), so each write starts the drive's claims afresh."""
         if not self.claimed:
-            return []
+            return None  # nothing claimed: the write leaves claims alone
         left = list(self.claimed)
         done = []
         for key in self.ex.mail_taken:
@@ -310,6 +310,10 @@ class Drive:
             if kind == DONE:
                 ex.emit(ev.RUN_COMPLETED, (), {"output": value})
                 self.ledger.discard()
+            elif kind == PAUSED and self._cancel_asked():
+                # A cancel accepted while the run was going, whose last checkpoint came before
+                # it: the run ends cancelled instead of pausing (its waits are dropped).
+                ex.emit(ev.RUN_CANCELLED, (), self._stop_actor(sid))
             elif kind == PAUSED:
                 signals = value.pauses if type(value) is PauseMany else (value,)
                 waits = record_pauses(self, signals)
@@ -318,8 +322,7 @@ class Drive:
             elif kind == STOPPED:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
-                actor = self.core.running.actors.get(sid)
-                by = {} if actor is None else {"actor": actor}
+                by = self._stop_actor(sid)
                 if resumable:
                     data = {"kind": "system", "reason": "aborted", "awaits_value": False, **by}
                     ex.emit(ev.RUN_PAUSED, value.path, data)
@@ -343,6 +346,14 @@ class Drive:
                 if w.path not in by_path:
                     by_path[w.path] = tokens.token(w.token)
         return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
+
+    def _cancel_asked(self) -> bool:
+        """Whether a cancel was asked of this drive: in this process, or read from the store."""
+        return self.aborts.get(self.ex.session_id) is False or self.stop == "cancel"
+
+    def _stop_actor(self, sid: str) -> dict[str, Any]:
+        actor = self.core.running.actors.get(sid)
+        return {} if actor is None else {"actor": actor}
 
     def _fail(self, error: ErrorInfo) -> None:
         self.ex.emit(ev.RUN_FAILED, error.path, {"error": error_to_data(error)})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.limits import check_actor, valid_session_id
@@ -9,6 +11,7 @@ from tarry.drivers.sessions.resuming import key_of, stored_state
 from tarry.drivers.tokens import looks_like_token
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
+    ConcurrentUpdate,
     InvalidArgument,
     SessionNotResumable,
     TokenAlreadyUsed,
@@ -18,7 +21,10 @@ from tarry.engine.errors import (
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.reducer import apply
-from tarry.snapshots.records import encode_state
+from tarry.snapshots.records import SessionRecord, encode_state
+
+#: How many times a cancel looks again at a session that a resume moved on meanwhile.
+CANCEL_TRIES = 5
 
 
 def abort(core: Core, session_id: str, resumable: bool, actor: str | None = None) -> None:
@@ -60,9 +66,6 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
     record = core.store.load(sid)
     if record is None:
         raise UnknownSession(sid)
-    if key is not None and record.token != key:
-        # Used by a resume since it was looked up: that resume won, the token is spent.
-        raise TokenAlreadyUsed(sid)
     if record.status == "running" and key is None:
         requested = _request_cancel(core, sid, actor)
         if requested is not None:
@@ -70,16 +73,62 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
         record = core.store.load(sid)  # it stopped meanwhile: cancel what it left
         if record is None:
             raise UnknownSession(sid)
-    if record.status not in ("paused", "failed"):
-        raise SessionNotResumable(sid, record.status, "cancel")
-    if record.token is not None and not core.store.consume_token(record.token):
-        if key is not None:
-            raise TokenAlreadyUsed(sid)
-        raise SessionNotResumable(sid, "running", "cancel")
+    for _ in range(CANCEL_TRIES):
+        if record.status not in ("paused", "failed"):
+            raise SessionNotResumable(sid, record.status, "cancel")
+        done = _cancel_stopped(core, record, key, actor)
+        if done is not None:
+            return done
+        record = core.store.load(sid)  # a resume moved it on meanwhile: look again
+        if record is None:
+            raise UnknownSession(sid)
+        if record.status == "running" and key is None:
+            requested = _request_cancel(core, sid, actor)
+            if requested is not None:
+                return requested
+            record = core.store.load(sid)
+            if record is None:
+                raise UnknownSession(sid)
+    msg = f"session {sid!r} kept moving on while it was being cancelled; nothing was changed"
+    raise ConcurrentUpdate(msg)
+
+
+def _cancel_stopped(
+    core: Core, record: SessionRecord, key: str | None, actor: str | None
+) -> Outcome | None:
+    """Cancel a paused or failed session as `record` shows it, or None when it moved on
+    since (nothing changed).
+
+    Every live token of the session — one per waiting branch, and the record's own — is used
+    in ONE transaction with the `run.cancelled` event (`consume_tokens`, all or nothing), so a
+    resume of any branch racing the cancel either went first (the cancel then finds a token
+    used, changes nothing and looks again) or finds its token used: never a token used and a
+    wait row dropped by a cancel that then did not happen."""
+    sid = record.session_id
+    tokens = [w.token for w in core.store.waits(sid)]
+    if record.token is not None and record.token not in tokens:
+        tokens.append(record.token)
+    if key is not None and key not in tokens:
+        raise TokenAlreadyUsed(sid)
     state = stored_state(core, record)
-    core.states.drop(record.state)
     data = {} if actor is None else {"actor": actor}
-    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, core.clock.now(), (), data)
+    now = core.clock.now()
+    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, now, (), data)
+    until = now + timedelta(seconds=core.lease)
+    try:
+        refused = core.store.consume_tokens(
+            tokens, owner=core.owner, until=until, events={sid: [event]} if tokens else {}
+        )
+    except ConcurrentUpdate:  # its log moved on since we read it
+        return None
+    if refused:
+        if key is not None and refused.get(key) == "used":
+            raise TokenAlreadyUsed(sid)
+        return None
+    # With no token to use, the save's compare-and-set is the whole check; else the event went
+    # with the tokens.
+    written = [] if tokens else [event]
+    core.states.drop(record.state)
     state = apply(state, event)
     core.hub.notify(event)
     record.state = encode_state(
@@ -88,8 +137,15 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
     record.status = state.status
     record.token = None
     record.wake_at = None
-    record.updated_at = core.clock.now()
-    core.store.save(record, record.version, events=[event])
+    record.lease_owner = None
+    record.lease_until = None
+    record.updated_at = now
+    try:
+        core.store.save(record, record.version, events=written)
+    except ConcurrentUpdate:
+        if not tokens:
+            return None
+        raise  # its tokens are used and its lease ours: recover() ends it as cancelled
     return outcome_of(state, None)
 
 

@@ -15,7 +15,12 @@ from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
-from tarry.engine.errors import InvalidArgument, TokenAlreadyUsed, UnknownToken
+from tarry.engine.errors import (
+    InvalidArgument,
+    SessionNotResumable,
+    TokenAlreadyUsed,
+    UnknownToken,
+)
 from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
@@ -130,24 +135,67 @@ def late_mail(
     worker round delivers (`SessionStore.pending`)."""
     if outcome.status != "paused":
         return outcome
-    found = _waiting_mail(core, drive, outcome.session_id)
-    if not found:
-        return outcome
-    token, message = found[0]  # one at a time: the resume's own drive looks for the rest
-    try:
-        return resume(
-            core,
-            token,
-            drive.flow,
-            False,
-            value=loads(message.value),
-            trigger="mail",
-            mail=message.id,
-        )
-    except (TokenAlreadyUsed, UnknownToken, MailGone):
-        # Resumed by its token, or the message taken by another, meanwhile: what is left is
-        # the next worker round's (pending).
-        return outcome
+    return _take_each(
+        core, drive.flow, outcome, _waiting_mail(core, drive, outcome.session_id), resume
+    )
+
+
+#: A wait that cannot take its message now: resumed by its token meanwhile, its session ended
+#: (a resume before it finished the run), or the message taken by another. What is left over
+#: is the next worker round's (`SessionStore.pending`).
+_PASSED = (TokenAlreadyUsed, UnknownToken, SessionNotResumable, MailGone)
+
+
+def _take_each(
+    core: Core,
+    flow: Flow,
+    outcome: Outcome,
+    pending: list[tuple[str, MailRecord]],
+    resume: Resume,
+) -> AwaitableOrValue[Outcome]:
+    """Resume each (token key, message) of `pending` in turn; the last outcome."""
+    for i, (token, message) in enumerate(pending):
+        try:
+            got = resume(
+                core,
+                token,
+                flow,
+                False,
+                value=loads(message.value),
+                trigger="mail",
+                mail=message.id,
+            )
+        except _PASSED:
+            continue
+        if is_awaitable(got):
+            return _take_rest(core, flow, got, pending[i + 1 :], resume)
+        outcome = got  # type: ignore[assignment]
+    return outcome
+
+
+async def _take_rest(
+    core: Core,
+    flow: Flow,
+    got: Awaitable[Outcome],
+    rest: list[tuple[str, MailRecord]],
+    resume: Resume,
+) -> Outcome:
+    outcome = await got
+    for token, message in rest:
+        try:
+            more = resume(
+                core,
+                token,
+                flow,
+                False,
+                value=loads(message.value),
+                trigger="mail",
+                mail=message.id,
+            )
+        except _PASSED:
+            continue
+        outcome = await more if is_awaitable(more) else more  # type: ignore[misc]
+    return outcome
 
 
 def _waiting_mail(core: Core, drive: Drive, sid: str) -> list[tuple[str, MailRecord]]:

@@ -102,7 +102,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[int] = (),
+        mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
     ) -> int:
         batch = _encode_batch(events) if events else None

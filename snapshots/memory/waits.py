@@ -229,7 +229,11 @@ class WaitsAndMail:
 
     # -- internals (under the lock) --------------------------------------------------------
     def _save_waits(
-        self, entry: _Entry, status: str, waits: Sequence[WaitRecord], mail_done: Sequence[str]
+        self,
+        entry: _Entry,
+        status: str,
+        waits: Sequence[WaitRecord],
+        mail_done: Sequence[int] | None,
     ) -> None:
         """What a save does to the session's waits and claimed mail."""
         for wait in waits:
@@ -237,11 +241,13 @@ class WaitsAndMail:
                 self._add_token(entry, wait.token)
             if wait.token not in self._used and self._tokens[wait.token] == entry.record.session_id:
                 self._add_wait(entry, wait)
-        if status != "paused" and status != "running":  # the session ended
+        ended = status != "paused" and status != "running"
+        if ended:
             for token in list(entry.waits):
                 self._used.add(token)
                 self._drop_wait(token)
-        self._settle_claims(entry.record.session_id, mail_done)
+        if mail_done is not None or ended:
+            self._settle_claims(entry.record.session_id, mail_done or ())
 
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""

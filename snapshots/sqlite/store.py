@@ -189,7 +189,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[int] = (),
+        mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
     ) -> int:
         sid = record.session_id

@@ -101,7 +101,7 @@ def save_waits(
     status: str,
     token: str | None,
     waits: Sequence[WaitRecord],
-    mail_done: Sequence[int],
+    mail_done: Sequence[int] | None,
 ) -> None:
     """What a save does to a session's waits and claimed mail, inside its transaction (after
     it registered the record's own `token`)."""
@@ -109,7 +109,8 @@ def save_waits(
         if wait.token != token:  # the record's own token is registered already
             db.execute(_ADD_TOKEN, (wait.token, sid))
         db.execute(_ADD_WAIT, _wait_row(wait, sid))
-    if status != "paused" and status != "running":  # the session ended: so did its waits
+    ended = status != "paused" and status != "running"
+    if ended:  # the session ended: so did its waits
         # One statement when it had none (the usual end): their tokens are then used.
         ended = db.execute("DELETE FROM waits WHERE session_id = ? RETURNING token", (sid,))
         tokens = [token for (token,) in ended.fetchall()]
@@ -117,7 +118,8 @@ def save_waits(
             db.execute(
                 f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (json.dumps(tokens),)
             )
-    settle_claims(db, sid, mail_done)
+    if mail_done is not None or ended:  # a drive that claimed nothing costs nothing here
+        settle_claims(db, sid, mail_done or ())
 
 
 def settle_claims(db: sqlite3.Cursor, sid: str, done: Sequence[int]) -> None:

@@ -535,7 +535,7 @@ def test_deliver_many_to_waiting_branches_writes_once_per_session(store: Any) ->
 
     store.save = counting  # type: ignore[method-assign]
     try:
-        outs = rt.deliver_many({f"job-{i}": {"n": i} for i in range(20)})
+        outs = rt.deliver_many({f"job-{i}": {"n": i} for i in range(20)}).outcomes
     finally:
         store.save = real  # type: ignore[method-assign]
     assert len(outs) == 1 and outs[0].ok

@@ -836,7 +836,7 @@ def test_deliver_one_key_or_a_list() -> None:
         outs[1].session_id,
     ]
     assert r.json()["kept"] == ["early"]
-    assert rt.store.mail("early") is not None
+    assert rt.store.queued(key="early") != []
 
 
 @pytest.mark.parametrize(
@@ -857,4 +857,4 @@ def test_a_refused_delivery_is_4xx_and_changes_nothing(body: Any, status: int, w
     assert r.status_code == status, r.text
     assert words in r.json()["message"]
     unchanged(rt, out)
-    assert rt.store.mail("job-0") is None
+    assert rt.store.queued(key="job-0") == []

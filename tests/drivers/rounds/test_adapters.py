@@ -284,7 +284,8 @@ class Counting:
             "claim",
             "release",
             "post",
-            "take_mail",
+            "claim_mail",
+            "purge_mail",
             "discard",
             "mark",
         }

@@ -110,7 +110,6 @@ def test_prune_of_many_sessions_goes_in_batches(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize(
     ("kwargs", "word"),
     [
-        ({"older_than": timedelta(0)}, "older_than"),
         ({"older_than": timedelta(seconds=-1)}, "older_than"),
         ({"older_than": 3600}, "older_than"),
         ({"older_than": "7d"}, "older_than"),
@@ -133,6 +132,15 @@ def test_bad_prune_arguments_are_refused_and_delete_nothing(
     with pytest.raises(tarry.InvalidArgument, match=word):
         rt.prune(**kwargs)
     assert len(ids(rt)) == 4
+
+
+def test_prune_older_than_zero_deletes_every_ended_session() -> None:
+    clock = ManualClock()
+    rt = Runtime(clock=clock)
+    every_kind(rt)  # three ended this very instant, and a paused one
+    assert rt.prune(older_than=timedelta(0), dry_run=True) == 3
+    assert rt.prune(older_than=timedelta(0)) == 3
+    assert len(ids(rt)) == 1
 
 
 @pytest.mark.parametrize("bad", [timedelta(0), timedelta(days=-1), 86400, "7d"])

@@ -109,14 +109,14 @@ def test_sqlite_save_leaves_unchanged_indexed_columns_alone(sqlite_store: SQLite
     assert sqlite_store.consume_token("tk_1", owner="w", until=at(60))  # now running
     sql = Statements(sqlite_store)
     sqlite_store.save(rec(status="running", state=b"new"), 0)  # a running drive's progress
-    (update,) = [s for s in sql.seen if s.startswith("UPDATE")]
+    (update,) = [s for s in sql.seen if s.startswith("UPDATE sessions")]
     assigned = update.split(" WHERE ")[0]
     assert "status =" not in assigned and "wake_at =" not in assigned
     assert "state =" in assigned and "lease_until =" in assigned
     # A save that changes them assigns them, in one UPDATE still.
     sql.seen.clear()
     sqlite_store.save(rec(status="completed", state=b"done"), 1)
-    (update,) = [s for s in sql.seen if s.startswith("UPDATE")]
+    (update,) = [s for s in sql.seen if s.startswith("UPDATE sessions")]
     assert "status =" in update.split(" WHERE ")[0]
     assert [r.session_id for r in sqlite_store.list(status="completed")] == ["s1"]
 
