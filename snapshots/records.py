@@ -111,14 +111,15 @@ class MailInfo:
 
 
 def wait_records(
-    rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime]
+    rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime], *, skip_bad: bool = False
 ) -> list[WaitRecord]:
     """WaitRecords of store rows `(token, session_id, path, kind, key, wake_at, reason,
     payload)`, with `path` as `encode_path` wrote it and `wake_at` None or what `when` reads.
 
     A poll reads one per waiting branch, so each is made without attrs' `__init__` (its fields
     set straight into the slots: about half the cost); a path that is not a msgpack array
-    raises SnapshotError, as `decode_path` says."""
+    raises SnapshotError, as `decode_path` says — or, with `skip_bad` (a page of every session's
+    waits, which no one session's trouble may stop), is logged once and left out."""
     made: list[WaitRecord] = []
     append = made.append
     try:
@@ -137,9 +138,48 @@ def wait_records(
             _set_payload(record, payload)
             append(record)
     except Exception:  # msgpack raises many types: read each path again, to say which and why
-        for row in rows:
-            decode_path(row[2])
-        raise
+        if not skip_bad:
+            for row in rows:
+                decode_path(row[2])
+            raise
+        return _readable(rows, when)
+    return made
+
+
+#: Tokens of wait rows found unreadable, each logged once (bounded: a store's worth of them
+#: would otherwise grow without end).
+_REPORTED: set[str] = set()
+
+
+def _readable(
+    rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime]
+) -> list[WaitRecord]:
+    """The rows that decode, one at a time; each one that does not is logged once."""
+    made: list[WaitRecord] = []
+    for token, sid, path, kind, key, wake_at, reason, payload in rows:
+        try:
+            decoded = decode_path(path)
+        except SnapshotError as exc:
+            if token not in _REPORTED and len(_REPORTED) < 10_000:
+                import logging  # only now: `import tarry` loads no logging
+
+                _REPORTED.add(token)
+                logging.getLogger("tarry").error(
+                    "wait %s of session %r cannot be read and is skipped: %s", token[:12], sid, exc
+                )
+            continue
+        made.append(
+            WaitRecord(
+                token,
+                sid,
+                decoded,
+                kind,
+                key,
+                None if wake_at is None else when(wake_at),
+                reason,
+                payload,
+            )
+        )
     return made
 
 

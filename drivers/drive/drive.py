@@ -69,6 +69,7 @@ class Drive:
         "ledger",
         "aborts",
         "renew_at",
+        "progress_at",
         "until",
         "stop",
         "written_seq",
@@ -119,6 +120,9 @@ class Drive:
         # every checkpoint.
         started = time.monotonic()
         self.renew_at = started + core.lease / 3
+        #: When the drive next writes its progress (monotonic): once a TICK, however short
+        #: the lease (whose renewals write only the lease).
+        self.progress_at = started + TICK
         #: A stop request read from the store ("abort" or "cancel"); one stored before this
         #: drive began (a recovered session's) is acted on at the first checkpoint.
         self.stop: str | None = None
@@ -214,7 +218,7 @@ class Drive:
         # A short lease (tests use one) is renewed in time: ticks come at least that often.
         self.ex.due = mono + min(TICK, core.lease / 3)
         self.ex.at = None  # the next event reads the clock again
-        progress = self.ex.state.last_seq != self.written_seq
+        progress = self.ex.state.last_seq != self.written_seq and mono >= self.progress_at
         # The lease is renewed (which also checks that it is still ours) before any progress
         # is written with it.
         if (progress or mono >= self.renew_at) and not self._renew():
@@ -223,6 +227,7 @@ class Drive:
         if self.stop is not None:
             return True
         if progress:
+            self.progress_at = mono + TICK
             self._write_progress()
         return False
 

@@ -231,12 +231,14 @@ class WaitsAndMail:
             where.append("kind = ?")
             args.append(kind)
         sql = f"SELECT {_WAIT} FROM {table} WHERE {' AND '.join(where)} ORDER BY token LIMIT ?"
-        return self._waits(sql, (*args, limit))
+        return self._waits(sql, (*args, limit), skip_bad=True)
 
-    def _waits(self, sql: str, args: Sequence[Any]) -> builtins.list[WaitRecord]:
+    def _waits(
+        self, sql: str, args: Sequence[Any], *, skip_bad: bool = False
+    ) -> builtins.list[WaitRecord]:
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
-        return wait_records(rows, _datetime)
+        return wait_records(rows, _datetime, skip_bad=skip_bad)
 
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:

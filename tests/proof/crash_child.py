@@ -268,6 +268,13 @@ def main(plan: Plan, db: str, ledger: str, ready_fd: int) -> None:
 
 
 def _drive(plan: Plan, store: SQLiteStore, ready_fd: int) -> None:
+    if plan.durability == "pause":
+        # The campaign on durability="pause" counts the steps lost since the last pause: a
+        # drive's once-a-TICK progress write (what other processes see of a running session)
+        # would make that count depend on how fast this machine runs. Off, for this child only.
+        from tarry.drivers.drive import drive as drive_module
+
+        drive_module.TICK = float("inf")
     rt = Runtime(store=store, durability=plan.durability, lease=LEASE, flows=[FLOW])
     if plan.phase in ("completed", "flushed"):
         rt.subscribe(_on_event)

@@ -224,3 +224,23 @@ def test_a_missing_flow_is_one_warning_per_session_not_one_per_round(
         assert rt.resume_due() == []
     warnings = [r.getMessage() for r in caplog.records if "no flow 'ghost'" in r.getMessage()]
     assert len(warnings) == 3 and all(any(s in w for w in warnings) for s in ghosts)
+
+
+def test_a_corrupt_wait_row_stops_no_poll(tmp_path: Any) -> None:
+    """One waiting branch whose stored row cannot be read is skipped (logged once); every other
+    request of the adapter's kind is still asked about and resumed."""
+    import sqlite3
+
+    from tarry import Flow, Runtime, Wait
+    from tarry.snapshots import SQLiteStore
+
+    path = tmp_path / "w.db"
+    flow = Flow("asked", [Wait("w", kind="external"), lambda ctx: ctx.prev])
+    rt = Runtime(store=SQLiteStore(path), adapters={"external": lambda request: "ready"})
+    bad, good = rt.run(flow), rt.run(flow)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE waits SET path = ? WHERE session_id = ?", (b"\xc1", bad.session_id))
+    outcomes = rt.poll()
+    assert [o.session_id for o in outcomes] == [good.session_id]
+    assert outcomes[0].ok and outcomes[0].output == "ready"
+    assert rt.session(bad.session_id).status == "paused"
