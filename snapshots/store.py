@@ -290,6 +290,10 @@ class SessionStore(Protocol):
         tokens after `after` (the last token of the previous page): through an index, reading
         no snapshot and writing nothing (a poll of idle waits costs no write)."""
 
+    def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
+        """The live waits on `key`, the one that has waited longest first (by when the save
+        that registered it ran), at most `limit`: who takes a message. Writes nothing."""
+
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         """Queue one message on `key` (a key is a FIFO queue: a later post never replaces an
         earlier one) and return its id; ids only grow. `target`: a session that waits on the
@@ -319,7 +323,7 @@ class SessionStore(Protocol):
 
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         """Live waits on keys that hold an unclaimed message, each with the oldest such
-        message of its key (one pair per key: the wait with the least token): what a worker
+        message of its key (one pair per key: the wait that has waited longest): what a worker
         round delivers when a delivery and a wait crossed without meeting (a crash between a
         save and its check for mail). Reads through indexes; writes nothing."""
 

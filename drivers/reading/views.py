@@ -145,7 +145,8 @@ class SessionView:
         """A pure fold of `events()` up to the last event `state` has seen (a running session
         may have written more since this view read it), with the values kept out of line read
         back as `state` has them: always equal to `state`. Reads the log a page at a time."""
-        state = SessionState(session_id=self._record.session_id)
+        # From the initial state `state_of` gives a session that never wrote one.
+        state = SessionState(session_id=self._record.session_id, flow=self._record.flow)
         last = self.state.last_seq
         after = 0
         while True:

@@ -30,7 +30,7 @@ from tarry.drivers.drive.settle import settle, settle_many
 from tarry.drivers.limits import check_actor, log
 from tarry.drivers.rounds.boundary import Round, contain, infrastructure
 from tarry.drivers.sessions.batch import resume_keys
-from tarry.drivers.sessions.resuming import SessionBusy, prepare, prepare_now
+from tarry.drivers.sessions.resuming import SessionBusy, prepare_now
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
     InvalidArgument,
@@ -94,10 +94,11 @@ def mailbox(core: Core, prefix: str | None, limit: int) -> list[MailInfo]:
 
 
 def _checked(
-    core: Core, deliveries: Mapping[str, Any], what: str
+    core: Core, deliveries: Mapping[str, Any], what: str, every: bool = False
 ) -> tuple[dict[str, Any], dict[str, bytes], dict[str, list[WaitRecord]]]:
     """Every key and value checked, and every wait on the keys against its value: (values,
-    their encodings, the waits of each key). Raises the first refusal; writes nothing."""
+    their encodings, the waits of each key: the one that has waited longest first, or, with
+    `every`, all of them). Raises the first refusal; writes nothing."""
     if not isinstance(deliveries, Mapping):
         msg = f"{what} takes a mapping {{key: value}} (got {describe(deliveries)})"
         raise InvalidArgument(msg)
@@ -109,7 +110,10 @@ def _checked(
         # The session's own copy, checked: NotSerializable / PayloadTooLarge naming the key.
         values[key], _ = core.take(value, f"delivery for key {key!r}")
         blobs[key] = dumps(values[key])
-    found = {key: waiting(core, key=key) for key in values}
+    if every:
+        found = {key: waiting(core, key=key) for key in values}
+    else:
+        found = {key: list(core.store.waiters(key, PAGE)) for key in values}
     check_group(
         core, {row.token: (row, values[key]) for key, rows in found.items() for row in rows}
     )
@@ -153,7 +157,7 @@ def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = 
 def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
     """Resume every branch waiting on `key` now, each with `value`; keep nothing."""
     check_actor(actor)
-    values, _, found = _checked(core, {key: value}, "broadcast")
+    values, _, found = _checked(core, {key: value}, "broadcast", every=True)
     group = {row.token: (row, values[key]) for row in found[key]}
     outcomes, _ = resume_group(core, group, trigger="broadcast", actor=actor)
     return outcomes
@@ -194,7 +198,7 @@ def _offer(
     busy: list[str] = []
     seen: set[str] = set()
     for attempt in range(2):
-        candidates = rows if attempt == 0 else waiting(core, key=key)
+        candidates = rows if attempt == 0 else core.store.waiters(key, PAGE)
         for row in candidates:
             if row.token in seen and attempt == 0:
                 continue
@@ -283,7 +287,8 @@ def resume_group(
 ) -> tuple[list[Outcome], set[str]]:
     """Resume the waits of `group` ({token key: (wait, value)}), each with its value: one
     outcome per session, in the order of its first wait; and the token keys that were not
-    live any more (a token resume, a timeout or a cancel used them first: nothing done).
+    resumed (a token resume, a timeout or a cancel used them first, or their session was
+    running — never waited for: the next round asks again — nothing done).
 
     Every resume a poll or a delivery makes goes through here. It resumes the waits of one
     session with one call: one `prepare` for one wait, `resume_many`'s (one drive and one
@@ -303,7 +308,7 @@ def resume_group(
         for token, value in tokens.items():
             try:
                 outcome = _resume_one(core, token, value, trigger, actor) or outcome
-            except _PASSED:
+            except (*_PASSED, SessionBusy):
                 lost.add(token)
         if outcome is not None:
             outcomes.append(outcome)
@@ -321,9 +326,16 @@ def _resume_together(
         try:
             outcomes = settle_many(
                 resume_keys(
-                    core, {k: (k, v) for k, v in left.items()}, trigger=trigger, actor=actor
+                    core,
+                    {k: (k, v) for k, v in left.items()},
+                    trigger=trigger,
+                    actor=actor,
+                    wait_busy=False,
                 )
             )
+        except SessionBusy:
+            lost.update(left)
+            return None
         except (TokenAlreadyUsed, UnknownToken) as exc:
             raced = getattr(exc, "token", None)
             if raced not in left:
@@ -343,13 +355,9 @@ def _resume_one(
     actor: str | None,
     mail: int | None = None,
 ) -> Outcome | None:
-    """Resume one wait by its token with `value`; with `mail`, consuming that queued message
-    with the token and never waiting for a busy session (SessionBusy)."""
+    """Resume one wait by its token with `value` (with `mail`, consuming that queued message with
+    the token); SessionBusy, nothing done, when its session is running: a round never waits."""
     try:
-        if mail is None:
-            return settle(
-                prepare(core, token, None, False, value=value, trigger=trigger, actor=actor)
-            )
         return settle(
             prepare_now(
                 core, token, None, False, value=value, trigger=trigger, actor=actor, mail=mail

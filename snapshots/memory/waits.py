@@ -57,6 +57,8 @@ class WaitsAndMail:
         self._all_waits: list[str] = []  # every live wait's token, sorted
         self._by_kind: dict[str, list[str]] = {}  # sorted tokens per kind
         self._by_key: dict[str, list[str]] = {}  # sorted tokens per key
+        # tokens per key in the order their waits were registered (who waited longest)
+        self._fifo: dict[str, dict[str, None]] = {}
         self._mail: dict[int, _Message] = {}  # every message, by id
         self._queue: dict[str, list[int]] = {}  # the unclaimed ids of each key, in order
         self._claims: dict[str, set[int]] = {}  # the ids each session claimed
@@ -139,6 +141,11 @@ class WaitsAndMail:
                     found.append(wait)
             return found
 
+    def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
+        with self._lock:
+            tokens = list(self._fifo.get(key, ()))[:limit]
+            return [self._waits[t] for t in tokens]
+
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         with self._lock:
@@ -188,9 +195,9 @@ class WaitsAndMail:
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._lock:
             found = [
-                (self._waits[self._by_key[key][0]], self._mail[ids[0]].record())
+                (self._waits[next(iter(self._fifo[key]))], self._mail[ids[0]].record())
                 for key, ids in self._queue.items()
-                if ids and self._by_key.get(key)
+                if ids and self._fifo.get(key)
             ]
         found.sort(key=lambda pair: pair[1].id)
         return found[:limit]
@@ -295,6 +302,7 @@ class WaitsAndMail:
         bisect.insort(self._by_kind.setdefault(wait.kind, []), token)
         if wait.key is not None:
             bisect.insort(self._by_key.setdefault(wait.key, []), token)
+            self._fifo.setdefault(wait.key, {})[token] = None
 
     def _drop_wait(self, token: str) -> None:
         wait = self._waits.pop(token, None)
@@ -310,6 +318,11 @@ class WaitsAndMail:
         _remove(self._by_kind, wait.token, wait.kind)
         if wait.key is not None:
             _remove(self._by_key, wait.token, wait.key)
+            fifo = self._fifo.get(wait.key)
+            if fifo is not None:
+                fifo.pop(wait.token, None)
+                if not fifo:
+                    del self._fifo[wait.key]
 
 
 def _remove(where: Any, token: str, name: str | None = None) -> None:

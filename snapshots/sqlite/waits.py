@@ -240,6 +240,17 @@ class WaitsAndMail:
             rows = self._cur.execute(sql, args).fetchall()
         return wait_records(rows, _datetime, skip_bad=skip_bad)
 
+    def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
+        # A token's rowid grows with each one registered (the save that pauses on it), so it
+        # orders the key's waits by how long they have waited; a key has few waits to sort.
+        columns = ", ".join("w." + c for c in _WAIT.split(", "))
+        return self._waits(
+            f"SELECT {columns} FROM waits AS w INDEXED BY waits_key "
+            "JOIN tokens AS t ON t.token = w.token WHERE w.key = ? ORDER BY t.rowid LIMIT ?",
+            (key, limit),
+            skip_bad=True,
+        )
+
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         with self._write as db:
@@ -299,8 +310,8 @@ class WaitsAndMail:
             "FROM (SELECT key, min(id) AS id FROM mail INDEXED BY mail_queue "
             "WHERE claimed_by = '' GROUP BY key) AS q "
             "JOIN mail AS m ON m.id = q.id "
-            "JOIN waits AS w ON w.token = (SELECT token FROM waits INDEXED BY waits_key "
-            "WHERE key = q.key ORDER BY token LIMIT 1) "
+            "JOIN waits AS w ON w.token = (SELECT w2.token FROM waits AS w2 INDEXED BY waits_key "
+            "JOIN tokens AS t ON t.token = w2.token WHERE w2.key = q.key ORDER BY t.rowid LIMIT 1) "
             "ORDER BY q.id LIMIT ?"
         )
         with self._lock:
