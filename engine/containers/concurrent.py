@@ -26,10 +26,12 @@ from collections.abc import Callable, Generator
 from contextvars import copy_context
 from typing import Any
 
+from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import NodeFailure
 from tarry.engine.observed import WATCHER, await_in_lane, call_in_lane, last_path
 from tarry.engine.signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
+from tarry.engine.state.records import ContainerFrame
 
 Signal = Any
 Lane = tuple[Any, Generator[Signal, Any, Any]]
@@ -67,6 +69,27 @@ async def _timed(awaitable: Any, timeout: float) -> Any:
     import asyncio
 
     return await asyncio.wait_for(awaitable, timeout)
+
+
+def check_concurrency(value: Any, owner: str) -> int | None:
+    """`concurrency` as given: a positive int, or None for no bound; else InvalidFlow."""
+    if value is None or (type(value) is int and value >= 1):
+        return value
+    msg = f"{owner}: concurrency must be an int >= 1 or None (got {value!r})"
+    raise InvalidFlow(msg)
+
+
+def lanes_of(frame: ContainerFrame) -> tuple[list[tuple[Any, ContainerFrame]], list[Any]]:
+    """The lanes a resumed concurrent container's `frame` holds: those that go on, as (name,
+    lane frame) for `resume_body` to take up, and the names of those that still wait."""
+    going: list[tuple[Any, ContainerFrame]] = []
+    waiting: list[Any] = []
+    for name, lane in (frame.lanes or {}).items():
+        if lane.pause is None:
+            going.append((name, lane))
+        else:
+            waiting.append(name)
+    return going, waiting
 
 
 def multiplex(
