@@ -16,7 +16,7 @@ from tarry.engine.retry import Retry
 from tarry.engine.signals import Await, Backoff, Offload, Pause
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
-from tarry.engine.state.reducer import _node_completed
+from tarry.engine.state.reducer import node_completed
 from tarry.engine.values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
@@ -110,7 +110,7 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        _node_completed(fields, seq, path, data, True)
+        node_completed(fields, seq, path, data, True)
         row = (seq, ev.NODE_COMPLETED, at, path, data)
         ex.rows.append(row)
         if ex.listener is not None:
