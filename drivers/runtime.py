@@ -13,7 +13,7 @@ from tarry.drivers.clock import Clock
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import is_awaitable, refuse_in_loop, settle
+from tarry.drivers.drive.settle import refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
 from tarry.drivers.limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from tarry.drivers.logs import INFO, MAX_LOGS
@@ -21,6 +21,7 @@ from tarry.drivers.reads import Reads
 from tarry.drivers.sessions.resuming import key_of, prepare
 from tarry.drivers.sessions.starting import begin
 from tarry.engine.flow import Flow
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
 from tarry.snapshots.store import SessionStore
 

@@ -12,6 +12,7 @@ from tarry.engine.element import Detour, Element, Route, Signal, check_name
 from tarry.engine.errors import InvalidFlow, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, fail, hold
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
 from tarry.engine.signals import Await, Backoff, Offload, Pause
 from tarry.engine.state import events as ev
@@ -22,12 +23,6 @@ from tarry.engine.values import IMMUTABLE
 _STARTED = {"kind": "step"}
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
-
-
-def is_awaitable(value: Any) -> bool:
-    # Checking for __await__ is much faster than inspect.isawaitable and covers coroutines,
-    # tasks and futures alike.
-    return hasattr(value, "__await__") and not isinstance(value, type)
 
 
 class Step(Element):

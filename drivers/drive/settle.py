@@ -8,11 +8,7 @@ from typing import Any
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.engine.errors import AsyncInSyncContext
-
-
-def is_awaitable(value: Any) -> bool:
-    # `__await__` rather than inspect.isawaitable: one attribute look-up, as graphql-core does.
-    return hasattr(value, "__await__")
+from tarry.engine.is_awaitable import is_awaitable
 
 
 def settle(result: AwaitableOrValue[Outcome]) -> Outcome:

@@ -12,12 +12,12 @@ from tarry.drivers.drive.checking import fold
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument, TokenAlreadyUsed
 from tarry.engine.flow import Flow
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState
