@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.clock import Clock
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import refuse_in_loop, settle
+from tarry.drivers.drive.pump import AwaitableOrValue, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
 from tarry.drivers.limits import MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from tarry.drivers.logs import INFO, MAX_LOGS

@@ -14,7 +14,7 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, fail, hold
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
-from tarry.engine.signals import Await, Backoff, Offload, Pause
+from tarry.engine.signals import Await, Backoff, Offload, Pause, Select
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
 from tarry.engine.state.reducer import node_completed
@@ -151,8 +151,17 @@ class Step(Element):
                             error = None
                 else:
                     ctx = make(ex, path, prev, scope, attempt)
-                    if ex.pooled and not self.is_async:  # a concurrent lane: on the pool
-                        result = yield Offload(self.fn, ctx)
+                    if ex.pooled and not self.is_async:
+                        # A concurrent lane: the call starts on the driver's thread pool at
+                        # once, and the lane waits for it beside its siblings' steps.
+                        call = yield Offload(self.fn, ctx)
+                        ((_, ok, result),) = yield Select((call,), (path,))
+                        call = None  # it holds the outcome: no cycle through an error below
+                        if not ok:
+                            try:
+                                raise result
+                            finally:  # no cycle: this frame -> the error -> its traceback
+                                result = None
                         if type(result) not in _PLAIN and is_awaitable(result):
                             _close(result)
                             msg = (

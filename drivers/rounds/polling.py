@@ -18,7 +18,7 @@ from typing import Any
 from tarry.drivers.adapters import NOT_READY, ResumeRequest, decoding_request, is_bulk
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.settle import settle
+from tarry.drivers.drive.pump import settle
 from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.rounds.delivering import resume_group, waiting

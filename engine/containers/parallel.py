@@ -22,7 +22,7 @@ class Parallel(Element):
     `branches`, whatever order they complete in.
 
     Each branch is a lane of its own (see containers/concurrent.py): its async steps overlap,
-    its sync steps run on the container's thread pool, and a branch that waits lets the others
+    its sync steps run on the driver's thread pool, and a branch that waits lets the others
     go on. Its elements' paths are `(..., parallel, branch, element)`.
     """
 
