@@ -276,7 +276,7 @@ def old_round(rt: Runtime, limit: int) -> int:
     """One round of `resume_due` as it was before due sessions were claimed: fetch the
     earliest due sessions, the same ones every other worker fetches, and try each token; a
     worker that loses a race skips the session. Returns how many it resumed."""
-    from tarry.drivers.drive.settle import settle
+    from tarry.drivers.drive.pump import settle
     from tarry.drivers.sessions.resuming import prepare
     from tarry.engine.errors import SessionNotResumable, TokenAlreadyUsed, UnknownToken
 

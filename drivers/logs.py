@@ -30,9 +30,9 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from tarry.drivers.drive.settle import is_awaitable
 from tarry.engine.describe import describe
 from tarry.engine.errors import InvalidArgument
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.observed import STEP_PATH, WATCHER, last_path
 from tarry.snapshots.log_records import LogBatch, LogRecord
 

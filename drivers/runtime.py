@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.clock import Clock
 from tarry.drivers.core import Core, checked_adapters
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import is_awaitable, refuse_in_loop, settle
+from tarry.drivers.drive.pump import AwaitableOrValue, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
 from tarry.drivers.limits import MAIL_TTL, MAX_SNAPSHOT_BYTES, MAX_VALUE_BYTES
 from tarry.drivers.logs import INFO, MAX_LOGS
@@ -22,6 +21,7 @@ from tarry.drivers.sessions.resuming import key_of, prepare
 from tarry.drivers.sessions.starting import begin
 from tarry.drivers.tokens import Tokens
 from tarry.engine.flow import Flow
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogRecord

@@ -11,7 +11,7 @@ from tarry.engine.context import Scope
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.signals import Checkpoint
-from tarry.engine.state.records import OutOfLine
+from tarry.engine.state.records import ContainerFrame, OutOfLine
 
 Signal = Any  # Checkpoint | Pause | Await
 
@@ -97,6 +97,22 @@ def resume_prev(body: tuple[Element, ...], child: int, outputs: dict[str, Any], 
     if child == 0:
         return first
     return outputs.get(body[child - 1].name)
+
+
+def resume_body(
+    ex: Execution,
+    body: tuple[Element, ...],
+    base: tuple[Any, ...],
+    frame: ContainerFrame,
+    first: Any,
+    scope: Scope,
+) -> Generator[Signal, Any, Any]:
+    """Run `body` from where `frame` left it when the run stopped: the frame of a sequential
+    container's iteration in progress or a concurrent container's lane, which both hold the
+    child in progress and the outputs of the children before it (`first`: the body's input)."""
+    child = frame.child
+    first = resume_prev(body, child, frame.child_outputs, first)
+    return run_body(ex, body, base, child, first, scope)
 
 
 def run_body(

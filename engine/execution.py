@@ -160,8 +160,8 @@ class Execution:
         #: How many concurrent containers are in progress: while none is, the state's own
         #: fields are the scope of every node (see `scope`).
         self.lanes = 0
-        #: True while a concurrent container steps one of its lanes: a sync step then hands
-        #: its call to the container's thread pool (`Offload`) instead of calling it in place.
+        #: True while a concurrent container steps one of its lanes: a sync step then starts
+        #: its call on the driver's thread pool (`Offload`) instead of calling it in place.
         self.pooled = False
 
     def scope(self, path: tuple[Any, ...]) -> Any:

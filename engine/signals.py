@@ -3,8 +3,8 @@
 Every element of a flow runs as a generator; containers drive their children with
 `yield from`, so whatever a step deep inside a loop yields reaches the driver directly.
 The driver dispatches on `type(signal) is X`; anything else is a bug and is reported as such.
-The engine never sleeps or awaits by itself: it yields `Await` and `Backoff`, and the driver
-(sync or async) does the waiting.
+The engine never sleeps, awaits or starts a thread by itself: it yields `Await`, `Backoff`,
+`Offload` and `Select`, and the driver (sync or async) does the waiting.
 """
 
 from __future__ import annotations
@@ -80,8 +80,10 @@ class Backoff:
 
 @attrs.frozen(slots=True)
 class Offload:
-    """A sync step of a concurrent container's lane: `fn(ctx)` is to run on the container's
-    thread pool (the container submits it; it never reaches the driver)."""
+    """A sync step of a concurrent container's lane: `fn(ctx)` is to start on the driver's
+    thread pool. The driver answers at once with the call's handle (a
+    `concurrent.futures.Future`), and the step waits for it with a `Select`, beside what the
+    lane's siblings wait for."""
 
     fn: Any
     ctx: Any
@@ -89,12 +91,18 @@ class Offload:
 
 @attrs.frozen(slots=True)
 class Select:
-    """A concurrent container waits for any of `items` to finish: awaitables (async steps) and
-    `concurrent.futures.Future`s (sync steps on its thread pool). The driver answers with a
-    list of `(position in items, succeeded, value or exception)`, one per item that finished
-    (at least one). With no awaitable among them, a sync run waits for the futures in place."""
+    """A concurrent container (or a sync step of one of its lanes) waits for any of `items` to
+    finish: `Await`s of async steps and handles of calls started by `Offload`. The driver
+    awaits an `Await` (within its timeout) from the first Select that asks for it (a Select
+    asks again, with the same objects, for what is still in flight), and answers with a list
+    of `(position in items, succeeded, value or exception)`, one per item that finished (at
+    least one). With no `Await` among them, a sync run waits for the threads in place.
+
+    `paths[i]` is the path of the step that asked for `items[i]`: what it logs while it runs
+    is that step's (drivers/logs.py)."""
 
     items: tuple[Any, ...]
+    paths: tuple[tuple[Any, ...], ...]
 
 
 @attrs.frozen(slots=True)

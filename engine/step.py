@@ -12,22 +12,17 @@ from tarry.engine.element import Detour, Element, Route, Signal, check_name
 from tarry.engine.errors import InvalidFlow, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, fail, hold
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
-from tarry.engine.signals import Await, Backoff, Offload, Pause
+from tarry.engine.signals import Await, Backoff, Offload, Pause, Select
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
-from tarry.engine.state.reducer import _node_completed
+from tarry.engine.state.reducer import node_completed
 from tarry.engine.values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
-
-
-def is_awaitable(value: Any) -> bool:
-    # Checking for __await__ is much faster than inspect.isawaitable and covers coroutines,
-    # tasks and futures alike.
-    return hasattr(value, "__await__") and not isinstance(value, type)
 
 
 class Step(Element):
@@ -110,7 +105,7 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        _node_completed(fields, seq, path, data, True)
+        node_completed(fields, seq, path, data, True)
         row = (seq, ev.NODE_COMPLETED, at, path, data)
         ex.rows.append(row)
         if ex.listener is not None:
@@ -156,8 +151,17 @@ class Step(Element):
                             error = None
                 else:
                     ctx = make(ex, path, prev, scope, attempt)
-                    if ex.pooled and not self.is_async:  # a concurrent lane: on the pool
-                        result = yield Offload(self.fn, ctx)
+                    if ex.pooled and not self.is_async:
+                        # A concurrent lane: the call starts on the driver's thread pool at
+                        # once, and the lane waits for it beside its siblings' steps.
+                        call = yield Offload(self.fn, ctx)
+                        ((_, ok, result),) = yield Select((call,), (path,))
+                        call = None  # it holds the outcome: no cycle through an error below
+                        if not ok:
+                            try:
+                                raise result
+                            finally:  # no cycle: this frame -> the error -> its traceback
+                                result = None
                         if type(result) not in _PLAIN and is_awaitable(result):
                             _close(result)
                             msg = (

@@ -14,7 +14,7 @@ from typing import Any
 from tarry.drivers.cli.common import UsageError, err, json_arg, runtime_of
 from tarry.drivers.cli.progress import show_progress
 from tarry.drivers.cli.text import print_outcome
-from tarry.drivers.drive.settle import settle
+from tarry.drivers.drive.pump import settle
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import FLOW_REF, load_flow
 from tarry.engine.errors import TokenAlreadyUsed, UnknownToken

@@ -1,5 +1,6 @@
 """The one pump: steps a flow's generator chain into a result, switching to async only when
-an async step hands it an awaitable (`AwaitableOrValue`: a plain value when nothing awaited).
+an async step hands it an awaitable (`AwaitableOrValue`: a plain value when nothing awaited);
+and `settle`, the sync entry points' way from such a result to a value.
 
 `pump` is the one place that steps the generator: one send runs the flow until it returns,
 fails, pauses, stops or needs something awaited or waited for. The async path (`_pump_async`)
@@ -8,16 +9,29 @@ every line of dispatch. A short retry back-off (`Backoff`) is waited in place by
 called `pump`: `sleep` in a sync run, `asleep` (an `asyncio.sleep`) in an async one.
 Checkpoints never reach the pump unless the run stops there: the engine asks the driver at
 each one (`Execution.stop`) and yields a `Checkpoint` only to stop.
+
+A sync step of a concurrent container's lane asks for its call to start on the process's
+thread pool (`Offload`), and is answered at once with its future; the container then yields a
+`Select` of what its lanes wait for, those futures and async steps' `Await`s. A sync run waits
+for the threads in place; the first `Await` among them makes the run async, and then
+everything in flight is awaited together on the event loop. The threads and the event loop
+are the driver's: the engine owns neither.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Generator
+from contextvars import copy_context
 from typing import Any, TypeAlias, TypeVar
 
+from tarry.drivers.drive.outcome import Outcome
 from tarry.engine.context import Interrupted
+from tarry.engine.errors import AsyncInSyncContext
 from tarry.engine.failure import NodeFailure
-from tarry.engine.signals import Await, Backoff, Checkpoint, Pause, PauseMany, Select
+from tarry.engine.is_awaitable import is_awaitable
+from tarry.engine.observed import WATCHER, await_in_lane, call_in_lane
+from tarry.engine.signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
 
 T = TypeVar("T")
 AwaitableOrValue: TypeAlias = Awaitable[T] | T  # TypeAlias: else mypy reads a variable
@@ -26,14 +40,24 @@ DONE, PAUSED, STOPPED, FAILED = "done", "paused", "stopped", "failed"
 Result = tuple[str, Any]
 
 
-Wanted = Await | Backoff | Select
+Wanted = Await | Backoff | Offload | Select
+
+#: Threads of the process-wide pool that sync steps of concurrent lanes run on (as many as
+#: asyncio's default executor may have). A container never has more calls on it than its
+#: `concurrency` (its lanes in flight), so a container with a bound of N uses at most N of
+#: them; the pool is shared so that threads are started once per process, not once per
+#: container run (a thread start costs far more than a short step). Steps that wait on I/O
+#: by the hundred are better written `async def`: they then all overlap on the event loop.
+MAX_THREADS = 32
+_pool: Any = None
 
 
 def pump(
     gen: Generator[Any, Any, Any], value: Any, throw: BaseException | None = None
 ) -> Result | Wanted:
     """Send `value` (or throw `throw`) into `gen` and return what it comes to: it returned,
-    failed, paused or stopped at a checkpoint, or needs something awaited or waited for."""
+    failed, paused or stopped at a checkpoint, or needs something awaited, waited for or
+    started."""
     try:
         signal = gen.send(value) if throw is None else gen.throw(throw)
     except StopIteration as stop:
@@ -45,7 +69,7 @@ def pump(
         return (PAUSED, signal)
     if kind is Checkpoint:
         return (STOPPED, signal)
-    if kind is Await or kind is Backoff or kind is Select:
+    if kind is Await or kind is Backoff or kind is Select or kind is Offload:
         return signal
     msg = (
         f"a flow element yielded {signal!r}; only Checkpoint, Pause, Await and Backoff may "
@@ -67,11 +91,13 @@ def drive(
     result = pump(gen, None)
     while True:
         kind = type(result)
-        if kind is Backoff and not asynchronous:
+        if kind is Offload:
+            result = pump(gen, _start(result))
+        elif kind is Backoff and not asynchronous:
             sleep(result.seconds)
             result = pump(gen, None)
         elif kind is Select and _threads_only(result):
-            # Sync steps of a concurrent container, on its pool: waited for in place.
+            # Sync steps of a concurrent container, on the pool: waited for in place.
             result = pump(gen, _wait_threads(result.items))
         else:
             break
@@ -80,10 +106,21 @@ def drive(
     return finish(result)
 
 
-def _threads_only(select: Select) -> bool:
-    from concurrent.futures import Future
+def _start(offload: Offload) -> Any:
+    """Start a lane's sync step on the pool; its `concurrent.futures.Future`."""
+    global _pool
+    if _pool is None:
+        from concurrent.futures import ThreadPoolExecutor  # only concurrent lanes need it
 
-    return all(type(item) is Future for item in select.items)
+        _pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="tarry")
+    if WATCHER.get() is None:
+        return _pool.submit(offload.fn, offload.ctx)
+    # Logs are captured: the call runs in a copy of the drive's context, and says whose it is.
+    return _pool.submit(copy_context().run, call_in_lane, offload.fn, offload.ctx)
+
+
+def _threads_only(select: Select) -> bool:
+    return all(type(item) is not Await for item in select.items)
 
 
 def _wait_threads(items: tuple[Any, ...]) -> list[tuple[int, bool, Any]]:
@@ -100,6 +137,20 @@ def _answer(position: int, done: Any) -> tuple[int, bool, Any]:
     return (position, False, exc) if exc is not None else (position, True, done.result())
 
 
+def _awaited(request: Await, path: tuple[Any, ...] | None = None) -> Awaitable[Any]:
+    """What to await for an async step: its awaitable, within its timeout. `path`: the step's,
+    when it runs in a lane of a concurrent container (as a task of its own), for the records it
+    logs."""
+    awaitable = request.awaitable
+    if request.timeout is not None:
+        import asyncio  # only async runs need it; `import tarry` stays light
+
+        awaitable = asyncio.wait_for(awaitable, request.timeout)
+    if path is not None and WATCHER.get() is not None:  # logs are captured: whose step it is
+        awaitable = await_in_lane(awaitable, path)
+    return awaitable
+
+
 async def _pump_async(
     gen: Generator[Any, Any, Any],
     signal: Wanted,
@@ -110,42 +161,41 @@ async def _pump_async(
     # Select asks again for what is still in flight, which must not be awaited twice.
     tasks: dict[int, Any] = {}
     while True:
-        if type(signal) is Backoff:
+        kind = type(signal)
+        if kind is Offload:
+            result = pump(gen, _start(signal))
+        elif kind is Backoff:
             await asleep(signal.seconds)
             result = pump(gen, None)
-        elif type(signal) is Select:
-            result = pump(gen, await _select(signal.items, tasks))
+        elif kind is Select:
+            result = pump(gen, await _select(signal, tasks))
         else:
             try:
-                if signal.timeout is not None:
-                    import asyncio  # only async runs need it; `import tarry` stays light
-
-                    value = await asyncio.wait_for(signal.awaitable, signal.timeout)
-                else:
-                    value = await signal.awaitable
+                value = await _awaited(signal)
             except (Exception, Interrupted) as exc:
                 result = pump(gen, None, throw=exc)
             else:
                 result = pump(gen, value)
         kind = type(result)
-        if kind is not Await and kind is not Backoff and kind is not Select:
+        if kind is not Await and kind is not Backoff and kind is not Select and kind is not Offload:
             return finish(result)
         signal = result
 
 
-async def _select(items: tuple[Any, ...], tasks: dict[int, Any]) -> list[tuple[int, bool, Any]]:
-    """Wait until at least one of `items` (awaitables, thread-pool futures) has finished."""
+async def _select(select: Select, tasks: dict[int, Any]) -> list[tuple[int, bool, Any]]:
+    """Wait until at least one of the select's items (`Await`s, calls on the pool) has
+    finished."""
     import asyncio
-    from concurrent.futures import Future
 
+    items = select.items
     mine = []
-    for item in items:
+    for i, item in enumerate(items):
         task = tasks.get(id(item))
         if task is None:
-            if type(item) is Future:
+            if type(item) is Await:
+                task = asyncio.ensure_future(_awaited(item, select.paths[i]))
+            else:  # a call on the pool
                 task = asyncio.wrap_future(item)
-            else:
-                task = asyncio.ensure_future(item)
             tasks[id(item)] = task
         mine.append(task)
     await asyncio.wait(mine, return_when=asyncio.FIRST_COMPLETED)
@@ -155,3 +205,40 @@ async def _select(items: tuple[Any, ...], tasks: dict[int, Any]) -> list[tuple[i
             del tasks[id(items[i])]
             answers.append(_answer(i, task))
     return answers
+
+
+# The sync entry points' side: from `AwaitableOrValue` to a value.
+
+
+def settle(result: AwaitableOrValue[Outcome]) -> Outcome:
+    """The outcome itself, or the awaitable's, driven to its end on a private event loop."""
+    if not is_awaitable(result):
+        return result  # type: ignore[return-value]
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(result)  # type: ignore[arg-type]
+    finally:
+        loop.close()
+
+
+def settle_many(result: Any) -> Any:
+    """A list of outcomes, or the awaitable's, driven on a private event loop (see settle)."""
+    if not is_awaitable(result):
+        return result
+    return settle(result)
+
+
+def refuse_in_loop(name: str, instead: str) -> None:
+    """AsyncInSyncContext when a sync entry point is called inside a running event loop."""
+    if "asyncio" not in sys.modules:
+        return  # no event loop can be running in a process that never imported asyncio
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    msg = f"{name}() was called inside a running event loop; use `await runtime.{instead}(...)`"
+    raise AsyncInSyncContext(msg)

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.settle import settle
+from tarry.drivers.drive.pump import settle
 from tarry.drivers.http.bodies import (
     BadRequest,
     body_object,

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.settle import settle, settle_many
+from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_actor, log
 from tarry.drivers.rounds.boundary import Round, contain, infrastructure
 from tarry.drivers.sessions.batch import resume_keys

@@ -18,12 +18,13 @@ from typing import Any
 from tarry.drivers.adapters import NOT_READY, ResumeRequest, decoding_request, is_bulk
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.settle import is_awaitable, settle
+from tarry.drivers.drive.pump import settle
 from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.rounds.delivering import deliver_pending, resume_group, waiting
 from tarry.drivers.rounds.timers import resume_due
 from tarry.engine.errors import InvalidResumeValue, NotSerializable, SnapshotError
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import WaitRecord
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.settle import settle
+from tarry.drivers.drive.pump import settle
 from tarry.drivers.rounds.boundary import Round, contain, flow_of, infrastructure
 from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.drivers.sessions.starting import start

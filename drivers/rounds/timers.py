@@ -15,7 +15,7 @@ from typing import Any
 
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome, all_pauses
-from tarry.drivers.drive.settle import settle, settle_many
+from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys

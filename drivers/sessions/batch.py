@@ -17,7 +17,6 @@ from typing import Any
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.sessions.resuming import (
     SessionBusy,
     _Busy,
@@ -38,6 +37,7 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.flow import Flow
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.state import events as ev
 from tarry.engine.state.lanes import concurrent
 from tarry.engine.state.records import SessionState

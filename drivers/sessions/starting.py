@@ -11,7 +11,6 @@ from tarry.drivers.core import Core
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
-from tarry.drivers.drive.settle import is_awaitable
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
@@ -22,6 +21,7 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.flow import Flow
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState

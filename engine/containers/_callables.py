@@ -10,8 +10,8 @@ from tarry.engine.element import Signal
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import fail
+from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.signals import Await
-from tarry.engine.step import is_awaitable
 
 
 def evaluate(

@@ -4,9 +4,12 @@ A concurrent container stays one generator. It holds one child generator per lan
 iteration in flight) and steps each until it yields; what the lanes need is gathered into one
 signal for the driver, and each answer goes back to the lane that asked:
 
-- an async step's awaitable and a sync step's call (run on the container's thread pool of at
-  most N threads) become one `Select` of everything in flight; the driver answers with what
-  finished, and the lanes it belongs to go on;
+- an async step's awaitable (`Await`) and a sync step's call become one `Select` of
+  everything in flight; the driver answers with what finished, and the lanes it belongs to go
+  on. A sync step of a lane starts its call on the driver's thread pool at once (`Offload`,
+  answered with the call's handle, a container having at most N calls in flight) and waits for
+  it with a `Select` of its own, which the container merges into its own. The container starts
+  no thread and awaits nothing itself;
 - a lane that pauses waits; its siblings go on. When nothing can go on, the container yields
   `PauseMany` with the waits that began here (each gets its own token);
 - a lane that stops at a checkpoint (an abort) stays where it is; no new lane starts, the
@@ -23,50 +26,45 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator
-from contextvars import copy_context
 from typing import Any
 
+from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import NodeFailure
-from tarry.engine.observed import WATCHER, await_in_lane, call_in_lane, last_path
-from tarry.engine.signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
+from tarry.engine.observed import last_path
+from tarry.engine.signals import Await, Backoff, Checkpoint, Pause, PauseMany, Select
+from tarry.engine.state.records import ContainerFrame
 
 Signal = Any
 Lane = tuple[Any, Generator[Signal, Any, Any]]
 
 #: `start()` says so when a checkpoint before a new lane stops the run (an abort).
 STOP = object()
-#: Threads of the process-wide pool that sync steps of concurrent lanes run on (as many as
-#: asyncio's default executor may have). A container never has more calls on it than its
-#: `concurrency` (its lanes in flight), so a container with a bound of N uses at most N of
-#: them; the pool is shared so that threads are started once per process, not once per
-#: container run (a thread start costs far more than a short step). Steps that wait on I/O
-#: by the hundred are better written `async def`: they then all overlap on the event loop.
-MAX_THREADS = 32
-_pool: Any = None
-
-
-def _shared_pool() -> Any:
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="tarry")
-    return _pool
-
-
-def _call(fn: Callable[[Any], Any], ctx: Any) -> Any:
-    return fn(ctx)
 
 
 def _stop_all(path: tuple[Any, ...]) -> bool:
     return True
 
 
-async def _timed(awaitable: Any, timeout: float) -> Any:
-    import asyncio
+def check_concurrency(value: Any, owner: str) -> int | None:
+    """`concurrency` as given: a positive int, or None for no bound; else InvalidFlow."""
+    if value is None or (type(value) is int and value >= 1):
+        return value
+    msg = f"{owner}: concurrency must be an int >= 1 or None (got {value!r})"
+    raise InvalidFlow(msg)
 
-    return await asyncio.wait_for(awaitable, timeout)
+
+def lanes_of(frame: ContainerFrame) -> tuple[list[tuple[Any, ContainerFrame]], list[Any]]:
+    """The lanes a resumed concurrent container's `frame` holds: those that go on, as (name,
+    lane frame) for `resume_body` to take up, and the names of those that still wait."""
+    going: list[tuple[Any, ContainerFrame]] = []
+    waiting: list[Any] = []
+    for name, lane in (frame.lanes or {}).items():
+        if lane.pause is None:
+            going.append((name, lane))
+        else:
+            waiting.append(name)
+    return going, waiting
 
 
 def multiplex(
@@ -90,10 +88,11 @@ def multiplex(
     old = set(waiting)
     new: dict[Any, tuple[Pause, ...]] = {}
     stopped: set[Any] = set()
-    pending: dict[Any, tuple[bool, list[Any]]] = {}
+    # What each lane waits for: (True for a step's own Await, answered with its value; False
+    # for a Select, answered with the list of what finished), the requests and their paths.
+    pending: dict[Any, tuple[bool, tuple[Any, ...], tuple[Any, ...]]] = {}
     failure: NodeFailure | None = None
     stopping = exhausted = False
-    pool = None
     stop = ex.stop
     ex.lanes += 1
     try:
@@ -132,25 +131,11 @@ def multiplex(
                 finally:
                     ex.pooled = outer
                 kind = type(signal)
-                if kind is Offload:
-                    if pool is None:
-                        pool = _shared_pool()
-                    if WATCHER.get() is None:
-                        future = pool.submit(_call, signal.fn, signal.ctx)
-                    else:  # logs are captured: the call runs in the drive's context
-                        future = pool.submit(
-                            copy_context().run, call_in_lane, signal.fn, signal.ctx
-                        )
-                    pending[name] = (True, [future])
-                elif kind is Await:
-                    item = signal.awaitable
-                    if signal.timeout is not None:
-                        item = _timed(item, signal.timeout)
-                    if WATCHER.get() is not None:  # logs are captured: say whose step it is
-                        item = await_in_lane(item, last_path(ex))
-                    pending[name] = (True, [item])
+                if kind is Await:
+                    # The step that asked is the lane's latest event's: nothing ran since.
+                    pending[name] = (True, (signal,), (last_path(ex),))
                 elif kind is Select:
-                    pending[name] = (False, list(signal.items))
+                    pending[name] = (False, signal.items, signal.paths)
                 elif kind is Pause:
                     del gens[name]
                     new[name] = (signal,)
@@ -163,23 +148,25 @@ def multiplex(
                 elif kind is Backoff:  # a short back-off: waited in place, for all lanes
                     yield signal
                     ready.append((name, None, None))
-                else:
-                    ready.append((name, (yield signal), None))  # nothing else is expected
+                else:  # an Offload, which the driver answers at once with the call's handle
+                    ready.append((name, (yield signal), None))
                 continue
             if pending:
                 items: list[Any] = []
+                paths: list[Any] = []
                 owners: list[tuple[Any, int]] = []
-                for name, (_, asked) in pending.items():
+                for name, (_, asked, where) in pending.items():
                     for i, item in enumerate(asked):
                         items.append(item)
                         owners.append((name, i))
-                answers = yield Select(tuple(items))
+                    paths.extend(where)
+                answers = yield Select(tuple(items), tuple(paths))
                 got: dict[Any, list[tuple[int, bool, Any]]] = {}
                 for position, ok, value in answers:
                     name, i = owners[position]
                     got.setdefault(name, []).append((i, ok, value))
                 for name, mine in got.items():
-                    one, _ = pending.pop(name)
+                    one, _, _ = pending.pop(name)
                     if one:
                         _, ok, value = mine[0]
                         ready.append((name, value, None) if ok else (name, None, value))

@@ -1,4 +1,17 @@
-"""ForEach: run a body once per item."""
+"""ForEach: run a body once per item, one at a time or up to `concurrency` at once.
+
+Iteration and resume are written once, for both: opening the container (`_start`), starting
+an iteration (`_begin`), resuming one from its frame (`element.resume_body`), completing one
+(`_complete`) and gathering the output (`_gather`). Only the scheduling differs:
+`_run_sequential` loops over the iterations in place, `_run_concurrent` hands them to the
+multiplexer (containers/concurrent.py) as lanes.
+
+The sequential case is not the multiplexer with a bound of 1, although it could be: that costs
+two thirds more instructions per item (a body generator and a lane per iteration, the lanes'
+bookkeeping in the state; `benchmarks/instructions.py foreach`: 72,000 -> 120,000), and it
+would change what a sequential ForEach records (a frame without lanes; its wait is the
+session's own).
+"""
 
 from __future__ import annotations
 
@@ -9,22 +22,23 @@ from typing import Any
 from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes, list_header
 from tarry.engine.containers._callables import evaluate
-from tarry.engine.containers.inflight import check_concurrency, run_concurrently
+from tarry.engine.containers.concurrent import STOP, Lane, check_concurrency, lanes_of, multiplex
 from tarry.engine.context import Outputs, Scope
 from tarry.engine.element import (
     Detour,
     Element,
     Signal,
     check_name,
-    resume_prev,
+    resume_body,
     run_body,
     unwrap,
 )
 from tarry.engine.errors import InvalidFlow, NotSerializable, SnapshotError
-from tarry.engine.execution import Execution
+from tarry.engine.execution import Execution, items_of
 from tarry.engine.failure import admit, check_gathered, completed, fail
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state import events as ev
+from tarry.engine.state.records import ContainerFrame
 
 
 class ForEach(Element):
@@ -62,9 +76,11 @@ class ForEach(Element):
     def _bodies(self) -> Iterable[tuple[str, tuple[Element, ...]]]:
         return (("body", self.body),)
 
-    def _resolve(
+    def _start(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, list[Any]]:
+        """Resolve the items, open the container's frame and store the items (once, out of
+        line); the items."""
         source = self.items
         if isinstance(source, str):
             try:
@@ -85,6 +101,12 @@ class ForEach(Element):
             items, _ = ex.take(items, "/".join(map(str, path)) + ".items")
         except NotSerializable as exc:
             raise fail(ex, path, exc) from exc
+        ex.room -= frame_bytes(path)  # checked with what the container adds next
+        data: dict[str, Any] = {"kind": "foreach", "size": len(items)}
+        if self.concurrency != 1:  # the frame holds a lane per iteration (see the reducer)
+            data["concurrency"] = self.concurrency
+        ex.emit(ev.NODE_STARTED, path, data)
+        ex.ledger.put_items(path, items)
         return items
 
     def _describe(self) -> tuple[Any, ...]:
@@ -97,20 +119,30 @@ class ForEach(Element):
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
-        if self.concurrency != 1:
-            return (yield from run_concurrently(self, ex, path, prev, scope))
         frame = ex.take_frame(path)
-        body = self.body
         items: list[Any] | None
         if frame is None:
-            items = yield from self._resolve(ex, path, prev, scope)
-            size = len(items)
-            ex.room -= frame_bytes(path)  # checked with what the container adds next
-            ex.emit(ev.NODE_STARTED, path, {"kind": "foreach", "size": size})
-            ex.ledger.put_items(path, items)
-            start = 0
-        else:
+            items = yield from self._start(ex, path, prev, scope)
+            size, start = len(items), 0
+        else:  # resumed: the items are read by index from the store
             items, size, start = None, frame.size or 0, frame.iteration
+        if self.concurrency == 1:
+            return (yield from self._run_sequential(ex, path, frame, items, size, start))
+        return (yield from self._run_concurrent(ex, path, frame, items, size, start))
+
+    def _run_sequential(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...],
+        frame: ContainerFrame | None,
+        items: list[Any] | None,
+        size: int,
+        start: int,
+    ) -> Generator[Signal, Any, list[Any]]:
+        """The iterations from `start` on, one after the other."""
+        body = self.body
+        # The iteration in progress when the run stopped, if any: it goes on where it was.
+        resumed = frame if frame is not None and frame.started else None
         # A body of one sync step is called directly (see run_body).
         single = body[0] if len(body) == 1 and body[0].direct else None
         results: list[Any] = []
@@ -120,61 +152,131 @@ class ForEach(Element):
         limit = ex.bounds.value
         for index in range(start, size):
             ipath = path + (index,)
-            if frame is not None and frame.started:
+            if resumed is not None:
                 item = _stored(ex, path, ex.ledger.item, index)
-                child = frame.child
-                first = resume_prev(body, child, frame.child_outputs, item)
+                sc = Scope(item, index, index)
+                out = yield from resume_body(ex, body, ipath, resumed, item, sc)
+                resumed = None
             else:
                 # ex.checkpoint(ipath), inlined: a call less per item.
                 if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
                     ipath
                 ):
                     yield Checkpoint(ipath)
-                if items is not None:
-                    item = items[index]
-                else:  # resumed: read by index (a try costs nothing until it catches)
-                    try:
-                        item = ex.ledger.item(path, index)
-                    except SnapshotError as exc:
-                        raise fail(ex, path, exc) from exc
-                ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": item})
-                child, first = 0, item
-            frame = None
-            if child == 0 and single is not None and not ex.pooled:
-                # run_body of a body of one sync step, inlined: no generator per item.
-                cpath = ipath + (single.name,)
-                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
-                    cpath
-                ):
-                    yield Checkpoint(cpath)
-                sc = Scope(item, index, index)
-                out = single._call(ex, cpath, first, sc)
-                if type(out) is Detour:
-                    out = yield from single._detour(ex, cpath, first, sc, out)
-            else:
-                out = yield from run_body(ex, body, ipath, child, first, Scope(item, index, index))
-            out = unwrap(out)
-            n = ex.out_size if out is ex.out_value else ex.size_of(out)
-            data = {"index": index, "output": out}
-            if n <= ex.room:  # the frame keeps it as the last iteration's output
-                ex.room -= n
-            else:
-                admit(ex, ev.ITERATION_COMPLETED, path, data, n)
-            ex.emit(ev.ITERATION_COMPLETED, path, data)
-            ex.ledger.put_result(path, index, out)
+                item = _begin(ex, path, items, index)
+                if single is not None and not ex.pooled:
+                    # run_body of a body of one sync step, inlined: no generator per item.
+                    cpath = ipath + (single.name,)
+                    if (
+                        ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
+                    ) and ex.stop(cpath):
+                        yield Checkpoint(cpath)
+                    sc = Scope(item, index, index)
+                    out = single._call(ex, cpath, item, sc)
+                    if type(out) is Detour:
+                        out = yield from single._detour(ex, cpath, item, sc, out)
+                else:
+                    out = yield from run_body(ex, body, ipath, 0, item, Scope(item, index, index))
+            out, n = _complete(ex, path, index, out)
             results.append(out)
             gathered += n
             if gathered > limit:  # already too large: no use running the rest
                 check_gathered(ex, path, gathered, f" (the results of items {start}..{index})")
-        if start:
-            # Gathered once, when the container completes: never on the per-iteration path.
-            restored = _stored(ex, path, ex.ledger.results, start)
-            gathered += ex.size_of(restored) - list_header(len(restored))
-            results = restored + results
-        n = gathered + list_header(len(results))
-        check_gathered(ex, path, n)
-        completed(ex, path, results, n)
-        return results
+        return _gather(ex, path, start, results, gathered)
+
+    def _run_concurrent(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...],
+        frame: ContainerFrame | None,
+        items: list[Any] | None,
+        size: int,
+        start: int,
+    ) -> Generator[Signal, Any, list[Any]]:
+        """The iterations up to `concurrency` at once, through the multiplexer; the output is
+        in item order. The frame holds a lane per iteration in flight or waiting."""
+        body = self.body
+        next_index = start
+        results: dict[int, Any] = {}
+        gathered = 0
+        limit = ex.bounds.value
+
+        def begin() -> Lane | object | None:
+            nonlocal next_index
+            index = next_index
+            if index >= size:
+                return None
+            ipath = path + (index,)
+            if ex.checkpoint(ipath):
+                return STOP
+            item = _begin(ex, path, items, index)
+            next_index += 1
+            ex.room -= frame_bytes(ipath)  # the iteration's lane
+            return index, run_body(ex, body, ipath, 0, item, Scope(item, index, index))
+
+        def done(index: int, result: Any) -> None:
+            nonlocal gathered
+            out, n = _complete(ex, path, index, result)
+            results[index] = out
+            gathered += n
+            if gathered > limit:
+                check_gathered(ex, path, gathered, f" (the results of {len(results)} items)")
+
+        restored: list[Lane] = []
+        waiting: list[Any] = []
+        if frame is not None:
+            going, waiting = lanes_of(frame)
+            try:  # read at once: a resume_many may restore thousands of branches
+                found = items_of(ex.ledger, path, [index for index, _ in going]) if going else {}
+            except SnapshotError as exc:
+                raise fail(ex, path, exc) from exc
+            for index, lane in going:
+                item = found[index]
+                sc = Scope(item, index, index)
+                restored.append((index, resume_body(ex, body, path + (index,), lane, item, sc)))
+        yield from multiplex(ex, path, self.concurrency, begin, done, restored, waiting)
+        if len(results) == size:
+            return _gather(ex, path, 0, [results[i] for i in range(size)], gathered)
+        return _gather(ex, path, size, [], 0)  # some completed in an earlier drive
+
+
+def _begin(ex: Execution, path: tuple[Any, ...], items: list[Any] | None, index: int) -> Any:
+    """Start iteration `index` of the ForEach at `path`; its item: from `items`, or read by
+    index from the store when the container was resumed."""
+    item = items[index] if items is not None else _stored(ex, path, ex.ledger.item, index)
+    ex.emit(ev.ITERATION_STARTED, path, {"index": index, "item": item})
+    return item
+
+
+def _complete(ex: Execution, path: tuple[Any, ...], index: int, result: Any) -> tuple[Any, int]:
+    """Record that iteration `index` completed with `result`, and store its output out of line;
+    the output and its encoded size (known from the check that took it: no re-encoding)."""
+    out = unwrap(result)
+    n = ex.out_size if out is ex.out_value else ex.size_of(out)
+    data = {"index": index, "output": out}
+    if n <= ex.room:  # admit(), inlined: kept in the frame (or the lane) until the next one
+        ex.room -= n
+    else:
+        admit(ex, ev.ITERATION_COMPLETED, path, data, n)
+    ex.emit(ev.ITERATION_COMPLETED, path, data)
+    ex.ledger.put_result(path, index, out)
+    return out, n
+
+
+def _gather(
+    ex: Execution, path: tuple[Any, ...], stored: int, results: list[Any], size: int
+) -> list[Any]:
+    """Complete the ForEach at `path`; its output: the results of its first `stored` items,
+    read from the store, then `results` (this run's, `size` bytes encoded). Gathered once, when
+    the container completes: never on the per-iteration path."""
+    if stored:
+        earlier = _stored(ex, path, ex.ledger.results, stored)
+        size += ex.size_of(earlier) - list_header(len(earlier))
+        results = earlier + results
+    n = size + list_header(len(results))
+    check_gathered(ex, path, n)
+    completed(ex, path, results, n)
+    return results
 
 
 def _stored(ex: Execution, path: tuple[Any, ...], read: Callable[..., Any], index: int) -> Any:

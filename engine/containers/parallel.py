@@ -7,10 +7,9 @@ from typing import Any
 
 from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes, list_header
-from tarry.engine.containers.concurrent import STOP, Lane, multiplex
-from tarry.engine.containers.inflight import check_concurrency
+from tarry.engine.containers.concurrent import STOP, Lane, check_concurrency, lanes_of, multiplex
 from tarry.engine.context import Scope
-from tarry.engine.element import Element, Signal, check_name, resume_prev, run_body, unwrap
+from tarry.engine.element import Element, Signal, check_name, resume_body, run_body, unwrap
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, check_gathered, completed
@@ -23,7 +22,7 @@ class Parallel(Element):
     `branches`, whatever order they complete in.
 
     Each branch is a lane of its own (see containers/concurrent.py): its async steps overlap,
-    its sync steps run on the container's thread pool, and a branch that waits lets the others
+    its sync steps run on the driver's thread pool, and a branch that waits lets the others
     go on. Its elements' paths are `(..., parallel, branch, element)`.
     """
 
@@ -93,15 +92,10 @@ class Parallel(Element):
         restored: list[Lane] = []
         waiting: list[Any] = []
         if frame is not None:
-            for name, lane in (frame.lanes or {}).items():
-                if lane.pause is not None:
-                    waiting.append(name)
-                    continue
+            going, waiting = lanes_of(frame)
+            for name, lane in going:
                 body = self.branches[name]
-                first = resume_prev(body, lane.child, lane.child_outputs, prev)
-                restored.append(
-                    (name, run_body(ex, body, path + (name,), lane.child, first, scope))
-                )
+                restored.append((name, resume_body(ex, body, path + (name,), lane, prev, scope)))
         yield from multiplex(ex, path, self.concurrency, start, done, restored, waiting)
         output = {name: outputs[name] for name in names}
         n = gathered[0] + list_header(len(output)) + sum(len(k) + 1 for k in output)

@@ -124,11 +124,14 @@ def _top(scope: Fields, key: str, owned: bool) -> Fields:
 # the event's (seq, path, data); not `owned`: the state is a fresh copy, copied further first.
 
 
-def _node_completed(
+def node_completed(
     fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
 ) -> None:
     """An element finished: close its frame if it is a container, record its effects, and
-    record its output in the innermost open scope."""
+    record its output in the innermost open scope.
+
+    Public, unlike the other reducers: a sync step's completion (`Step._call`) emits its event
+    inline and folds it with this, the one event the engine folds without `Execution.emit`."""
     stack = fields["container_stack"]
     if stack and stack[-1].lanes is not None:
         scope, key = _scope(fields, path, owned)
@@ -353,7 +356,7 @@ def _run_cancelled(
 
 #: The reducer of each type that changes the state (the live run calls them: no Event built).
 REDUCERS = {
-    ev.NODE_COMPLETED: _node_completed,
+    ev.NODE_COMPLETED: node_completed,
     ev.NODE_STARTED: _node_started,
     ev.ITERATION_STARTED: _iteration_started,
     ev.ITERATION_COMPLETED: _iteration_completed,

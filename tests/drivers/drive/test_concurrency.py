@@ -82,6 +82,32 @@ def test_sync_steps_run_on_a_pool_and_run_stays_sync(store: Any) -> None:
     assert running[1] == 4  # four at once, never more than concurrency
 
 
+def test_sync_calls_in_flight_when_the_run_turns_async_run_once() -> None:
+    # Odd items' sync step returns at once and their async step follows, which turns the run
+    # async while the even items' sync steps are still on the pool: those calls are awaited
+    # as they are, never started again.
+    calls: list[tuple[str, int]] = []
+    release = threading.Event()
+
+    def first(ctx: Any) -> int:
+        calls.append(("first", ctx.item))
+        if ctx.item % 2 == 0:
+            release.wait(10)
+        return int(ctx.item)
+
+    async def second(ctx: Any) -> int:
+        calls.append(("second", ctx.item))
+        release.set()
+        await asyncio.sleep(0)
+        return int(ctx.prev) * 10
+
+    flow = Flow("mixed", [ForEach("fe", list(range(6)), [first, second], concurrency=4)])
+    out = Runtime().run_sync(flow)
+    assert out.ok, out.error
+    assert out.output == [i * 10 for i in range(6)]
+    assert sorted(calls) == sorted([(name, i) for name in ("first", "second") for i in range(6)])
+
+
 def test_concurrency_one_is_the_sequential_foreach_event_for_event() -> None:
     def double(ctx: Any) -> int:
         return ctx.item * 2
