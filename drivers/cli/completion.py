@@ -23,11 +23,13 @@ class Option(NamedTuple):
 
 
 class Command(NamedTuple):
-    name: str
+    name: str  # "run"; a sub-command's has its command's first: "mail ls"
     help: str
     options: tuple[Option, ...]
     #: Words its positionals take from a fixed set: sub-commands (`db upgrade`) or choices.
     words: tuple[str, ...]
+    #: Its sub-commands (`mail ls`, `mail discard`), each with its own options.
+    subcommands: tuple[Command, ...] = ()
 
 
 def completion(args: argparse.Namespace) -> int:
@@ -44,22 +46,21 @@ def script(shell: str, parser: argparse.ArgumentParser) -> str:
 
 
 def _commands(parser: argparse.ArgumentParser) -> tuple[Command, list[Command]]:
-    """The top level (its options) and each sub-command, in the parser's order."""
-    helps: dict[str, str] = {}
-    found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found = dict(action.choices)
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
+    """The top level (its options) and each command, in the parser's order."""
     top = _command("", parser, parser.description or "")
-    return top, [_command(name, p, helps.get(name, "")) for name, p in found.items()]
+    return top._replace(subcommands=()), list(top.subcommands)
 
 
 def _command(name: str, parser: argparse.ArgumentParser, help: str) -> Command:
     options: list[Option] = []
     words: list[str] = []
+    subcommands: list[Command] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for word, sub in action.choices.items():
+                full = f"{name} {word}" if name else word
+                subcommands.append(_command(full, sub, helps.get(word, "")))
             if name:  # `db upgrade`: the words after the command (the top's are the commands)
                 words.extend(action.choices)
         elif not action.option_strings:
@@ -73,7 +74,7 @@ def _command(name: str, parser: argparse.ArgumentParser, help: str) -> Command:
                     tuple(str(c) for c in action.choices or ()),
                 )
             )
-    return Command(name, help, tuple(options), tuple(words))
+    return Command(name, help, tuple(options), tuple(words), tuple(subcommands))
 
 
 def _names(options: tuple[Option, ...]) -> str:
@@ -85,12 +86,22 @@ def _valued(options: tuple[Option, ...]) -> str:
     return "|".join(n for o in options if o.takes_value for n in o.names)
 
 
+def _every(commands: list[Command]) -> list[Command]:
+    """Each command, followed by its sub-commands."""
+    return [c for command in commands for c in (command, *command.subcommands)]
+
+
+def _parents(commands: list[Command]) -> str:
+    """`db|mail`: the commands that have sub-commands, for a shell `case` pattern."""
+    return "|".join(c.name for c in commands if c.subcommands)
+
+
 # --- bash ------------------------------------------------------------------------------------
 
 
 def _bash(top: Command, commands: list[Command]) -> str:
     cases = []
-    for c in commands:
+    for c in _every(commands):
         choices = "".join(
             f'                {"|".join(o.names)}) COMPREPLY=($(compgen -W "{" ".join(o.choices)}" '
             f'-- "$cur")); return 0 ;;\n'
@@ -100,9 +111,18 @@ def _bash(top: Command, commands: list[Command]) -> str:
         valued = _valued(tuple(o for o in c.options if not o.choices))
         free = f"                {valued}) return 0 ;;  # a value: files\n" if valued else ""
         cases.append(
-            f"        {c.name})\n"
+            f'        "{c.name}")\n'
             f'            case "$prev" in\n{choices}{free}            esac\n'
             f'            words="{_names(c.options)} {" ".join(c.words)}" ;;\n'
+        )
+    # The command is the first word that is not an option; a command with sub-commands
+    # (`mail ls`) takes the next one too.
+    found = 'cmd="${COMP_WORDS[i]}"; break ;;'
+    if _parents(commands):
+        found = (
+            'if [[ -n "$cmd" ]]; then cmd="$cmd ${COMP_WORDS[i]}"; break; fi\n'
+            '               cmd="${COMP_WORDS[i]}"\n'
+            f'               case "$cmd" in {_parents(commands)}) ;; *) break ;; esac ;;'
         )
     return f"""# bash completion for tarry: `source <(tarry completion bash)`, e.g. in ~/.bashrc
 _tarry() {{
@@ -112,7 +132,7 @@ _tarry() {{
         case "${{COMP_WORDS[i]}}" in
             {_valued(top.options)}) ((i++)) ;;
             -*) ;;
-            *) cmd="${{COMP_WORDS[i]}}"; break ;;
+            *) {found}
         esac
     done
     case "$cmd" in
@@ -139,7 +159,7 @@ def _zq(text: str) -> str:
 def _zsh(top: Command, commands: list[Command]) -> str:
     described = "\n".join(f"    {_zq(c.name + ':' + c.help)}" for c in commands)
     cases = []
-    for c in commands:
+    for c in _every(commands):
         choices = "".join(
             f"        {'|'.join(o.names)}) compadd -- {' '.join(o.choices)}; return ;;\n"
             for o in c.options
@@ -149,10 +169,18 @@ def _zsh(top: Command, commands: list[Command]) -> str:
         free = f"        {valued}) _files; return ;;\n" if valued else ""
         rest = f"compadd -- {' '.join(c.words)}" if c.words else "_files"
         cases.append(
-            f"    {c.name})\n"
+            f"    {_zq(c.name)})\n"
             f"      case $prev in\n{choices}{free}      esac\n"
             f"      if [[ $cur == -* ]]; then compadd -- {_names(c.options)}; "
             f"else {rest}; fi ;;\n"
+        )
+    # As in bash: a command with sub-commands (`mail ls`) takes the next word too.
+    found = "cmd=${words[i]}; break ;;"
+    if _parents(commands):
+        found = (
+            'if [[ -n $cmd ]]; then cmd="$cmd ${words[i]}"; break; fi\n'
+            "         cmd=${words[i]}\n"
+            f"         case $cmd in {_parents(commands)}) ;; *) break ;; esac ;;"
         )
     return f"""#compdef tarry
 # zsh completion for tarry: `source <(tarry completion zsh)` after compinit (e.g. in ~/.zshrc),
@@ -167,7 +195,7 @@ _tarry() {{
     case ${{words[i]}} in
       {_valued(top.options)}) (( i++ )) ;;
       -*) ;;
-      *) cmd=${{words[i]}}; break ;;
+      *) {found}
     esac
   done
   case $cmd in
@@ -211,9 +239,20 @@ def _fish(top: Command, commands: list[Command]) -> str:
     lines += [
         f"complete -c tarry -n __fish_use_subcommand -a {c.name} -d {_fq(c.help)}" for c in commands
     ]
-    for c in commands:
-        condition = f"__fish_seen_subcommand_from {c.name}"
+    # A sub-command's name may be a command's too (`mail ls`, `ls`): each is told apart by
+    # the command seen before it.
+    nested = {s.name.split()[-1] for c in commands for s in c.subcommands}
+    parents = " ".join(c.name for c in commands if c.subcommands)
+    for c in _every(commands):
+        *above, word = c.name.split()
+        condition = f"__fish_seen_subcommand_from {word}"
+        if above:
+            condition = f"__fish_seen_subcommand_from {above[0]}; and {condition}"
+        elif word in nested:
+            condition += f"; and not __fish_seen_subcommand_from {parents}"
         lines += [_fish_option(condition, o) for o in c.options]
         if c.words:
+            if c.subcommands:  # offered until one is given
+                condition += f"; and not __fish_seen_subcommand_from {' '.join(c.words)}"
             lines.append(f"complete -c tarry -n {_fq(condition)} -a {_fq(' '.join(c.words))}")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,16 @@ import argparse
 import os
 from collections.abc import Callable
 
-from tarry.drivers.cli import completion, delivering, driving, inspecting, logs, pruning, services
+from tarry.drivers.cli import (
+    completion,
+    delivering,
+    driving,
+    inspecting,
+    logs,
+    mailbox,
+    pruning,
+    services,
+)
 from tarry.drivers.cli.common import ENDED, os_user, store_default
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -134,6 +143,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch", type=int, default=delivering.BATCH, help="lines per batch (default: 1000)"
     )
+
+    # `mail` has no handler of its own: argparse requires a sub-command, whose handler runs.
+    about = "the messages queued on keys no Wait has taken yet"
+    p = sub.add_parser("mail", help=about, description=about, parents=[store])
+    mail = p.add_subparsers(required=True)
+    p = mail.add_parser(
+        "ls",
+        parents=[store, as_json],
+        help="the keys that hold queued messages, by key: count and oldest",
+        description="the keys that hold queued messages, by key: count and oldest",
+    )
+    p.set_defaults(handler=mailbox.ls)
+    p.add_argument("--prefix", help="only keys that start with this text (no wildcards)")
+    p.add_argument("--limit", type=int, default=100, help="at most this many keys (default: 100)")
+    p = mail.add_parser(
+        "discard",
+        parents=[store, as_json],
+        help="drop the messages queued on KEY",
+        description="drop the messages queued on KEY, and say how many",
+    )
+    p.set_defaults(handler=mailbox.discard)
+    p.add_argument("key", metavar="KEY")
 
     p = command(
         "cancel",

@@ -23,6 +23,7 @@ from tarry.drivers.http.bodies import (
 )
 from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS
 from tarry.drivers.http.journal import Journal, journal_feed
+from tarry.drivers.http.mail_routes import MailRoutes
 from tarry.drivers.http.reading import ReadingRoutes, find_flow
 from tarry.drivers.http.session_routes import SessionRoutes
 from tarry.drivers.http.sse import EventStreamResponse, Streams, Wakeup, session_feed
@@ -41,7 +42,7 @@ from tarry.engine.waits import Gate
 # --- the routes --------------------------------------------------------------------------------
 
 
-class Api(SessionRoutes, ReadingRoutes):
+class Api(SessionRoutes, ReadingRoutes, MailRoutes):
     """The route handlers over one runtime."""
 
     def __init__(

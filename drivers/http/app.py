@@ -95,6 +95,9 @@ def create_app(
         Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
         Route("/api/resume", api.resume_token, methods=["POST"]),
         Route("/api/deliver", api.deliver, methods=["POST"]),
+        Route("/api/mail", api.list_mail, methods=["GET"]),
+        # `:path`: a key may hold slashes (`batch-7/item-42`), sent as they are or as %2F.
+        Route("/api/mail/{key:path}", api.discard_mail, methods=["DELETE"]),
         Route("/api/stats", api.stats, methods=["GET"]),
         Route("/api/stats/timeline", api.stats_timeline, methods=["GET"]),
         Route("/api/events/stream", api.stream_all, methods=["GET"]),

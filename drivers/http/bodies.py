@@ -164,6 +164,21 @@ def int_param(request: Request, name: str, default: int, low: int, high: int | N
     return value
 
 
+def text_param(request: Request, name: str, max_chars: int) -> str | None:
+    """A text query parameter (a key, a prefix of keys): None when absent or empty; else at
+    most `max_chars` characters without NUL (which no store column holds), or BadRequest."""
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return None
+    if len(text) > max_chars or "\x00" in text:
+        shown = repr(text) if len(text) <= 80 else f"{len(text)} characters"
+        raise BadRequest(
+            "BadRequest",
+            f"?{name}= must be text of at most {max_chars} characters, without NUL (got {shown})",
+        )
+    return text
+
+
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(dumps(value), status, headers, media_type="application/json")
 

@@ -13,6 +13,8 @@ from typing import Any
 from tarry.drivers.http.openapi_schemas import (
     _ANY,
     _BOOL,
+    _KEY,
+    _KEY_TEXT,
     _STR,
     FLOW,
     SCHEMAS,
@@ -79,6 +81,22 @@ def _post(
             "content": {"application/json": {"schema": body}},
         }
     return {"post": operation}
+
+
+def _delete(
+    summary: str, responses: dict[str, Any], parameters: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "delete": {
+            "summary": summary,
+            "parameters": parameters,
+            "responses": {
+                **responses,
+                "401": _UNAUTHORIZED,
+                "403": _error("a cross-origin request"),
+            },
+        }
+    }
 
 
 PATHS: dict[str, Any] = {
@@ -264,6 +282,42 @@ PATHS: dict[str, Any] = {
             "409": _CONFLICT,
             "422": _REFUSED,
         },
+    ),
+    "/api/mail": _get(
+        "The keys that hold queued messages (deliveries no Wait has taken yet), by key, a "
+        "page at a time",
+        _json(_ref("MailPage"), "one page"),
+        [
+            _query("prefix", _KEY_TEXT, "only keys that start with this text (no wildcards)"),
+            _query(
+                "after", _KEY_TEXT, "only keys after this one: the next_after of the page before"
+            ),
+            _query(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                "keys per page",
+            ),
+        ],
+        **{"400": _BAD},
+    ),
+    "/api/mail/{key}": _delete(
+        "Drop the messages queued on a key (not one a Wait has already claimed)",
+        {
+            "200": _json(_ref("Discarded"), "how many were dropped (0 for a key without mail)"),
+            "400": _error(
+                "a key that is empty, longer than 512 characters or holds NUL "
+                "(InvalidArgument), or a body other than none or {} (BadRequest)"
+            ),
+        },
+        [
+            {
+                "name": "key",
+                "in": "path",
+                "required": True,
+                "schema": _KEY,
+                "description": "the key, percent-encoded (its slashes may be sent as they are)",
+            }
+        ],
     ),
     "/api/stats": _get(
         "Sessions by status, nodes, metrics (of a creation period)",

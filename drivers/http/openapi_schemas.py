@@ -42,6 +42,9 @@ _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_STR = {"type": ["string", "null"]}
 _PATH = {"type": "array", "items": {"type": ["string", "integer"]}}
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+_KEY = {"type": "string", "minLength": 1, "maxLength": 512}
+#: A key or a prefix of keys in a query string (empty: not given).
+_KEY_TEXT = {"type": "string", "maxLength": 512}
 
 SID = {
     "name": "sid",
@@ -331,4 +334,23 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "Delivery": _obj(["key"], {"key": _STR, "value": _ANY}, additionalProperties=False),
+    "MailInfo": _obj(
+        ["key", "count", "oldest_at"],
+        {
+            "key": _KEY,
+            "count": {**_INT, "minimum": 1, "description": "messages queued on it"},
+            "oldest_at": {**_TIME, "description": "when its oldest message was delivered"},
+        },
+    ),
+    "MailPage": _obj(
+        ["mail", "next_after"],
+        {
+            "mail": {"type": "array", "items": _ref("MailInfo")},
+            "next_after": {
+                **_NULLABLE_STR,
+                "description": "pass as ?after= for the next page; null on the last page",
+            },
+        },
+    ),
+    "Discarded": _obj(["discarded"], {"discarded": {**_INT, "minimum": 0}}),
 }

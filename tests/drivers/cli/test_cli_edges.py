@@ -135,6 +135,8 @@ READ_ONLY = [
     (["cancel", "s-1"], "no session or token 's-1': "),
     (["resume", "tk_nope"], "unknown resume token: "),
     (["skip", "tk_nope"], "unknown resume token: "),
+    (["mail", "ls"], ""),
+    (["mail", "discard", "batch-7/item-1"], ""),
 ]
 
 
@@ -237,6 +239,26 @@ def test_bash_completion_offers_commands_options_and_choices(
     assert list(here.glob("tarry.db*")) == []
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_bash_completion_offers_the_options_of_a_commands_sub_commands(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, script, _ = cli(capsys, "completion", "bash")
+    assert "mail" in _complete(script, "tarry", "''")
+    assert _complete(script, "tarry", "ma") == ["mail"]
+    assert {"ls", "discard"} <= set(_complete(script, "tarry", "mail", "''"))
+    assert {"--prefix", "--limit", "--json", "--store"} <= set(
+        _complete(script, "tarry", "mail", "ls", "--")
+    )
+    # Each sub-command its own options: not those of `tarry ls`, nor of its sibling.
+    assert "--status" not in _complete(script, "tarry", "mail", "ls", "--")
+    assert "--prefix" not in _complete(script, "tarry", "mail", "discard", "--")
+    assert "--json" in _complete(script, "tarry", "--store", "x.db", "mail", "discard", "--")
+    assert _complete(script, "tarry", "mail", "ls", "--prefix", "''") == []  # a value
+    assert "--status" in _complete(script, "tarry", "ls", "--")
+    assert "--store" in _complete(script, "tarry", "db", "upgrade", "--")
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 def test_every_script_names_every_command_and_option(
     here: Path, capsys: pytest.CaptureFixture[str], shell: str
@@ -244,8 +266,10 @@ def test_every_script_names_every_command_and_option(
     code, script, _ = cli(capsys, "completion", shell)
     assert code == 0 and script.endswith("\n")
     top, commands = _commands(build_parser())
-    for command in commands:
-        assert command.name in script
+    nested = [sub for command in commands for sub in command.subcommands]
+    assert {"mail ls", "mail discard", "db upgrade"} <= {c.name for c in nested}
+    for command in commands + nested:
+        assert all(word in script for word in command.name.split()), command.name
         for option in command.options:
             for name in option.names:
                 flag = name.lstrip("-") if shell == "fish" else name
