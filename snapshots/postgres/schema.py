@@ -109,9 +109,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             )""",
         ),
     ),
-    # Sessions paused before it get a wait for their one live token (postgres_waits.backfill).
+    # Sessions paused before it get a wait for their one live token (waits.backfill).
     Migration(5, waits_.DESCRIPTION, waits_.STATEMENTS, waits_.backfill),
     Migration(6, logs_.DESCRIPTION, logs_.STATEMENTS),
+    # The rows of the mailbox of migration 5 become one message each (postgres/waits.py).
+    Migration(7, waits_.QUEUE_DESCRIPTION, waits_.QUEUE_STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

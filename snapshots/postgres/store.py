@@ -1,9 +1,9 @@
 """PostgresStore: sessions in PostgreSQL, shared by any number of workers on any number of machines.
 
-The class holds the sessions; events and values come from postgres_values.py, tokens, timers
-and leases from postgres_tokens.py, waits and the mailbox from postgres_waits.py, the
-migrations from postgres_schema.py, the one-statement writes of a run and a resume from
-postgres_writes.py, and the other statements and row conversion from postgres_sql.py.
+The class holds the sessions; events and values come from values.py, tokens, timers and
+leases from tokens.py, waits and the mailbox (a queue of messages per key) from waits.py, the
+migrations from schema.py, the one-statement writes of a run and a resume from writes.py, and
+the other statements and row conversion from sql.py.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from tarry.snapshots.tally import Totals
 
 __all__ = ["MIGRATIONS", "Migration", "PostgresStore", "latest_version"]
 
-#: Every migration, oldest first (see postgres_schema.py). Opening a store applies the ones
+#: Every migration, oldest first (see schema.py). Opening a store applies the ones
 #: named here: tests put a later one in to check how an upgrade goes.
 MIGRATIONS: tuple[Migration, ...] = schema_.MIGRATIONS
 
@@ -94,7 +94,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
 
     Every method is one transaction: a single statement on a connection in autocommit mode
     (one round trip: `create`, `save` and `consume_token` are each one statement, see
-    postgres_writes.py), or a transaction whose statements are pipelined. `bytes_written` / `bytes_read` count the same blobs as the other
+    writes.py), or a transaction whose statements are pipelined. `bytes_written` / `bytes_read` count the same blobs as the other
     stores. Thread-safe; not fork-safe: open the store in the process that uses it.
     """
 
@@ -251,7 +251,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[str] = (),
+        mail_done: Sequence[int] = (),
         logs: LogBatch | None = None,
     ) -> int:
         row = dict(zip(_NAMES, _row(record, version=expected_version + 1), strict=True))
@@ -285,11 +285,11 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         encoded: builtins.list[bytes],
         values: Sequence[tuple[str, int, bytes]],
         waits: Sequence[WaitRecord],
-        mail_done: Sequence[str],
+        mail_done: Sequence[int],
         logs: LogBatch | None,
     ) -> None:
-        """One statement (see postgres_writes.py): the row's compare-and-set, the events, the
-        values, the tokens, the waits and the claimed mail, all or nothing."""
+        """One statement (see writes.py): the row's compare-and-set, the events, the values,
+        the tokens, the waits and the session's claims on messages, all or nothing."""
         sid = record.session_id
         # A session that ends ends its waits: their tokens are used, the waits deleted.
         ended = record.status != "paused" and record.status != "running"
@@ -327,10 +327,14 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
 
     def delete(self, session_id: str) -> None:
         with self._batch() as (conn, _flush):
-            # Events, values, tokens, waits and logs go with it (ON DELETE CASCADE); the mail it
-            # claimed names it in no foreign key.
+            # Events, values, tokens, waits and logs go with it (ON DELETE CASCADE). The messages
+            # it claimed name it in no foreign key: they are released, queued again (a claim is
+            # not a consumption).
             conn.execute("DELETE FROM tarry_sessions WHERE session_id = %s", (session_id,))
-            conn.execute("DELETE FROM tarry_mail WHERE claimed_by = %s", (session_id,))
+            conn.execute(
+                "UPDATE tarry_mail SET claimed_by = '' WHERE claimed_by = %s AND claimed_by <> ''",
+                (session_id,),
+            )
 
     def list(
         self,

@@ -25,7 +25,7 @@ from tarry.snapshots.postgres.sql import (
     _record,
 )
 from tarry.snapshots.records import SessionRecord, TokenInfo, encode_events
-from tarry.snapshots.store import stale
+from tarry.snapshots.store import MailGone, stale
 
 
 class TokensAndLeases:
@@ -61,11 +61,12 @@ class TokensAndLeases:
         until: dt.datetime | None = None,
         events: Sequence[Event] = (),
         version: int | None = None,
+        mail: int | None = None,
     ) -> bool:
         _check_batch(events)
         encoded = encode_events(events)
-        args = writes.consume_args(token, owner, until, events, encoded, version)
-        sql = writes.consume_sql(bool(events), version is not None)
+        args = writes.consume_args(token, owner, until, events, encoded, version, mail)
+        sql = writes.consume_sql(bool(events), version is not None, mail is not None)
         named = events[0].session_id if events else "?"
         try:
             with self._pool.connection() as conn:
@@ -75,9 +76,12 @@ class TokensAndLeases:
                 raise _conflict(None, named, events) from None
             msg = f"session {named!r} changed since version {version} (the token is unused)"
             raise ConcurrentUpdate(msg) from None
+        except pg_errors.InvalidArgumentForLogarithm:  # the mail guard: nothing written
+            msg = f"message {mail} is no longer queued: another delivery or Wait took it"
+            raise MailGone(msg) from None
         except pg_errors.IntegrityError as exc:
             raise _conflict(exc, named) from exc
-        sid, appended, _guard, used, owner_id, found_version, status = row
+        sid, appended, *_guards, used, owner_id, found_version, status = row
         if sid is None:
             if version is not None and used is False:  # live, and not used by this call: why?
                 found = None if found_version is None else (found_version, status)

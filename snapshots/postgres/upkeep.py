@@ -66,14 +66,15 @@ def prune(
         return int(row[0]) if row else 0
     # One statement: the batch is locked (rows another transaction holds are skipped, and the
     # condition is checked again on the rows taken), then deleted with their events, values,
-    # tokens, waits and tallies (ON DELETE CASCADE).
-    # The mail they claimed names them in no foreign key: it goes in the same statement.
+    # tokens, waits and tallies (ON DELETE CASCADE). The messages they claimed name them in no
+    # foreign key: they are released (queued again) in the same statement.
     row = conn.execute(
         "WITH doomed AS (DELETE FROM tarry_sessions WHERE session_id IN ("
         f"SELECT session_id FROM tarry_sessions WHERE {where} "
         "ORDER BY updated_at, session_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
         "RETURNING session_id), "
-        "mail AS (DELETE FROM tarry_mail WHERE claimed_by IN (SELECT session_id FROM doomed)) "
+        "released AS (UPDATE tarry_mail SET claimed_by = '' "
+        "WHERE claimed_by = ANY(ARRAY(SELECT session_id FROM doomed)) AND claimed_by <> '') "
         "SELECT count(*) FROM doomed",
         args,
     ).fetchone()

@@ -1,10 +1,12 @@
 """PostgresStore's waits, the mailbox and batches of tokens (a mixin of PostgresStore), with
-the migration that adds them. (A save's part for them is in postgres_writes.py.)
+the migrations that add them (5: waits and a mailbox of one row per key; 7: the mailbox a queue
+of messages per key). A save's part for them is in writes.py.
 
 Lock order, so that no two writers wait for each other in a circle: token rows (in token
-order), then session rows (in id order), then wait rows. A `post` and a `save` that registers
-a wait on the same key are serialised by a transaction-level advisory lock on the key's hash:
-the post either sees the wait or leaves mail that the saver's `take_mail` finds.
+order), then session rows (in id order), then wait rows, then message rows. A message is
+claimed (`claim_mail`) in a statement that locks nothing else, and consumed in the write that
+records its effect: by the save of the session that claimed it (`mail_done`), or by a token's
+use (`consume_token(mail=)`, `consume_tokens(mail=)`), which deletes it only while unclaimed.
 """
 
 from __future__ import annotations
@@ -20,9 +22,16 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import loads
-from tarry.snapshots.postgres.sql import _check_batch, _conflict, _maybe_utc
-from tarry.snapshots.records import WaitRecord, decode_path, encode_events, encode_path
-from tarry.snapshots.store import refusals
+from tarry.snapshots.postgres.sql import _check_batch, _conflict, _maybe_utc, _utc
+from tarry.snapshots.records import (
+    MailInfo,
+    MailRecord,
+    WaitRecord,
+    decode_path,
+    encode_events,
+    encode_path,
+)
+from tarry.snapshots.store import MailGone, refusals
 
 #: Migration 5: waits of paused sessions, one per live token of a waiting branch (by token for
 #: a poll's pages, by key for a delivery, by kind for an adapter's poll, by session), and the
@@ -52,6 +61,38 @@ STATEMENTS = (
     "CREATE INDEX tarry_mail_claimed ON tarry_mail (claimed_by) WHERE claimed_by <> ''",
 )
 
+#: Migration 7: the mailbox a queue of messages per key. Each message is a row of its own, by an
+#: id that only grows (FIFO order within a key); `claimed_by` is '' while no session claimed
+#: it, `target` the busy session it was posted for (see SessionStore.post). The rows of
+#: migration 5 (one per key and claimant) become one message each, claims kept, numbered in the
+#: order they came (a key's claimed mail came before its unclaimed one). Partial indexes, so
+#: that each read is one range: a key's unclaimed messages in order (claims, `queued`,
+#: `pending`, `mailbox`), a session's claims (a save releases them), the messages posted for a
+#: session, and the unclaimed ones by age (`purge_mail`).
+QUEUE_DESCRIPTION = "the mailbox a queue of messages per key"
+QUEUE_STATEMENTS = (
+    "ALTER TABLE tarry_mail RENAME TO tarry_mail_by_key",
+    "ALTER TABLE tarry_mail_by_key RENAME CONSTRAINT tarry_mail_pkey TO tarry_mail_by_key_pkey",
+    "DROP INDEX tarry_mail_claimed",
+    """CREATE TABLE tarry_mail (
+        id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key        text COLLATE "C" NOT NULL,
+        claimed_by text COLLATE "C" NOT NULL DEFAULT '',
+        target     text COLLATE "C",
+        value      bytea NOT NULL,
+        at         timestamptz NOT NULL
+    )""",
+    "INSERT INTO tarry_mail (key, claimed_by, value, at) "
+    "SELECT key, claimed_by, value, at FROM tarry_mail_by_key "
+    "ORDER BY at, claimed_by = '', key, claimed_by",
+    "DROP TABLE tarry_mail_by_key",
+    "CREATE INDEX tarry_mail_queue ON tarry_mail (key, id) WHERE claimed_by = ''",
+    "CREATE INDEX tarry_mail_claims ON tarry_mail (claimed_by) WHERE claimed_by <> ''",
+    "CREATE INDEX tarry_mail_target ON tarry_mail (target, id) "
+    "WHERE target IS NOT NULL AND claimed_by = ''",
+    "CREATE INDEX tarry_mail_at ON tarry_mail (at, id) WHERE claimed_by = ''",
+)
+
 _WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
 _EMPTY_PATH = encode_path(())
 
@@ -75,6 +116,61 @@ INSERT INTO tarry_events (session_id, seq, type, blob)
 SELECT %(sid)s, e.s, e.t, e.b
 FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
 WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = %(sid)s) = %(after)s
+"""
+
+
+_MAIL = "id, key, value, at, target"
+#: A token's use consumes its message only while no session claimed it.
+_CONSUME_MAIL = "DELETE FROM tarry_mail WHERE id = ANY(%s::bigint[]) AND claimed_by = ''"
+
+# The session's own oldest claim on the key not in `skip` (a drive that died before it saved
+# finds its claims again), else the key's oldest unclaimed message, claimed now: only when the
+# session has no such claim is a row locked at all. SKIP LOCKED: a message that another
+# claimant (or a token's use) holds is passed over, never waited for, so concurrent claimants
+# never get the same message and none queues behind another. (`claimed_by = %s AND claimed_by
+# <> ''`, here and wherever a session's claims are read: a generic plan, a prepared
+# statement's, cannot tell that the parameter is not '' and would not use the partial index of
+# claims without the second half.)
+_CLAIM_MAIL = """
+WITH mine AS (
+    SELECT id, value FROM tarry_mail
+    WHERE claimed_by = %(sid)s AND claimed_by <> '' AND key = %(key)s
+    AND id <> ALL(%(skip)s::bigint[])
+    ORDER BY id LIMIT 1
+), claimed AS (
+    UPDATE tarry_mail SET claimed_by = %(sid)s
+    WHERE id = (
+        SELECT id FROM tarry_mail WHERE key = %(key)s AND claimed_by = ''
+        AND NOT EXISTS (SELECT 1 FROM mine)
+        ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED
+    ) AND claimed_by = ''
+    RETURNING id, value
+)
+SELECT id, value FROM mine UNION ALL SELECT id, value FROM claimed
+"""
+# Each key that holds unclaimed mail, with the id of its oldest message: a loose scan of the
+# queue index (one probe per key, from the key found last), so a key costs one probe however
+# many messages it holds. Each is paired with the least token waiting on that key (one probe
+# of the waits' key index; a key nothing waits on drops out); the first `limit` pairs, oldest
+# message first, then get their messages (by primary key: only those values are read).
+_PENDING = f"""
+WITH RECURSIVE heads (key, id) AS (
+    (SELECT key, id FROM tarry_mail WHERE claimed_by = '' ORDER BY key, id LIMIT 1)
+    UNION ALL
+    SELECT next.key, next.id FROM heads CROSS JOIN LATERAL (
+        SELECT key, id FROM tarry_mail WHERE claimed_by = '' AND key > heads.key
+        ORDER BY key, id LIMIT 1
+    ) AS next
+), paired AS (
+    SELECT heads.id AS mail_id, w.* FROM heads CROSS JOIN LATERAL (
+        SELECT {_WAIT} FROM tarry_waits WHERE key = heads.key ORDER BY token LIMIT 1
+    ) AS w
+    ORDER BY heads.id LIMIT %s
+)
+SELECT {", ".join(f"p.{c}" for c in _WAIT.split(", "))},
+       {", ".join(f"m.{c}" for c in _MAIL.split(", "))}
+FROM paired AS p JOIN tarry_mail AS m ON m.id = p.mail_id
+ORDER BY m.id
 """
 
 
@@ -116,9 +212,11 @@ class WaitsAndMail:
         owner: str | None = None,
         until: dt.datetime | None = None,
         events: Mapping[str, Sequence[Event]] = {},  # noqa: B006 - read only
+        mail: Mapping[str, int] = {},  # noqa: B006 - read only
     ) -> dict[str, str]:
         if not tokens:
             return {}
+        messages = [mail[token] for token in tokens if token in mail]
         for given in events.values():
             _check_batch(given)
         written = 0
@@ -138,6 +236,16 @@ class WaitsAndMail:
                 conn.execute(_LOCK_SESSIONS, (sids,))
                 conn.execute(_RESUME, {"owner": owner, "until": until, "sids": sids})
                 conn.execute("DELETE FROM tarry_waits WHERE token = ANY(%s)", (list(tokens),))
+                # Messages last in the lock order. One message named for two tokens is deleted
+                # once: a delivery is one message for one wait, so that is refused too.
+                if messages:
+                    consumed = conn.execute(_CONSUME_MAIL, (messages,)).rowcount
+                    if consumed != len(messages):
+                        msg = (
+                            f"messages {messages} are not all queued any more: another "
+                            "delivery or Wait took one (nothing was written)"
+                        )
+                        raise MailGone(msg)
                 for sid in sids:
                     given = events.get(sid, ())
                     if not given:
@@ -194,52 +302,90 @@ class WaitsAndMail:
         return [_wait(row) for row in rows]
 
     # -- the mailbox -----------------------------------------------------------------------
-    def post(self, key: str, value: bytes, at: dt.datetime) -> builtins.list[WaitRecord]:
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
-            # A statement of its own after the lock: it sees the waits of a save that held it.
-            rows = conn.execute(
-                f"SELECT {_WAIT} FROM tarry_waits WHERE key = %s ORDER BY token", (key,)
-            ).fetchall()
-            if not rows:
-                conn.execute(
-                    "INSERT INTO tarry_mail (key, claimed_by, value, at) VALUES (%s, '', %s, %s) "
-                    "ON CONFLICT (key, claimed_by) DO UPDATE SET value = EXCLUDED.value, "
-                    "at = EXCLUDED.at",
-                    (key, bytes(value), at),
-                )
-        return [_wait(row) for row in rows]
-
-    def take_mail(self, keys: Sequence[str], session_id: str) -> dict[str, bytes]:
-        if not keys:
-            return {}
-        with self._pool.connection() as conn, conn.transaction():
-            mine = conn.execute(
-                "SELECT key, value FROM tarry_mail WHERE claimed_by = %s AND key = ANY(%s)",
-                (session_id, list(keys)),
-            ).fetchall()
-            taken = {key: bytes(value) for key, value in mine}
-            free = [k for k in dict.fromkeys(keys) if k not in taken]
-            if free:
-                claimed = conn.execute(
-                    "UPDATE tarry_mail SET claimed_by = %s WHERE claimed_by = '' "
-                    "AND key = ANY(%s) RETURNING key, value",
-                    (session_id, free),
-                ).fetchall()
-                taken.update((key, bytes(value)) for key, value in claimed)
-        return taken
-
-    def discard(self, key: str) -> bool:
-        with self._pool.connection() as conn:
-            cur = conn.execute("DELETE FROM tarry_mail WHERE key = %s AND claimed_by = ''", (key,))
-            return cur.rowcount == 1
-
-    def mail(self, key: str) -> bytes | None:
+    def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         with self._pool.connection() as conn:
             row = conn.execute(
-                "SELECT value FROM tarry_mail WHERE key = %s AND claimed_by = ''", (key,)
+                "INSERT INTO tarry_mail (key, value, at, target) VALUES (%s, %s, %s, %s) "
+                "RETURNING id",
+                (key, bytes(value), at, target),
             ).fetchone()
-        return None if row is None else bytes(row[0])
+        assert row is not None  # an INSERT … RETURNING of one row
+        return int(row[0])
+
+    def claim_mail(
+        self, key: str, session_id: str, skip: Sequence[int] = ()
+    ) -> tuple[int, bytes] | None:
+        args = {"sid": session_id, "key": key, "skip": list(skip)}
+        with self._pool.connection() as conn:
+            row = conn.execute(_CLAIM_MAIL, args).fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def queued(
+        self,
+        *,
+        key: str | None = None,
+        session_id: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[MailRecord]:
+        if key is not None:
+            where, args = "key = %s", (key, limit)
+        elif session_id is not None:
+            where, args = "target = %s", (session_id, limit)
+        else:
+            return []
+        sql = (
+            f"SELECT {_MAIL} FROM tarry_mail WHERE {where} AND claimed_by = '' ORDER BY id LIMIT %s"
+        )
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [_message(row) for row in rows]
+
+    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(_PENDING, (limit,)).fetchall()
+        return [(_wait(row[:8]), _message(row[8:])) for row in rows]
+
+    def discard(self, key: str) -> int:
+        with self._pool.connection() as conn:
+            cur = conn.execute("DELETE FROM tarry_mail WHERE key = %s AND claimed_by = ''", (key,))
+        return int(cur.rowcount)
+
+    def mailbox(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MailInfo]:
+        where, args = ["claimed_by = ''"], []
+        if prefix is not None:
+            # A range of the index (no LIKE: a prefix's % and _ are plain characters), checked
+            # with starts_with, which the range already implies.
+            where.append("key >= %s AND starts_with(key, %s)")
+            args += [prefix, prefix]
+            past = _past_prefix(prefix)
+            if past is not None:
+                where.append("key < %s")
+                args.append(past)
+        if after is not None:
+            where.append("key > %s")
+            args.append(after)
+        sql = (
+            f"SELECT key, count(*), min(at) FROM tarry_mail WHERE {' AND '.join(where)} "
+            "GROUP BY key ORDER BY key LIMIT %s"
+        )
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql, (*args, limit)).fetchall()
+        return [MailInfo(key, int(count), _utc(oldest)) for key, count, oldest in rows]
+
+    def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
+        with self._pool.connection() as conn:
+            # Rows another transaction holds (being claimed or consumed) are left to it. The ids
+            # as an array: each is deleted through the primary key, whatever the plan thinks
+            # `limit` may be.
+            cur = conn.execute(
+                "DELETE FROM tarry_mail WHERE id = ANY(ARRAY(SELECT id FROM tarry_mail "
+                "WHERE claimed_by = '' AND at < %s ORDER BY at, id LIMIT %s "
+                "FOR UPDATE SKIP LOCKED)) AND claimed_by = ''",
+                (before, limit),
+            )
+        return int(cur.rowcount)
 
 
 class _Refused(Exception):
@@ -255,3 +401,21 @@ def _wait(row: Sequence[Any]) -> WaitRecord:
     return WaitRecord(
         token, sid, decode_path(bytes(path)), kind, key, _maybe_utc(wake_at), reason, bytes(payload)
     )
+
+
+def _message(row: Sequence[Any]) -> MailRecord:
+    mid, key, value, at, target = row
+    return MailRecord(int(mid), key, bytes(value), _utc(at), target)
+
+
+def _past_prefix(prefix: str) -> str | None:
+    """The least str above every str that starts with `prefix`, in code point order (the
+    order of COLLATE "C" on a UTF-8 database), or None when there is none (an empty prefix,
+    or one of only the last code point)."""
+    kept = prefix.rstrip("\U0010ffff")
+    if not kept:
+        return None
+    following = ord(kept[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates are no characters of a text
+        following = 0xE000
+    return kept[:-1] + chr(following)

@@ -11,9 +11,13 @@ SQL has no RAISE, and a write must be all or nothing: when the part that everyth
 wrote no row (the session moved on, the token's session changed), the statement divides by the
 number of rows it wrote: zero. The DivisionByZero undoes the whole statement, and the caller
 turns it into ConcurrentUpdate (or a refusal) after reading why. The divisor is a subquery, so
-the planner cannot fold it into a constant (a constant 1/0 fails while planning, always).
+the planner cannot fold it into a constant (a constant 1/0 fails while planning, always). A
+token's use that was to consume a message which is no longer queued unclaimed trips a guard of
+its own, so that the caller tells MailGone from a session that moved on without reading again:
+the logarithm of the number of messages it deleted, ln(0), fails with another SQLSTATE.
 
-The lock order is the one postgres_waits.py names: token rows, then session rows, then waits.
+The lock order is the one waits.py names: token rows, then session rows, then waits, then
+messages.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 
 #: The SQLSTATE of the guard's division by zero: `psycopg.errors.DivisionByZero`.
 GUARD = "22012"
+#: The SQLSTATE of the mail guard's ln(0): `psycopg.errors.InvalidArgumentForLogarithm`.
+MAIL_GUARD = "2201E"
 
 _EVENTS = "unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)"
 _LAST_SEQ = "(SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = %(sid)s)"
@@ -61,12 +67,14 @@ def create_sql(events: bool, token: bool) -> str:
 
 
 @functools.cache
-def consume_sql(events: bool, at_version: bool) -> str:
+def consume_sql(events: bool, at_version: bool, mail: bool) -> str:
     """Use a token, set its session running (leased to `owner` when given), append `events`
     and drop the token's wait. With `at_version`, only while the session is still at
-    %(version)s and not running. Returns (the token's session when it was used, the events
-    appended, the guard, the token's used flag and session, that session's version and status —
-    the last four as the statement found them, to tell why a token was not used)."""
+    %(version)s and not running. With `mail`, delete the message %(mail)s, which must still be
+    queued unclaimed: else the mail guard fails (MAIL_GUARD), having written nothing. Returns
+    (the token's session when it was used, the events appended, the guard, with `mail` the mail
+    guard, the token's used flag and session, that session's version and status — the last
+    four as the statement found them, to tell why a token was not used)."""
     # Of any number of racing consumers the first flips `used`; the others wait for its
     # commit, re-check `NOT used` and update nothing: a loser is told only once the token
     # really is used.
@@ -98,12 +106,25 @@ def consume_sql(events: bool, at_version: bool) -> str:
             "appended AS (INSERT INTO tarry_events (session_id, seq, type, blob) "
             f"SELECT resuming.session_id, e.s, e.t, e.b FROM resuming, {_EVENTS} RETURNING 1)"
         )
+    if mail:
+        # Only while no session claimed it: a claimant's save consumes it, or releases it.
+        parts.append(
+            "mailed AS (DELETE FROM tarry_mail WHERE id = %(mail)s::bigint AND claimed_by = '' "
+            "AND EXISTS (SELECT 1 FROM resuming) RETURNING 1)"
+        )
     counted = "(SELECT count(*) FROM appended)" if events else "0"
+    # The mail guard: a session set running (the guard above passed) without its message
+    # consumed is undone.
+    mailed = (
+        ", CASE WHEN EXISTS (SELECT 1 FROM resuming) THEN ln((SELECT count(*) FROM mailed)) END"
+        if mail
+        else ""
+    )
     return (
         f"WITH {', '.join(parts)} SELECT (SELECT session_id FROM used), {counted}, "
         # The guard: a token used without its session set running is undone.
-        "CASE WHEN EXISTS (SELECT 1 FROM used) THEN 1 / (SELECT count(*) FROM resuming)::int END, "
-        "t.used, t.session_id, s.version, s.status FROM (SELECT 1) AS one "
+        "CASE WHEN EXISTS (SELECT 1 FROM used) THEN 1 / (SELECT count(*) FROM resuming)::int END"
+        f"{mailed}, t.used, t.session_id, s.version, s.status FROM (SELECT 1) AS one "
         "LEFT JOIN tarry_tokens AS t ON t.token = %(token)s "
         "LEFT JOIN tarry_sessions AS s ON s.session_id = t.session_id"
     )
@@ -116,12 +137,14 @@ def consume_args(
     events: Sequence[Event],
     encoded: list[bytes],
     version: int | None,
+    mail: int | None,
 ) -> dict[str, Any]:
     return {
         "token": token,
         "owner": owner,
         "until": until,
         "version": version,
+        "mail": mail,
         "after": events[0].seq - 1 if events else 0,
         "seqs": [e.seq for e in events],
         "types": [e.type for e in events],
@@ -130,9 +153,10 @@ def consume_args(
 
 
 @functools.cache
-def save_sql(ended: bool, events: bool, values: bool, waits: bool, keys: bool, mail: bool) -> str:
+def save_sql(ended: bool, events: bool, values: bool, waits: bool, mail: bool) -> str:
     """Write a session's row if it is at %(expected)s (compare-and-set), with the parts of a
-    save that are asked for (see SessionStore.save). Returns (1, the events appended); fails
+    save that are asked for (see SessionStore.save); the session's claims on messages end in
+    every save (`mail`: some are consumed, %(done)s). Returns (1, the events appended); fails
     with the guard's DivisionByZero, having written nothing, when the row was not written."""
     parts: list[str] = []
     first: list[str] = []  # the token parts, which the row's update waits for (lock order)
@@ -182,17 +206,9 @@ def save_sql(ended: bool, events: bool, values: bool, waits: bool, keys: bool, m
             "dropped AS (DELETE FROM tarry_waits WHERE session_id IN "
             "(SELECT session_id FROM saved) RETURNING 1)"
         )
-    if keys:
-        # Serialised with `post` on the same keys (see postgres_waits.py), locked in one order.
-        parts.append(
-            "locked AS (SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT "
-            "hashtextextended(k, 0) AS h FROM unnest(%(wait_keys)s::text[]) AS k "
-            "WHERE EXISTS (SELECT 1 FROM saved) ORDER BY h) AS s)"
-        )
     if waits:
         # A wait only for a live token of its own session: one this statement registers
         # (the statement's snapshot does not hold it yet) or one it already was.
-        locked = " AND (SELECT count(*) FROM locked) >= 0" if keys else ""
         parts.append(
             "waited AS (INSERT INTO tarry_waits "
             "(token, session_id, path, kind, key, wake_at, reason, payload) "
@@ -202,16 +218,23 @@ def save_sql(ended: bool, events: bool, values: bool, waits: bool, keys: bool, m
             "%(reasons)s::text[], %(payloads)s::bytea[]) "
             "AS w(token, path, kind, key, wake_at, reason, payload) "
             "WHERE NOT EXISTS (SELECT 1 FROM tarry_tokens AS t WHERE t.token = w.token "
-            f"AND (t.used OR t.session_id <> %(sid)s)){locked} "
+            "AND (t.used OR t.session_id <> %(sid)s)) "
             "ON CONFLICT (token) DO UPDATE SET path = EXCLUDED.path, kind = EXCLUDED.kind, "
             "key = EXCLUDED.key, wake_at = EXCLUDED.wake_at, reason = EXCLUDED.reason, "
             "payload = EXCLUDED.payload RETURNING 1)"
         )
+    # The messages the session claimed: those in %(done)s are consumed, the others released
+    # (queued again, in their place: a queue is in id order). Through the partial index of
+    # claims, so a session without claims pays one probe of an index of claims only. (Spelled
+    # `claimed_by = sid AND claimed_by <> ''` so that a generic plan uses that index.)
+    mine = "claimed_by = %(sid)s AND claimed_by <> '' AND EXISTS (SELECT 1 FROM saved)"
     if mail:
         parts.append(
-            "mailed AS (DELETE FROM tarry_mail WHERE claimed_by = %(sid)s "
-            "AND key = ANY(%(done)s::text[]) AND EXISTS (SELECT 1 FROM saved) RETURNING 1)"
+            f"consumed AS (DELETE FROM tarry_mail WHERE {mine} "
+            "AND id = ANY(%(done)s::bigint[]) RETURNING 1)"
         )
+    others = " AND id <> ALL(%(done)s::bigint[])" if mail else ""
+    parts.append(f"released AS (UPDATE tarry_mail SET claimed_by = '' WHERE {mine}{others})")
     counted = "(SELECT count(*) FROM appended)" if events else "0"
     # The guard: nothing stays written when the row was not (the tokens above were).
     return f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM saved)::int, {counted}"
@@ -224,7 +247,7 @@ def save_args(
     encoded: list[bytes],
     values: Sequence[tuple[str, int, bytes]],
     waits: Sequence[WaitRecord],
-    mail_done: Sequence[str],
+    mail_done: Sequence[int],
     ended: bool,
 ) -> tuple[str, dict[str, Any]]:
     """The statement of a save and its arguments. `row`: the session's columns by name."""
@@ -233,7 +256,6 @@ def save_args(
     if ended:
         waits = ()
     tokens = dict.fromkeys(([token] if token else []) + [w.token for w in waits])
-    keys = sorted({w.key for w in waits if w.key is not None})
     args: dict[str, Any] = {
         **row,
         "sid": sid,
@@ -260,10 +282,9 @@ def save_args(
         args["wakes"] = [w.wake_at for w in waits]
         args["reasons"] = [w.reason for w in waits]
         args["payloads"] = [bytes(w.payload) for w in waits]
-        args["wait_keys"] = keys
     if mail_done:
         args["done"] = list(mail_done)
-    sql = save_sql(ended, bool(events), bool(values), bool(waits), bool(keys), bool(mail_done))
+    sql = save_sql(ended, bool(events), bool(values), bool(waits), bool(mail_done))
     return sql, args
 
 

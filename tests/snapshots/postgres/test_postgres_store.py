@@ -250,6 +250,107 @@ def test_a_newer_schema_is_refused(postgres: Any, schema: str) -> None:
             postgres.PostgresStore(dsn, schema=schema, auto_upgrade=auto_upgrade)
 
 
+def test_mail_kept_before_the_queue_becomes_one_message_per_row(
+    postgres: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    dsn = pgserver.server_dsn()
+    with monkeypatch.context() as before:
+        before.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:6])  # one row per key
+        postgres.PostgresStore(dsn, schema=schema).close()
+    with psycopg.connect(dsn) as conn:  # as the store of schema 6 left them
+        conn.cursor().executemany(
+            f'INSERT INTO "{schema}".tarry_mail (key, claimed_by, value, at) VALUES (%s, %s, %s, %s)',
+            [
+                ("job", "", b"later", T0 + dt.timedelta(seconds=2)),
+                ("job", "s1", b"claimed", T0 + dt.timedelta(seconds=1)),
+                ("other", "", b"alone", T0),
+            ],
+        )
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        assert store.schema_version() == postgres.latest_version()
+        (later,) = store.queued(key="job")
+        (alone,) = store.queued(key="other")
+        second = T0 + dt.timedelta(seconds=2)
+        assert (later.value, later.at, later.target) == (b"later", second, None)
+        assert (alone.value, alone.at) == (b"alone", T0)
+        claimed = store.claim_mail("job", "s1")  # the claim is kept, and came first
+        assert claimed is not None and claimed[1] == b"claimed" and claimed[0] < later.id
+        assert store.claim_mail("job", "s2") == (later.id, b"later")
+        assert store.post("job", b"new", T0) > max(later.id, alone.id, claimed[0])
+
+
+# -- the mailbox as PostgreSQL keeps it --------------------------------------------------------
+
+
+def test_a_claim_passes_over_a_locked_message_without_waiting(postgres: Any, schema: str) -> None:
+    import psycopg
+
+    dsn = pgserver.server_dsn()
+    with postgres.PostgresStore(dsn, schema=schema) as store:
+        first = store.post("job", b"a", T0)
+        second = store.post("job", b"b", T0)
+        with psycopg.connect(dsn) as locker:  # another claimant, or a token's use, holds it
+            locker.execute(
+                f'SELECT 1 FROM "{schema}".tarry_mail WHERE id = %s FOR UPDATE', (first,)
+            )
+            started = time.monotonic()
+            assert store.claim_mail("job", "s1") == (second, b"b")
+            assert store.claim_mail("job", "s2") is None  # the only one left is held
+            assert time.monotonic() - started < 1
+        assert store.claim_mail("job", "s2") == (first, b"a")  # free again with the lock
+
+
+def test_a_message_is_taken_once_by_a_claim_or_a_tokens_use(postgres: Any) -> None:
+    from storekit import race
+    from tarry.snapshots import WaitRecord
+    from tarry.snapshots.store import MailGone
+
+    n = 8
+    with pgserver.scratch_store(max_size=n) as store:
+        for i in range(n):
+            store.create(rec(f"s{i}"))
+            wait = WaitRecord(f"tk_{i}", f"s{i}", (), "external", key="job")
+            store.save(rec(f"s{i}", status="paused", token=f"tk_{i}"), 0, waits=[wait])
+        for _ in range(3):
+            message = store.post("job", b"v", T0)
+
+            def take(i: int, message: int = message) -> bool:
+                if i % 2:
+                    return store.claim_mail("job", f"c{i}") == (message, b"v")
+                try:
+                    return store.consume_token(f"tk_{i}", mail=message)
+                except MailGone:
+                    return False
+
+            assert sum(race(n, take)) == 1
+            assert store.queued(key="job") == []
+            used = [i for i in range(n) if store.find_token(f"tk_{i}").used]
+            for i in range(n):  # a token whose message was gone stays live, its session paused
+                assert store.load(f"s{i}").status == ("running" if i in used else "paused")
+            for i in range(1, n, 2):  # the claims of this round end (as a save would end them)
+                store.delete(f"c{i}")
+            store.discard("job")
+
+
+def test_a_mailbox_prefix_is_a_range_at_any_code_point(postgres: Any, schema: str) -> None:
+    from tarry.snapshots.postgres.waits import _past_prefix
+
+    keys = ["a\U0010ffff", "a\U0010ffffz", "b", "\ud7ff", "\ud7ffx", "\ue000", "\U0010ffff"]
+    with postgres.PostgresStore(pgserver.server_dsn(), schema=schema) as store:
+        for key in keys:
+            store.post(key, b"v", T0)
+        for prefix in ("a\U0010ffff", "\ud7ff", "\U0010ffff", "", "a", "%"):
+            found = [info.key for info in store.mailbox(prefix=prefix)]
+            assert found == sorted(k for k in keys if k.startswith(prefix)), prefix
+    assert _past_prefix("ab") == "ac"
+    assert _past_prefix("a\U0010ffff") == "b"
+    assert _past_prefix("\ud7ff") == "\ue000"  # past the surrogates, which are no characters
+    assert _past_prefix("\U0010ffff") is None
+    assert _past_prefix("") is None
+
+
 # -- options and the pool ----------------------------------------------------------------------
 
 
