@@ -127,31 +127,42 @@ def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = 
     check_actor(actor)
     values, blobs, found = _checked(core, deliveries, "deliver_many")
     now = core.clock.now()
-    posted = {key: core.store.post(key, blobs[key], now) for key in values}
     applied: dict[str, str] = {}
-    outcomes: list[Outcome] = []
-    # The first wait of each key, grouped by session: one resume per session.
+    outcomes: dict[str, Outcome] = {}  # by session: its last outcome, in first-key order
+    # The longest-waiting branch of each key, grouped by session: one resume per session.
+    # Each group's messages are queued just before its resume, so that no other drive of this
+    # call finds them queued and takes them first.
     firsts: dict[str, dict[str, tuple[str, WaitRecord]]] = {}
     for key, rows in found.items():
         if rows:
             firsts.setdefault(rows[0].session_id, {})[rows[0].token] = (key, rows[0])
-    left = [key for key in values if not found[key]]
     for sid, waits in firsts.items():
+        posted = {key: core.store.post(key, blobs[key], now) for key, _ in waits.values()}
         if len(waits) > 1:
             outcome = _take_together(core, waits, values, posted, actor)
             if outcome is not None:
-                outcomes.append(outcome)
+                outcomes[sid] = outcome
                 applied.update({key: sid for key, _ in waits.values()})
                 continue
-        left += [key for key, _ in waits.values()]
-    for key in sorted(set(left) - set(applied), key=list(values).index):
-        outcome, sid = _offer(core, key, values[key], posted[key], found[key], actor)
-        if sid is not None:
-            applied[key] = sid
-            if outcome is not None:
-                outcomes.append(outcome)
+        for key, _ in waits.values():
+            outcome, taker = _offer(core, key, values[key], posted[key], found[key], actor)
+            if taker is not None:
+                applied[key] = taker
+                if outcome is not None:
+                    outcomes[taker] = outcome
+    for key in values:
+        if not found[key]:
+            # Nothing waited when we looked; a drive of this very call may have come to wait
+            # on it since: offered to whatever waits now, else queued.
+            mid = core.store.post(key, blobs[key], now)
+            outcome, taker = _offer(core, key, values[key], mid, [], actor)
+            if taker is not None:
+                applied[key] = taker
+                if outcome is not None:
+                    outcomes[taker] = outcome
     queued = [key for key in values if key not in applied]
-    return Delivery(applied, queued, outcomes)
+    order = list(dict.fromkeys(applied[key] for key in values if key in applied))
+    return Delivery(applied, queued, [outcomes[sid] for sid in order if sid in outcomes])
 
 
 def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
@@ -195,29 +206,30 @@ def _offer(
     """Offer the message `mid` to the waits on its key in turn, until one takes it: (that
     resume's outcome, its session id), or (None, None) when it stays queued. Waits that came
     since `rows` was read are asked too (a page at a time), so none is passed over."""
-    busy: list[str] = []
-    seen: set[str] = set()
+    passed: set[str] = set()  # waits that cannot take it (their tokens were used)
     for attempt in range(2):
-        candidates = rows if attempt == 0 else core.store.waiters(key, PAGE)
+        candidates = rows if attempt == 0 and rows else core.store.waiters(key, PAGE)
+        busy: list[str] = []
         for row in candidates:
-            if row.token in seen and attempt == 0:
+            if row.token in passed:
                 continue
-            seen.add(row.token)
             try:
                 outcome = _resume_one(core, row.token, value, "deliver", actor, mid)
             except _PASSED:
-                continue  # its token was used meanwhile: the next wait
+                passed.add(row.token)  # its token was used meanwhile: the next wait
+                continue
             except MailGone:
                 return None, None  # a Wait reached the key and claimed it: it is that Wait's
             except SessionBusy:
                 busy.append(row.session_id)  # running now: the message stays for it
                 continue
             return outcome, row.session_id
-        if not busy:
-            break
         for sid in busy:  # its drive looks for the message when it pauses
             core.running.note_mail(sid)
-        busy = []  # once more: a drive that paused meanwhile did not see the note
+        if attempt == 0 and not busy and not rows:
+            break  # every wait there is was asked
+        # Once more, with the waits as they are now: ones that came meanwhile, and busy
+        # sessions that paused before they could see the note.
     return None, None
 
 

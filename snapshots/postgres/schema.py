@@ -114,6 +114,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, logs_.DESCRIPTION, logs_.STATEMENTS),
     # The rows of the mailbox of migration 5 become one message each (postgres/waits.py).
     Migration(7, waits_.QUEUE_DESCRIPTION, waits_.QUEUE_STATEMENTS),
+    # Each wait's place in the order waits were registered (postgres/waits.py).
+    Migration(8, waits_.ORDER_DESCRIPTION, waits_.ORDER_STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

@@ -251,7 +251,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         events: Sequence[Event] = (),
         values: Sequence[tuple[str, int, bytes]] = (),
         waits: Sequence[WaitRecord] = (),
-        mail_done: Sequence[int] = (),
+        mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
     ) -> int:
         row = dict(zip(_NAMES, _row(record, version=expected_version + 1), strict=True))
@@ -285,7 +285,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         encoded: builtins.list[bytes],
         values: Sequence[tuple[str, int, bytes]],
         waits: Sequence[WaitRecord],
-        mail_done: Sequence[int],
+        mail_done: Sequence[int] | None,
         logs: LogBatch | None,
     ) -> None:
         """One statement (see writes.py): the row's compare-and-set, the events, the values,

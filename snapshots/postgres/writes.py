@@ -153,10 +153,13 @@ def consume_args(
 
 
 @functools.cache
-def save_sql(ended: bool, events: bool, values: bool, waits: bool, mail: bool) -> str:
+def save_sql(
+    ended: bool, events: bool, values: bool, waits: bool, mail: bool, claims: bool = True
+) -> str:
     """Write a session's row if it is at %(expected)s (compare-and-set), with the parts of a
-    save that are asked for (see SessionStore.save); the session's claims on messages end in
-    every save (`mail`: some are consumed, %(done)s). Returns (1, the events appended); fails
+    save that are asked for (see SessionStore.save); the session's claims on messages end when
+    `claims` (a drive that claimed some, or an ended session; `mail`: some are consumed,
+    %(done)s). Returns (1, the events appended); fails
     with the guard's DivisionByZero, having written nothing, when the row was not written."""
     parts: list[str] = []
     first: list[str] = []  # the token parts, which the row's update waits for (lock order)
@@ -233,8 +236,9 @@ def save_sql(ended: bool, events: bool, values: bool, waits: bool, mail: bool) -
             f"consumed AS (DELETE FROM tarry_mail WHERE {mine} "
             "AND id = ANY(%(done)s::bigint[]) RETURNING 1)"
         )
-    others = " AND id <> ALL(%(done)s::bigint[])" if mail else ""
-    parts.append(f"released AS (UPDATE tarry_mail SET claimed_by = '' WHERE {mine}{others})")
+    if claims or mail:
+        others = " AND id <> ALL(%(done)s::bigint[])" if mail else ""
+        parts.append(f"released AS (UPDATE tarry_mail SET claimed_by = '' WHERE {mine}{others})")
     counted = "(SELECT count(*) FROM appended)" if events else "0"
     # The guard: nothing stays written when the row was not (the tokens above were).
     return f"WITH {', '.join(parts)} SELECT 1 / (SELECT count(*) FROM saved)::int, {counted}"
@@ -247,7 +251,7 @@ def save_args(
     encoded: list[bytes],
     values: Sequence[tuple[str, int, bytes]],
     waits: Sequence[WaitRecord],
-    mail_done: Sequence[int],
+    mail_done: Sequence[int] | None,
     ended: bool,
 ) -> tuple[str, dict[str, Any]]:
     """The statement of a save and its arguments. `row`: the session's columns by name."""
@@ -284,7 +288,8 @@ def save_args(
         args["payloads"] = [bytes(w.payload) for w in waits]
     if mail_done:
         args["done"] = list(mail_done)
-    sql = save_sql(ended, bool(events), bool(values), bool(waits), bool(mail_done))
+    claims = mail_done is not None or ended  # a drive that claimed nothing leaves them alone
+    sql = save_sql(ended, bool(events), bool(values), bool(waits), bool(mail_done), claims)
     return sql, args
 
 

@@ -457,10 +457,20 @@ def test_pending_pairs_waits_with_mail_on_their_key(store: Any) -> None:
     store.post("k1", b"1b", at(2))
     store.post("nobody", b"x", at(1))
     found = store.pending()
-    assert [(w.token, m.id) for w, m in found] == [("t2", m1)]
+    assert [(w.token, m.id) for w, m in found] == [("t4", m1)]  # k1's longest-waiting wait
     store.claim_mail("k1", "s9")
     store.claim_mail("k1", "s9", skip=[m1])
     assert store.pending() == []  # claimed messages are not pending
+
+
+def test_waiters_come_in_the_order_their_waits_were_registered(store: Any) -> None:
+    fill(store)  # s1 registered t4 on k1 first, then s2 t2, then s3 t3
+    assert tokens_of(store.waiters("k1")) == ["t4", "t2", "t3"]
+    assert tokens_of(store.waiters("k1", limit=2)) == ["t4", "t2"]
+    assert store.consume_token("t4") is True
+    paused(store, "s4", wait("t0", "s4", key="k1"))  # newest, whatever its token
+    assert tokens_of(store.waiters("k1")) == ["t2", "t3", "t0"]
+    assert store.waiters("nobody") == []
 
 
 def test_discard_drops_unclaimed_messages_only(store: Any) -> None:
