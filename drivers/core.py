@@ -33,10 +33,10 @@ from tarry.drivers.stores import open_store
 from tarry.drivers.subscribers import Subscribers
 from tarry.drivers.tokens import Tokens
 from tarry.engine.describe import describe
+from tarry.engine.elements.flow import Flow
+from tarry.engine.elements.waits import PAUSE_KINDS
 from tarry.engine.errors import InvalidArgument
-from tarry.engine.flow import Flow
 from tarry.engine.retry import Retry
-from tarry.engine.waits import PAUSE_KINDS
 from tarry.snapshots.codec.limits import MAX_BLOB_BYTES
 from tarry.snapshots.store import SessionStore
 

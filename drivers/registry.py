@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import FlowMismatch, InvalidFlow, UnknownFlow
-from tarry.engine.flow import Flow
 from tarry.snapshots.records import SessionRecord
 
 

@@ -20,7 +20,7 @@ from tarry.drivers.registry import FlowRegistry
 from tarry.drivers.sessions.resuming import key_of, prepare
 from tarry.drivers.sessions.starting import begin
 from tarry.drivers.tokens import Tokens
-from tarry.engine.flow import Flow
+from tarry.engine.elements.flow import Flow
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
 from tarry.engine.state.events import Event

@@ -23,8 +23,8 @@ from tarry.drivers.rounds import delivering, polling, recovery, timers
 from tarry.drivers.rounds.boundary import Round
 from tarry.drivers.rounds.delivering import Delivery
 from tarry.drivers.runtime import Runtime
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import FlowMismatch, InvalidArgument, InvalidFlow, UnknownFlow
-from tarry.engine.flow import Flow
 from tarry.snapshots.records import SessionRecord
 
 log = logging.getLogger("tarry.worker")

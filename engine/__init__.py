@@ -5,7 +5,10 @@ Plain generators only: this package never imports asyncio, msgpack, or the other
 
 from tarry.engine.containers import Branch, ForEach, Graph, Loop, Parallel
 from tarry.engine.context import Context, Scope
-from tarry.engine.element import Element, Route
+from tarry.engine.elements.element import Element, Route
+from tarry.engine.elements.flow import Flow, structural
+from tarry.engine.elements.step import Step, step
+from tarry.engine.elements.waits import Gate, Sleep, Wait
 from tarry.engine.errors import (
     AsyncInSyncContext,
     ConcurrentUpdate,
@@ -25,13 +28,10 @@ from tarry.engine.errors import (
 )
 from tarry.engine.execution import Execution, Ledger
 from tarry.engine.failure import NodeFailure
-from tarry.engine.flow import Flow, structural
 from tarry.engine.signals import Await, Checkpoint, Pause
 from tarry.engine.state.events import EVENT_TYPES, Event
 from tarry.engine.state.records import ContainerFrame, ErrorInfo, PauseState, SessionState
 from tarry.engine.state.reducer import apply, derive_state
-from tarry.engine.step import Step, step
-from tarry.engine.waits import Gate, Sleep, Wait
 
 __all__ = [
     "EVENT_TYPES",

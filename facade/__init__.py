@@ -51,8 +51,8 @@ from tarry.engine import (
     UnknownSession,
     UnknownToken,
     Wait,
-    step,
 )
+from tarry.engine.elements.step import step
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,

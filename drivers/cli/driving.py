@@ -17,8 +17,8 @@ from tarry.drivers.cli.text import print_outcome
 from tarry.drivers.drive.pump import settle
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import FLOW_REF, load_flow
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import TokenAlreadyUsed, UnknownToken
-from tarry.engine.flow import Flow
 
 # --- run, resume, skip -------------------------------------------------------------------------
 

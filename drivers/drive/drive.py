@@ -12,10 +12,10 @@ from tarry.drivers.drive.ledger import StoreLedger
 from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
-from tarry.engine.flow import Flow
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tarry.engine.bounds import Bounds
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import NotSerializable
-from tarry.engine.flow import Flow
 from tarry.engine.state.records import SessionState
 from tarry.snapshots.codec.check import check as _codec_check
 from tarry.snapshots.codec.check import copy as copy

@@ -30,6 +30,7 @@ from tarry.drivers.http.sse import EventStreamResponse, Streams, Wakeup, session
 from tarry.drivers.http.users import LoginLimit, Users
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import deliver_importing, register_recorded_flows
+from tarry.engine.elements.waits import Gate
 from tarry.engine.errors import (
     FlowMismatch,
     InvalidResumeValue,
@@ -37,7 +38,6 @@ from tarry.engine.errors import (
     SessionNotResumable,
     UnknownFlow,
 )
-from tarry.engine.waits import Gate
 
 # --- the routes --------------------------------------------------------------------------------
 

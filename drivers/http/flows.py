@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tarry.engine.flow import Flow
+from tarry.engine.elements.flow import Flow
 
 #: Kinds reported as they are; anything else (a user's own Element) is reported as "step".
 KINDS = frozenset(

@@ -18,7 +18,7 @@ from tarry.drivers.http.replay import MAX_SPEED, replay_feed
 from tarry.drivers.http.sse import EventStreamResponse, Streams
 from tarry.drivers.reading.stats import timeline
 from tarry.drivers.runtime import Runtime
-from tarry.engine.flow import Flow
+from tarry.engine.elements.flow import Flow
 
 #: Most buckets one timeline has; its default period when none is given.
 MAX_BUCKETS = 500

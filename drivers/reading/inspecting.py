@@ -12,8 +12,8 @@ from tarry.drivers.logs import level_number
 from tarry.drivers.reading.stats import Stats, compute_stats
 from tarry.drivers.reading.views import SessionSummary, SessionView, state_of
 from tarry.engine.describe import describe
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InvalidArgument, UnknownSession
-from tarry.engine.flow import Flow
 from tarry.engine.state.events import EventLog
 from tarry.engine.state.reducer import apply
 from tarry.snapshots.log_records import LogRecord

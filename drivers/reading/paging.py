@@ -16,8 +16,8 @@ from tarry.drivers.core import Core
 from tarry.drivers.limits import check_filters, check_limit, check_period
 from tarry.drivers.reading.views import SessionSummary
 from tarry.engine.describe import describe
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InvalidArgument
-from tarry.engine.flow import Flow
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.limits import log
 from tarry.drivers.reading.views import state_of
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import TarryError
 from tarry.engine.failure import error_type
-from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import ErrorInfo

@@ -18,8 +18,8 @@ from tarry.drivers.rounds.boundary import Round, contain, flow_of, infrastructur
 from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.drivers.sessions.starting import start
 from tarry.drivers.sessions.validation import validate
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InconsistentSnapshot, SnapshotError
-from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import apply, fold

@@ -20,13 +20,13 @@ from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys
 from tarry.drivers.sessions.resuming import prepare, stored_state
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
     SessionNotResumable,
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.flow import Flow
 from tarry.engine.state.lanes import concurrent
 from tarry.engine.state.records import ErrorInfo, SessionState
 from tarry.snapshots.records import SessionRecord

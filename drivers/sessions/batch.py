@@ -30,13 +30,13 @@ from tarry.drivers.sessions.resuming import (
 )
 from tarry.drivers.sessions.starting import start
 from tarry.drivers.sessions.validation import validate
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.flow import Flow
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.state import events as ev
 from tarry.engine.state.lanes import concurrent

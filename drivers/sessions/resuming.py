@@ -20,6 +20,7 @@ from tarry.drivers.reading.views import state_of
 from tarry.drivers.sessions.starting import start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -29,7 +30,6 @@ from tarry.engine.errors import (
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.flow import Flow
 from tarry.engine.state import events as ev
 from tarry.engine.state.lanes import concurrent, scope_of
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState

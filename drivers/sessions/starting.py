@@ -14,13 +14,13 @@ from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     InvalidArgument,
     SessionNotResumable,
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.flow import Flow
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event

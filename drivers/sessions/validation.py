@@ -8,8 +8,8 @@ container, a frame silently ignored and its container run again).
 
 from __future__ import annotations
 
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import FlowMismatch, InconsistentSnapshot
-from tarry.engine.flow import Flow
 from tarry.engine.state.consistency import inconsistency
 from tarry.engine.state.records import SessionState
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from tarry.engine.context import Context, Interrupted, Scope, context_for
-from tarry.engine.element import Signal
+from tarry.engine.elements.element import Signal
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import fail

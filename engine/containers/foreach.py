@@ -19,12 +19,12 @@ from collections.abc import Callable, Generator, Iterable
 from time import monotonic
 from typing import Any
 
-from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes, list_header
 from tarry.engine.containers._callables import evaluate
 from tarry.engine.containers.concurrent import STOP, Lane, check_concurrency, lanes_of, multiplex
 from tarry.engine.context import Outputs, Scope
-from tarry.engine.element import (
+from tarry.engine.elements.body import as_body
+from tarry.engine.elements.element import (
     Detour,
     Element,
     Signal,

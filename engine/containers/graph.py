@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Mapping
 from typing import Any
 
-from tarry.engine.body import as_element
 from tarry.engine.bounds import frame_bytes
 from tarry.engine.context import Scope
-from tarry.engine.element import Element, Route, Signal, check_name
+from tarry.engine.elements.body import as_element
+from tarry.engine.elements.element import Element, Route, Signal, check_name
 from tarry.engine.errors import InvalidFlow, UnknownRoute
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, completed, fail

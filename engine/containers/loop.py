@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
-from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes
 from tarry.engine.containers._callables import check_callable, evaluate
 from tarry.engine.context import Context, Scope
-from tarry.engine.element import Element, Signal, check_name, resume_prev, run_body, unwrap
+from tarry.engine.elements.body import as_body
+from tarry.engine.elements.element import Element, Signal, check_name, resume_prev, run_body, unwrap
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, completed

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 from typing import Any
 
-from tarry.engine.body import as_body
 from tarry.engine.bounds import frame_bytes, list_header
 from tarry.engine.containers.concurrent import STOP, Lane, check_concurrency, lanes_of, multiplex
 from tarry.engine.context import Scope
-from tarry.engine.element import Element, Signal, check_name, resume_body, run_body, unwrap
+from tarry.engine.elements.body import as_body
+from tarry.engine.elements.element import Element, Signal, check_name, resume_body, run_body, unwrap
 from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, check_gathered, completed

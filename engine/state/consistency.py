@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from tarry.engine.containers import Branch, ForEach, Graph, Loop, Parallel
-from tarry.engine.element import Element
+from tarry.engine.elements.element import Element
+from tarry.engine.elements.flow import Flow
+from tarry.engine.elements.waits import _Waiting
 from tarry.engine.errors import InvalidResumeValue
-from tarry.engine.flow import Flow
 from tarry.engine.state.records import STATUSES, ContainerFrame, SessionState
-from tarry.engine.waits import _Waiting
 
 Path = tuple[Any, ...]
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 import pytest
-from tarry.engine import Branch, Flow, ForEach, Graph, Loop, Route, derive_state, step
+from tarry.engine import Branch, Flow, ForEach, Graph, Loop, Route, derive_state
+from tarry.engine.elements.step import step
 from tarry.engine.execution import Execution
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state.events import Event, new_event

@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tarry import Branch, Flow, ForEach, Loop, Runtime, step
-from tarry.engine.element import Element
+from tarry.engine.elements.element import Element
+from tarry.engine.elements.step import Step
 from tarry.engine.state.events import EventLog, Row, at_of, ns_of
-from tarry.engine.step import Step
 
 outputs = st.one_of(
     st.none(),

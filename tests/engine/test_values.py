@@ -6,7 +6,8 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from tarry.engine import Flow, step
+from tarry.engine import Flow
+from tarry.engine.elements.step import step
 from tarry.engine.execution import Execution
 from tarry.engine.state.records import SessionState
 from tarry.engine.values import deep_copy, immutable

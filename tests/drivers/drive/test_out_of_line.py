@@ -171,7 +171,11 @@ def test_a_session_written_with_them_in_line_still_resumes(
 ) -> None:
     import importlib
 
-    for name in ("tarry.drivers.sessions.starting", "tarry.engine.failure", "tarry.engine.step"):
+    for name in (
+        "tarry.drivers.sessions.starting",
+        "tarry.engine.failure",
+        "tarry.engine.elements.step",
+    ):
         module = importlib.import_module(name)
         monkeypatch.setattr(module, "INLINE", bounds.UNLIMITED)  # as tarry wrote them before
     out = Runtime(store=store).run(flow(), input={"prompts": PROMPTS, "tag": "t"})

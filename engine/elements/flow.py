@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from tarry.engine.body import as_body
 from tarry.engine.context import ROOT
-from tarry.engine.element import Element, Signal, check_name, resume_prev, run_body, unwrap
+from tarry.engine.elements.body import as_body
+from tarry.engine.elements.element import Element, Signal, check_name, resume_prev, run_body, unwrap
 from tarry.engine.execution import Execution
 from tarry.engine.short_hash import short_hash
 

@@ -8,7 +8,7 @@ from typing import Any, overload
 
 from tarry.engine.bounds import ENTRY_BYTES, INLINE
 from tarry.engine.context import Context, CopyingContext, Interrupted, Scope
-from tarry.engine.element import Detour, Element, Route, Signal, check_name
+from tarry.engine.elements.element import Detour, Element, Route, Signal, check_name
 from tarry.engine.errors import InvalidFlow, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, fail, hold

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tarry.engine.element import Element
+from tarry.engine.elements.element import Element
+from tarry.engine.elements.step import Step
 from tarry.engine.errors import InvalidFlow
-from tarry.engine.step import Step
 
 
 def as_element(obj: Any) -> Element:

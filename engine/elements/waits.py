@@ -18,7 +18,7 @@ import attrs
 from tarry.engine.containers._callables import evaluate
 from tarry.engine.context import Scope
 from tarry.engine.describe import describe
-from tarry.engine.element import Element, Signal, check_name
+from tarry.engine.elements.element import Element, Signal, check_name
 from tarry.engine.errors import InvalidArgument, InvalidFlow, InvalidResumeValue, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import completed, fail
