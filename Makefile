@@ -42,7 +42,7 @@ bench: $(STAMP)
 
 # The reliability campaigns at full size (tests/proof/; their quick slices run in make test).
 # Every campaign runs even when one fails; docs/guarantees.md gets the figures of all of them.
-PROOF := crash fuzz stress limits poison
+PROOF := crash fuzz stress limits poison delivery
 proof: $(STAMP)
 	mkdir -p .proof
 	rm -f $(addprefix .proof/,$(addsuffix .json,$(PROOF)))

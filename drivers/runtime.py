@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tarry.drivers.rounds import delivering, polling, pruning, recovery, timers
     from tarry.drivers.rounds.delivering import Delivery
     from tarry.drivers.sessions import batch, control
-    from tarry.snapshots.records import MailInfo
+    from tarry.snapshots.mail import MailInfo
 else:
     # The families a plain run or resume never calls load when first called, so that
     # `import tarry` and a process that only resumes a token do not pay for them.

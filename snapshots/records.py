@@ -89,27 +89,6 @@ class WaitRecord:
     payload: bytes = b""
 
 
-@attrs.frozen
-class MailRecord:
-    """One queued message: its id (ids only grow: FIFO order), key, encoded value, when it was
-    posted, and the busy session it is meant for (`target`, see `SessionStore.post`)."""
-
-    id: int
-    key: str
-    value: bytes
-    at: dt.datetime
-    target: str | None = None
-
-
-@attrs.frozen
-class MailInfo:
-    """A key of the mailbox: how many messages it holds unclaimed, and when the oldest came."""
-
-    key: str
-    count: int
-    oldest_at: dt.datetime
-
-
 def wait_records(
     rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime], *, skip_bad: bool = False
 ) -> list[WaitRecord]:

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
-from tarry.snapshots.records import MailInfo, MailRecord, SessionRecord, TokenInfo, WaitRecord
+from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 
 if TYPE_CHECKING:
+    from tarry.snapshots.mail import MailInfo, MailRecord
     from tarry.snapshots.tally import Totals
 
 #: The statuses of ended sessions: the only ones `prune` deletes.

@@ -34,13 +34,15 @@ from tarry.drivers.sessions.resuming import SessionBusy, prepare_now
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
     InvalidArgument,
+    InvalidResumeValue,
     SessionNotResumable,
     TokenAlreadyUsed,
     UnknownToken,
 )
 from tarry.engine.keys import check_key
 from tarry.snapshots.codec.pack import dumps, loads
-from tarry.snapshots.records import MailInfo, WaitRecord
+from tarry.snapshots.mail import MailInfo
+from tarry.snapshots.records import WaitRecord
 from tarry.snapshots.store import MailGone
 
 #: Waiting rows read from the store at a time (an index range after the last token read).
@@ -137,32 +139,39 @@ def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = 
         if rows:
             firsts.setdefault(rows[0].session_id, {})[rows[0].token] = (key, rows[0])
     for sid, waits in firsts.items():
-        posted = {key: core.store.post(key, blobs[key], now) for key, _ in waits.values()}
+        keys = [key for key, _ in waits.values()]
+        if not any(core.store.queued(key=key, limit=1) for key in keys):
+            # Nothing queued ahead of them: the waits take the values straight away, the use
+            # of their tokens recording each with its value (that is the message consumed),
+            # with no message row to write and delete.
+            outcome = _take_together(core, waits, values, dict.fromkeys(keys), actor)
+            if outcome is not None:
+                outcomes[sid] = outcome
+                applied.update(dict.fromkeys(keys, sid))
+                continue
+        posted = {key: core.store.post(key, blobs[key], now) for key in keys}
         if len(waits) > 1:
             outcome = _take_together(core, waits, values, posted, actor)
             if outcome is not None:
                 outcomes[sid] = outcome
-                applied.update({key: sid for key, _ in waits.values()})
+                applied.update(dict.fromkeys(keys, sid))
                 continue
-        for key, _ in waits.values():
-            outcome, taker = _offer(core, key, values[key], posted[key], found[key], actor)
+        for key in keys:
+            moved, taker = _offer(core, key, values[key], posted[key], found[key], actor)
+            outcomes.update((o.session_id, o) for o in moved)
             if taker is not None:
                 applied[key] = taker
-                if outcome is not None:
-                    outcomes[taker] = outcome
     for key in values:
         if not found[key]:
             # Nothing waited when we looked; a drive of this very call may have come to wait
             # on it since: offered to whatever waits now, else queued.
             mid = core.store.post(key, blobs[key], now)
-            outcome, taker = _offer(core, key, values[key], mid, [], actor)
+            moved, taker = _offer(core, key, values[key], mid, [], actor)
+            outcomes.update((o.session_id, o) for o in moved)
             if taker is not None:
                 applied[key] = taker
-                if outcome is not None:
-                    outcomes[taker] = outcome
     queued = [key for key in values if key not in applied]
-    order = list(dict.fromkeys(applied[key] for key in values if key in applied))
-    return Delivery(applied, queued, [outcomes[sid] for sid in order if sid in outcomes])
+    return Delivery(applied, queued, list(outcomes.values()))
 
 
 def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
@@ -178,14 +187,15 @@ def _take_together(
     core: Core,
     waits: dict[str, tuple[str, WaitRecord]],
     values: dict[str, Any],
-    posted: dict[str, int],
+    posted: dict[str, int | None],
     actor: str | None,
 ) -> Outcome | None:
-    """Waits of one session (token key -> (key, wait)) each take their key's message in one
-    resume (resume_many's path); None when that cannot be done at once (a token used, a
-    message taken, the session busy): the caller offers them one at a time."""
+    """Waits of one session (token key -> (key, wait)) each take their key's value — its queued
+    message, when `posted` names one — in one resume (resume_many's path); None when that
+    cannot be done at once (a token used, a message taken, the session busy): nothing was
+    done, and the caller queues the values and offers them one at a time."""
     keyed = {token: (token, values[key]) for token, (key, _) in waits.items()}
-    mail = {token: posted[key] for token, (key, _) in waits.items()}
+    mail = {token: mid for token, (key, _) in waits.items() if (mid := posted[key]) is not None}
     try:
         outcomes = settle_many(
             resume_keys(core, keyed, trigger="deliver", actor=actor, mail=mail, wait_busy=False)
@@ -202,35 +212,51 @@ def _offer(
     mid: int,
     rows: list[WaitRecord],
     actor: str | None,
-) -> tuple[Outcome | None, str | None]:
-    """Offer the message `mid` to the waits on its key in turn, until one takes it: (that
-    resume's outcome, its session id), or (None, None) when it stays queued. Waits that came
-    since `rows` was read are asked too (a page at a time), so none is passed over."""
-    passed: set[str] = set()  # waits that cannot take it (their tokens were used)
+) -> tuple[list[Outcome], str | None]:
+    """Offer the messages queued on `key`, oldest first, to the waits on it in turn (the one
+    that waited longest first) until the message `mid` (of `value`) is taken: (the outcomes of
+    the sessions moved on, the session whose wait took `mid`, or None when it stays queued).
+    A message queued before `mid` goes first: a key is a queue. Waits that came since `rows` was
+    read are asked too, so none is passed over."""
+    moved: list[Outcome] = []
+    passed: set[str] = set()  # waits that cannot take a message (their tokens were used)
     for attempt in range(2):
         candidates = rows if attempt == 0 and rows else core.store.waiters(key, PAGE)
         busy: list[str] = []
         for row in candidates:
             if row.token in passed:
                 continue
+            head = core.store.queued(key=key, limit=1)
+            if not head or head[0].id > mid:
+                return moved, None  # ours was taken by a Wait that reached the key meanwhile
+            message = head[0]
+            given = value if message.id == mid else loads(message.value)
             try:
-                outcome = _resume_one(core, row.token, value, "deliver", actor, mid)
+                outcome = _resume_one(core, row.token, given, "deliver", actor, message.id)
             except _PASSED:
                 passed.add(row.token)  # its token was used meanwhile: the next wait
                 continue
             except MailGone:
-                return None, None  # a Wait reached the key and claimed it: it is that Wait's
+                continue  # a Wait reached the key and took that message: the next one
             except SessionBusy:
                 busy.append(row.session_id)  # running now: the message stays for it
                 continue
-            return outcome, row.session_id
+            except InvalidResumeValue:
+                if message.id == mid:
+                    raise
+                return moved, None  # an older message this wait refuses: left queued
+            passed.add(row.token)
+            if outcome is not None:
+                moved.append(outcome)
+            if message.id == mid:
+                return moved, row.session_id
         for sid in busy:  # its drive looks for the message when it pauses
             core.running.note_mail(sid)
         if attempt == 0 and not busy and not rows:
             break  # every wait there is was asked
         # Once more, with the waits as they are now: ones that came meanwhile, and busy
         # sessions that paused before they could see the note.
-    return None, None
+    return moved, None
 
 
 def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) -> list[Outcome]:

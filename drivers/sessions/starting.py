@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.core import Core
 from tarry.drivers.drive.drive import Drive
@@ -27,8 +27,11 @@ from tarry.engine.state.events import Event
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import fold
 from tarry.snapshots.codec.pack import loads
-from tarry.snapshots.records import MailRecord, SessionRecord
+from tarry.snapshots.records import SessionRecord
 from tarry.snapshots.store import MailGone
+
+if TYPE_CHECKING:
+    from tarry.snapshots.mail import MailRecord
 
 #: How a waiting branch is resumed by its token: `resuming.prepare`, handed in by whoever drives
 #: a session (resuming.py imports this module, so this one cannot import it back).

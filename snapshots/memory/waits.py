@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tarry.engine.state.events import Event
+from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.memory.entry import _encode_batch, _Entry
-from tarry.snapshots.records import MailInfo, MailRecord, WaitRecord, encode_path
+from tarry.snapshots.records import WaitRecord, encode_path
 from tarry.snapshots.store import MailGone, refusals
 
 #: The claimant of a message that no session claimed yet.

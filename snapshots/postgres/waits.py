@@ -22,10 +22,9 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.postgres.sql import _check_batch, _conflict, _maybe_utc, _utc
 from tarry.snapshots.records import (
-    MailInfo,
-    MailRecord,
     WaitRecord,
     decode_path,
     encode_events,

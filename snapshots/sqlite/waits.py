@@ -18,9 +18,8 @@ from typing import Any
 
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.records import (
-    MailInfo,
-    MailRecord,
     WaitRecord,
     _micros,
     decode_path,

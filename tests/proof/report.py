@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/proof/report.py RESULTS_DIR docs/guarantees.md
 
-RESULTS_DIR holds one JSON per campaign (crash, fuzz, stress, limits, poison), as each campaign's
+RESULTS_DIR holds one JSON per campaign (crash, fuzz, stress, limits, poison, delivery), as each campaign's
 `--json` writes it. The page's prose stays as written; only the part between the two
 `<!-- proof:... -->` markers is replaced. A campaign whose JSON is missing is reported as not
 run, never left out. Exit code 1 when any campaign failed or is missing.
@@ -23,6 +23,7 @@ CAMPAIGNS = {
     "stress": "Concurrency stress (threads and processes on the same sessions)",
     "limits": "Bounds (value and snapshot sizes, worker memory, store size)",
     "poison": "Poison (5% bad sessions among due ones; four workers)",
+    "delivery": "Delivery (stateful: deliver, broadcast, resumes, cancels, prunes, rounds, crashes)",
 }
 START, END = "<!-- proof:start -->", "<!-- proof:end -->"
 

@@ -627,7 +627,8 @@ def test_sqlite_stores_utc_microseconds(tmp_path: Path) -> None:
 
 def _consume_in_process(path: str, token: str, barrier: Any, results: Any) -> None:
     with SQLiteStore(path) as store:
-        barrier.wait(timeout=30)
+        # Generous: a safety net for a hung child on a loaded machine, not a speed limit.
+        barrier.wait(timeout=300)
         results.put(store.consume_token(token))
 
 
@@ -647,7 +648,7 @@ def test_sqlite_consume_races_across_processes(
     ]
     for p in procs:
         p.start()
-    outcome = sorted(results.get(timeout=60) for _ in procs)
+    outcome = sorted(results.get(timeout=600) for _ in procs)
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0

@@ -1,0 +1,223 @@
+"""Keyed delivery: one plain test per bug that the delivery state machine
+(test_delivery_machine.py) found, each its shortest reproduction, through the public API, on every
+store (the `store` fixture: memory, SQLite, PostgreSQL). API.md, "Delivery you can trust"."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import tarry
+from tarry import Flow, ForEach, ManualClock, Runtime, Wait
+
+#: A bound on how long a helper thread may take, only so that a deadlock fails instead of hanging.
+GUARD = 60.0
+
+
+class Crash(BaseException):
+    """Stands for the process dying mid-drive: nothing in tarry catches it."""
+
+
+def pair(key: str = "k0") -> Flow:
+    """Two keyed Waits on one key, in a row."""
+    return Flow(
+        "pair",
+        [
+            Wait("first", key=key),
+            Wait("second", key=key),
+            lambda ctx: [ctx.outputs["first"], ctx.outputs["second"]],
+        ],
+    )
+
+
+def taken(rt: Runtime, session_id: str) -> dict[tuple[Any, ...], Any]:
+    """Wait path -> the value it completed with, from the session's events."""
+    return {
+        e.path: e.data["output"]
+        for e in rt.session(session_id).events()
+        if e.type == "node.completed" and e.path[-1:] in (("first",), ("second",), ("lane",))
+    }
+
+
+def in_thread(fn: Any) -> Any:
+    """`fn()` in another thread, as another process would call it; its result (or error)."""
+    got: list[Any] = []
+
+    def call() -> None:
+        try:
+            got.append(fn())
+        except BaseException as exc:
+            got.append(exc)
+
+    helper = threading.Thread(target=call, daemon=True)
+    helper.start()
+    helper.join(GUARD)
+    assert got, f"the call did not return within {GUARD} s"
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    return got[0]
+
+
+# --- the surface API.md names ------------------------------------------------------------------
+
+
+def test_mailbox_lists_the_queued_messages_of_each_key(store) -> None:
+    rt = Runtime(store=store)
+    rt.deliver("k0", "m1")
+    rt.deliver("k0", "m2")
+    [info] = rt.mailbox()
+    assert (info.key, info.count) == ("k0", 2)
+    assert rt.discard("k0") == 2  # how many were dropped
+    assert rt.mailbox() == []
+
+
+def test_broadcast_resumes_every_waiting_branch_and_keeps_nothing(store) -> None:
+    rt = Runtime(store=store)
+    one, two = rt.run(pair(), session_id="one"), rt.run(pair(), session_id="two")
+    outs = rt.broadcast("k0", "ready")
+    assert sorted(o.session_id for o in outs) == ["one", "two"]
+    assert taken(rt, one.session_id) == taken(rt, two.session_id) == {("first",): "ready"}
+    assert rt.mailbox() == []  # kept nothing: both now wait on "second"
+    assert [p.path for p in rt.session("one").outcome.pauses] == [("second",)]
+
+
+def test_deliver_many_returns_a_delivery_report(store) -> None:
+    rt = Runtime(store=store)
+    out = rt.run(pair("a"))
+    report = rt.deliver_many({"a": "m1", "b": "m2"})
+    assert dict(report.applied) == {"a": out.session_id}
+    assert list(report.queued) == ["b"]
+    assert [o.session_id for o in report.outcomes] == [out.session_id]
+
+
+def test_prune_older_than_zero_deletes_every_ended_session(store) -> None:
+    rt = Runtime(store=store, clock=ManualClock())
+    out = rt.run(pair())
+    rt.cancel(out.session_id)
+    assert rt.prune(older_than=timedelta(0)) == 1
+    with pytest.raises(tarry.UnknownSession):
+        rt.session(out.session_id)
+
+
+# --- a key is a queue ------------------------------------------------------------------------------
+
+
+def test_an_early_message_is_taken_by_one_wait_only(store) -> None:
+    rt = Runtime(store=store)
+    assert rt.deliver("k0", "m1") == []  # queued: nothing waits yet
+    out = rt.run(pair())
+    # "first" takes m1 and does not pause; "second" finds the queue empty and waits.
+    assert out.paused and [p.path for p in out.pauses] == [("second",)]
+    assert taken(rt, out.session_id) == {("first",): "m1"}
+
+
+def test_two_messages_to_one_key_are_two_messages_taken_in_order(store) -> None:
+    rt = Runtime(store=store)
+    rt.deliver("k0", "m1")
+    rt.deliver("k0", "m2")  # a second message, not a new value for the first
+    out = rt.run(pair())
+    assert out.ok and out.output == ["m1", "m2"]
+
+
+def test_a_message_moves_only_the_branch_that_waited_longest(store) -> None:
+    rt = Runtime(store=store)
+    first, later = rt.run(pair(), session_id="first"), rt.run(pair(), session_id="later")
+    outs = rt.deliver("k0", "m1")
+    assert [o.session_id for o in outs] == [first.session_id]
+    assert taken(rt, later.session_id) == {}
+    [out] = rt.deliver("k0", "m2")  # first now waits on "second", since after `later`
+    assert out.session_id == later.session_id
+    assert taken(rt, later.session_id) == {("first",): "m2"}
+
+
+# --- many lanes, busy sessions, stops, crashes ---------------------------------------------------
+
+
+def test_late_mail_for_several_waiting_lanes_is_not_lost(store) -> None:
+    """While lane 0 is in its step, lanes 1 and 2 wait (in the running drive, not yet saved)
+    and another process delivers to both: each lane takes its message."""
+    rt = Runtime(store=store, clock=ManualClock())
+    started: set[int] = set()
+    changed = threading.Condition()
+
+    def on_event(event: tarry.Event) -> None:
+        if event.type == "node.started" and event.path[-1:] == ("lane",):
+            with changed:
+                started.add(event.path[1])
+                changed.notify_all()
+
+    rt.subscribe(on_event)
+
+    def prep(ctx: Any) -> None:
+        if ctx.item == 0:
+            with changed:
+                changed.wait_for(lambda: {1, 2} <= started, GUARD)
+            in_thread(lambda: [rt.deliver("late/1", "one"), rt.deliver("late/2", "two")])
+
+    lanes = [prep, Wait("lane", key=lambda ctx: f"late/{ctx.item}")]
+    flow = Flow("late", [ForEach("lanes", [0, 1, 2], lanes, concurrency=3)])
+    out = rt.run(flow)
+    rt.poll()  # the next worker round, at the latest
+    assert taken(rt, out.session_id) == {("lanes", 1, "lane"): "one", ("lanes", 2, "lane"): "two"}
+    assert [p.path for p in rt.session(out.session_id).outcome.pauses] == [("lanes", 0, "lane")]
+
+
+def test_a_cancel_while_a_resume_runs_is_honoured_when_the_run_pauses(store) -> None:
+    """Lane 0 is resumed; while its next step runs, another process cancels the session; the
+    drive then pauses (lane 1 still waits) before any checkpoint. The cancel still wins."""
+    rt = Runtime(store=store)
+    asked: list[tarry.Outcome] = []
+
+    def post(ctx: Any) -> Any:
+        if ctx.item == 0:
+            asked.append(in_thread(lambda: rt.cancel(ctx.session_id)))
+        return ctx.prev
+
+    lanes = [Wait("lane", key=lambda ctx: f"c/{ctx.item}"), post]
+    out = rt.run(Flow("cancelled", [ForEach("lanes", [0, 1], lanes, concurrency=3)]))
+    rt.resume(out.pauses[0].token, "v0")
+    assert [o.status for o in asked] == ["running"]  # a stop request, for the running drive
+    view = rt.session(out.session_id)
+    assert view.status == "cancelled", [p.path for p in view.outcome.pauses]
+
+
+def test_deliver_to_a_running_session_is_queued_at_once(store) -> None:
+    """A delivery to a lane of a session that is running (here: its process died and its lease
+    still runs) is queued at once — never a wait for the session, never an error — and the
+    session takes it when it goes on."""
+    clock = ManualClock()
+    crashed: list[int] = []
+
+    def post(ctx: Any) -> Any:
+        if ctx.item == 0 and not crashed:
+            crashed.append(0)
+            raise Crash
+        return ctx.prev
+
+    lanes = [Wait("lane", key=lambda ctx: f"busy/{ctx.item}"), post]
+    flow = Flow("busy", [ForEach("lanes", [0, 1], lanes, concurrency=3)])
+    rt = Runtime(store=store, clock=clock, lease=30)
+    out = rt.run(flow)
+    with pytest.raises(Crash):
+        rt.resume(out.pauses[0].token, "a")
+    other = Runtime(store=store, clock=clock, lease=30, flows=[flow])  # another process
+    assert other.deliver("busy/1", "b") == []
+    clock.advance(31)
+    other.recover()
+    other.poll()
+    view = other.session(out.session_id)
+    assert view.status == "completed" and view.outcome.output == ["a", "b"]
+
+
+def test_a_session_that_crashed_before_its_first_write_derives_its_state(store) -> None:
+    def first(ctx: Any) -> None:
+        raise Crash
+
+    rt = Runtime(store=store, clock=ManualClock())
+    with pytest.raises(Crash):
+        rt.run(Flow("early", [first, Wait("w", key="early")]), session_id="s1")
+    view = Runtime(store=store).session("s1")  # another process looks at it
+    assert view.status == "running"
+    assert view.derive_state() == view.state
