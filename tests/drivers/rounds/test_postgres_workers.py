@@ -202,7 +202,7 @@ def test_workers_claim_disjoint_sessions_and_try_each_token_once(dsn: str) -> No
 
         store.consume_token = counted  # type: ignore[method-assign]
         rt = Runtime(store=store, flows=[flow])
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=300)
         try:
             while True:
                 got = rt.resume_due(limit=5)

@@ -135,7 +135,7 @@ def test_concurrent_upgrades_apply_each_migration_once(postgres: Any, schema: st
     results: list[Any] = [None] * n
 
     def open_one(i: int) -> None:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=300)
         try:
             store = postgres.PostgresStore(pgserver.server_dsn(), schema=schema, auto_upgrade=False)
             try:
@@ -161,7 +161,7 @@ def test_concurrent_opens_of_a_new_database_all_succeed(postgres: Any, schema: s
     errors: list[BaseException] = []
 
     def open_one() -> None:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=300)
         try:
             postgres.PostgresStore(pgserver.server_dsn(), schema=schema).close()
         except BaseException as exc:
@@ -393,7 +393,7 @@ def test_the_pool_shares_at_most_max_size_connections(postgres: Any, schema: str
         seen: list[int] = []
 
         def work() -> None:
-            barrier.wait(timeout=30)
+            barrier.wait(timeout=300)
             for _ in range(20):
                 store.load("s1")
                 store.find_token("tk_1")
@@ -536,7 +536,7 @@ def _consume_in_process(dsn: str, schema: str, token: str, barrier: Any, results
     from tarry.snapshots import PostgresStore
 
     with PostgresStore(dsn, schema=schema) as store:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=300)
         results.put(store.consume_token(token))
 
 
@@ -544,7 +544,7 @@ def _claim_in_process(dsn: str, schema: str, owner: str, barrier: Any, results: 
     from tarry.snapshots import PostgresStore
 
     with PostgresStore(dsn, schema=schema) as store:
-        barrier.wait(timeout=30)
+        barrier.wait(timeout=300)
         until = T0 + dt.timedelta(seconds=30)
         results.put((owner, store.claim("s1", owner, until=until, now=T0)))
 
@@ -567,7 +567,7 @@ def test_races_across_processes_have_one_winner(
     ]
     for p in procs:
         p.start()
-    outcome = [results.get(timeout=60) for _ in procs]
+    outcome = [results.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
