@@ -612,3 +612,33 @@ def test_sqlite_names_a_wait_path_it_cannot_read(tmp_path: Path, spoiled: bytes)
     assert [w.token for w in store.waiting()] == ["t1"]
     assert [w.path for w in store.waiting(key="k")] == [("items", 0, "w")]
     store.close()
+
+
+def test_an_sqlite_file_of_schema_3_keeps_its_mail_as_messages(tmp_path: Path) -> None:
+    """The mailbox of schema 3 (one row per key and claimant) becomes the queue of schema 4:
+    each row one message, in the order they came, claims kept."""
+    path = tmp_path / "old.db"
+    SQLiteStore(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE mail")
+    db.execute(
+        "CREATE TABLE mail (key TEXT NOT NULL, claimed_by TEXT NOT NULL DEFAULT '', "
+        "value BLOB NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (key, claimed_by)) WITHOUT ROWID"
+    )
+    db.execute("CREATE INDEX mail_claimed ON mail (claimed_by) WHERE claimed_by <> ''")
+    db.executemany(
+        "INSERT INTO mail VALUES (?, ?, ?, ?)",
+        [("job", "", b"later", 2_000_000), ("job", "s1", b"first", 1_000_000), ("x", "", b"x", 3)],
+    )
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:
+        assert [m.value for m in store.queued(key="job")] == [b"later"]
+        assert store.claim_mail("job", "s1")[1] == b"first"  # s1's claim kept
+        assert [m.value for m in store.queued(key="x")] == [b"x"]
+        newest = max(m.id for m in store.queued(key="job"))
+        assert store.post("job", b"new", at(9)) > newest
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (4,)
+    db.close()
