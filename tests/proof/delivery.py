@@ -46,7 +46,8 @@ def campaign(seed: int, scale: float) -> dict[str, Any]:
         cwd=HERE.parent.parent,
     )
     seconds = time.monotonic() - started
-    tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    summary = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    tail = summary[-1] if summary else ""
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
     failures = counts.get("failed", 0) + counts.get("error", 0)
     examples = [line.strip() for line in done.stdout.splitlines() if "AssertionError" in line][:5]

@@ -75,7 +75,7 @@ HOOK_KEYS = st.lists(st.sampled_from(LANE_KEYS + KEYS), min_size=1, max_size=3, 
 #: Names of the keyed Waits of the three shapes.
 WAITS = frozenset({"first", "second", "w", "lane"})
 #: What a rule may do from inside a running step (see `DeliveryMachine._arm`).
-ACTIONS = ("crash", "deliver", "broadcast", "cancel", "abort")
+ACTIONS = ("deliver", "crash", "cancel", "abort", "broadcast")
 ENDED = frozenset({"completed", "failed", "cancelled"})
 #: Stands for "who takes this message is not decided by the rule that gave it" (it was given
 #: while a drive was going, or while a crashed session awaited recovery).
@@ -218,7 +218,6 @@ class Seen:
     outcome: Any = None
     #: A stop asked for while it ran or awaited recovery ("cancel" or "abort"), until honoured.
     stop: str | None = None
-    cancelled_by_us: bool = False
     pruned: bool = False
 
 
@@ -559,6 +558,20 @@ class DeliveryMachine(RuleBasedStateMachine):
         input = {"key": "k0"} if shape == "pair" else {"n": n}
         return self._start(shape, input, durability, action, tuple(keys))
 
+    @rule(
+        target=sessions,
+        n=st.integers(2, FAN_ITEMS),
+        lanes=st.lists(st.integers(0, FAN_ITEMS - 1), min_size=1, max_size=FAN_ITEMS, unique=True),
+        durability=st.sampled_from(["pause", "step"]),
+    )
+    def start_fan_with_late_mail(self, n: int, lanes: list[int], durability: str) -> str:
+        """A new fan whose lane 0, in its first step, gives a message to each of `lanes`: the
+        other lanes in flight already wait in the running drive (late mail), the ones not
+        started yet will wait later (early mail)."""
+        self.step_no += 1
+        keys = tuple(f"f/{i}" for i in lanes)
+        return self._start("fan", {"n": n}, durability, "deliver", keys)
+
     # -- rules: delivery --------------------------------------------------------------------------
 
     @rule(key=st.sampled_from(ALL_KEYS))
@@ -611,15 +624,15 @@ class DeliveryMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(ALL_KEYS))
     def broadcast(self, key: str) -> None:
         self.step_no += 1
+        broadcast = getattr(self.rt, "broadcast", None)
+        if broadcast is None:
+            self._lacks("Runtime.broadcast(key, value)")
+            return
         value = self._new("b")
         if self.crashed or key in self.pending:
             self.broadcasts[value] = LOOSE
         else:
             self.broadcasts[value] = frozenset((sid, path) for _, sid, path in self._waiters(key))
-        broadcast = getattr(self.rt, "broadcast", None)
-        if broadcast is None:
-            self._lacks("Runtime.broadcast(key, value)")
-            return
         outs = self._drive(lambda: broadcast(key, value))
         expected = self.broadcasts[value]
         if expected is not LOOSE:
