@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
@@ -34,45 +34,6 @@ def refusals(tokens: Sequence[str], used: Mapping[str, bool]) -> dict[str, str]:
             refused[token] = "used"
         seen.add(token)
     return refused
-
-
-def list_where(
-    mark: str,
-    time: Callable[[dt.datetime], Any],
-    search_sql: str,
-    *,
-    status: str | None,
-    flow: str | None,
-    before: tuple[dt.datetime, str] | None,
-    since: dt.datetime | None,
-    until: dt.datetime | None,
-    search: str | None,
-) -> tuple[str, builtins.list[Any]]:
-    """The WHERE clause ("" with no filter, else with a trailing space) and its arguments for a
-    SQL store's `list`: only the filters given go in, so the database can use its index.
-    `mark`: the placeholder; `time(t)`: a time as the store keeps it; `search_sql`: the test of
-    a session id prefix or flow substring, each of whose placeholders takes `search`."""
-    where: builtins.list[str] = []
-    args: builtins.list[Any] = []
-    if status is not None:
-        where.append(f"status = {mark}")
-        args.append(status)
-    if flow is not None:
-        where.append(f"flow = {mark}")
-        args.append(flow)
-    if before is not None:
-        where.append(f"(created_at, session_id) < ({mark}, {mark})")
-        args += (time(before[0]), before[1])
-    if since is not None:
-        where.append(f"created_at >= {mark}")
-        args.append(time(since))
-    if until is not None:
-        where.append(f"created_at < {mark}")
-        args.append(time(until))
-    if search is not None:
-        where.append(search_sql)
-        args += (search,) * search_sql.count(mark)
-    return (f"WHERE {' AND '.join(where)} " if where else ""), args
 
 
 class MailGone(ConcurrentUpdate):

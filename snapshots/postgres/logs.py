@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 from tarry.snapshots.log_records import LogBatch, LogRecord, record_of
-from tarry.snapshots.postgres.sql import _exists
+from tarry.snapshots.postgres.sql import session_exists
 from tarry.snapshots.records import encode_path
 
 DESCRIPTION = "log records captured from steps"
@@ -80,7 +80,7 @@ class Logs:
                 "WHERE session_id = %s AND seq > %s AND levelno >= %s ORDER BY seq LIMIT %s",
                 (session_id, after, levelno, max(limit, 0)),
             ).fetchall()
-            if not rows and not _exists(conn, session_id):
+            if not rows and not session_exists(conn, session_id):
                 return None
         return [record_of(row) for row in rows]
 

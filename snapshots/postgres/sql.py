@@ -1,4 +1,5 @@
-"""PostgresStore's statements and row conversion, shared by the store's method families."""
+"""PostgresStore's statements, times and rows, shared by the store's method families (the
+columns and the row conversion come from sql_common.py, which SQLiteStore shares)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
-from tarry.snapshots.codec.pack import dumps, loads
-from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.sql_common import COLUMNS, Listing, Rows, select_sessions
 
 try:
     import psycopg
@@ -18,20 +18,7 @@ except ModuleNotFoundError as exc:  # the optional extra is missing (postgres.py
     msg = "PostgresStore needs psycopg 3 and psycopg-pool: pip install 'tarry[postgres]'"
     raise ModuleNotFoundError(msg, name=exc.name) from exc
 
-_NAMES = (
-    "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
-    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
-)  # fmt: skip
-_COLUMNS = ", ".join(_NAMES)
-# `stop` is read with every record but written only by request_stop (and cleared by a save
-# that ends the run, or a token's use): a record's own `stop` is never written.
-_SELECT = f"SELECT {_COLUMNS}, stop FROM tarry_sessions"
-#: Every column but the state, which a listing leaves out (an empty blob in its place).
-_SUMMARY = (
-    "SELECT "
-    + ", ".join("''::bytea" if n == "state" else n for n in _NAMES)
-    + ", stop FROM tarry_sessions"
-)
+SELECT = select_sessions("tarry_sessions")
 # Events go in only if they continue the log: the last stored seq must be the one before
 # the first. Two writers that both read the same last seq insert the same next one, and the
 # primary key makes the second wait for the first and then fail: the log stays gap-free.
@@ -57,7 +44,7 @@ _FREE = (
 # behind whoever holds it (another claimant, or a resumer saving it). NO KEY UPDATE is the
 # lock the UPDATE itself takes; it does not conflict with the key-share locks that inserts
 # of events and values take through their foreign keys.
-_CLAIM = (
+CLAIM = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
     "WHERE session_id = (SELECT session_id FROM tarry_sessions "
     f"WHERE session_id = %(sid)s AND {_FREE} FOR NO KEY UPDATE SKIP LOCKED)"
@@ -76,31 +63,32 @@ _CLAIM_DUE_ROWS = """
 """
 _CLAIM_DUE_SQL = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
-    "WHERE session_id IN ({rows}) RETURNING " + _COLUMNS + ", stop"
+    "WHERE session_id IN ({rows}) RETURNING " + COLUMNS + ", stop"
 )
-_CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
-_CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
+CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
+CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
     rows=_CLAIM_DUE_ROWS.format(
         after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)"
     )
 )
-_RENEW = (
+RENEW = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
     f"WHERE session_id = %(sid)s AND {_FREE}"
 )
 
 
-# -- rows --------------------------------------------------------------------------------------
+# -- events and values ---------------------------------------------------------------------------
 
 
-def _exists(conn: psycopg.Connection[Any], session_id: str) -> bool:
+def session_exists(conn: psycopg.Connection[Any], session_id: str) -> bool:
+    """Whether the session exists."""
     found = conn.execute(
         "SELECT 1 FROM tarry_sessions WHERE session_id = %s", (session_id,)
     ).fetchone()
     return found is not None
 
 
-def _check_batch(events: Sequence[Event]) -> None:
+def check_batch(events: Sequence[Event]) -> None:
     """ConcurrentUpdate unless the events' seqs are consecutive."""
     for offset, event in enumerate(events):
         expected = events[0].seq + offset
@@ -112,14 +100,14 @@ def _check_batch(events: Sequence[Event]) -> None:
             raise ConcurrentUpdate(msg)
 
 
-def _append(
+def insert_events(
     conn: psycopg.Connection[Any], session_id: str, events: Sequence[Event], encoded: list[bytes]
 ) -> psycopg.Cursor[Any] | None:
     """Send the insert of `events`, which happens only if they continue the stored log
-    without a gap; `_check_appended` then tells whether it did. None for no events."""
+    without a gap; `check_appended` then tells whether it did. None for no events."""
     if not events:
         return None
-    _check_batch(events)
+    check_batch(events)
     return conn.execute(
         _APPEND,
         {
@@ -132,16 +120,16 @@ def _append(
     )
 
 
-def _check_appended(
+def check_appended(
     appended: psycopg.Cursor[Any] | None, session_id: str, events: Sequence[Event]
 ) -> None:
     """ConcurrentUpdate (inside the caller's transaction, so nothing is kept) if the insert
-    `_append` sent left the events out."""
+    `insert_events` sent left the events out."""
     if appended is not None and appended.rowcount != len(events):
-        raise _conflict(None, session_id, events)
+        raise conflict(None, session_id, events)
 
 
-def _conflict(
+def conflict(
     exc: Exception | None, session_id: str, events: Sequence[Event] = ()
 ) -> ConcurrentUpdate:
     """The ConcurrentUpdate for a write that lost: to a missing session (foreign key), to
@@ -157,7 +145,7 @@ def _conflict(
     )
 
 
-def _put(
+def insert_values(
     conn: psycopg.Connection[Any], session_id: str, values: Sequence[tuple[str, int, bytes]]
 ) -> psycopg.Cursor[Any] | None:
     """Send the insert (or replacement) of values; a row count of 0 means the session is
@@ -178,61 +166,30 @@ def _put(
     )
 
 
-def _size(values: Sequence[tuple[str, int, bytes]]) -> int:
+def values_size(values: Sequence[tuple[str, int, bytes]]) -> int:
+    """The bytes of the blobs of `values`."""
     return sum(len(blob) for _, _, blob in values)
 
 
-def _nothing() -> None:
-    pass
+# -- times and rows ------------------------------------------------------------------------------
 
 
-def _utc(at: dt.datetime) -> dt.datetime:
+def as_timestamptz(at: dt.datetime) -> dt.datetime:
+    """`at` as PostgreSQL takes it: as it is, a timestamptz."""
+    return at
+
+
+def utc(at: dt.datetime) -> dt.datetime:
+    """A timestamptz as read, in UTC (connections use UTC: see PostgresStore._configure)."""
     return at.astimezone(dt.UTC)
 
 
-def _maybe_utc(at: dt.datetime | None) -> dt.datetime | None:
-    return None if at is None else at.astimezone(dt.UTC)
-
-
-def _row(record: SessionRecord, *, version: int) -> tuple[Any, ...]:
-    """The record as a sessions row, in _NAMES order."""
-    return (
-        record.session_id,
-        record.flow,
-        record.status,
-        bytes(record.state),
-        version,
-        record.fingerprint,
-        dumps(record.flow_version),
-        record.token,
-        record.wake_at,
-        record.lease_owner,
-        record.lease_until,
-        record.created_at,
-        record.updated_at,
-        dumps(record.meta),
-        record.durability,
-    )
-
-
-def _record(row: Sequence[Any]) -> SessionRecord:
-    (sid, flow, status, state, version, fingerprint, flow_version, token, wake_at,
-     lease_owner, lease_until, created_at, updated_at, meta, durability, stop) = row  # fmt: skip
-    return SessionRecord(
-        session_id=sid,
-        flow=flow,
-        status=status,
-        state=bytes(state),
-        version=version,
-        fingerprint=fingerprint,
-        flow_version=loads(flow_version),
-        token=token,
-        wake_at=_maybe_utc(wake_at),
-        lease_owner=lease_owner,
-        lease_until=_maybe_utc(lease_until),
-        created_at=_utc(created_at),
-        updated_at=_utc(updated_at),
-        meta=loads(meta),
-        durability=durability,
-        stop=stop,
-    )
+#: Records as rows and back.
+ROWS = Rows(time=as_timestamptz, datetime=utc)
+#: `list`: every column but the state, which a listing leaves out (an empty blob in its place).
+LISTING = Listing(
+    select_sessions("tarry_sessions", state="''::bytea"),
+    "%s",
+    as_timestamptz,
+    "(starts_with(session_id, %s) OR strpos(flow, %s) > 0)",
+)

@@ -3,7 +3,8 @@
 The class holds the sessions; events and values come from values.py, tokens, timers and
 leases from tokens.py, waits and the mailbox (a queue of messages per key) from waits.py, the
 migrations from schema.py, the one-statement writes of a run and a resume from writes.py, and
-the other statements and row conversion from sql.py.
+the other statements, times and rows from sql.py (what it shares with SQLiteStore:
+../sql_common.py).
 """
 
 from __future__ import annotations
@@ -36,21 +37,19 @@ from tarry.snapshots.postgres import writes as writes
 from tarry.snapshots.postgres.logs import Logs
 from tarry.snapshots.postgres.schema import Migration
 from tarry.snapshots.postgres.sql import (
-    _NAMES,
-    _SELECT,
-    _SUMMARY,
-    _check_batch,
-    _conflict,
-    _nothing,
-    _record,
-    _row,
-    _size,
+    LISTING,
+    ROWS,
+    SELECT,
+    check_batch,
+    conflict,
+    values_size,
 )
 from tarry.snapshots.postgres.tokens import TokensAndLeases
 from tarry.snapshots.postgres.values import EventsAndValues
 from tarry.snapshots.postgres.waits import WaitsAndMail
 from tarry.snapshots.records import SessionRecord, WaitRecord, encode_events
-from tarry.snapshots.store import ENDED, list_where
+from tarry.snapshots.sql_common import NAMES
+from tarry.snapshots.store import ENDED
 from tarry.snapshots.tally import Totals
 
 __all__ = ["MIGRATIONS", "Migration", "PostgresStore", "latest_version"]
@@ -80,6 +79,10 @@ def _version(conn: psycopg.Connection[Any]) -> int:
 
 def _check_not_newer(found: int) -> None:
     schema_.check_not_newer(found, MIGRATIONS)
+
+
+def _nothing() -> None:
+    pass
 
 
 class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
@@ -215,11 +218,11 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
         sid = record.session_id
-        _check_batch(events)
+        check_batch(events)
         if events and events[0].seq != 1:  # a new session's log starts at 1
-            raise _conflict(None, sid, events)
+            raise conflict(None, sid, events)
         encoded = encode_events(events)
-        args: dict[str, Any] = dict(zip(_NAMES, _row(record, version=0), strict=True))
+        args: dict[str, Any] = dict(zip(NAMES, ROWS.session_row(record, version=0), strict=True))
         if events:
             args.update(seqs=[e.seq for e in events], types=[e.type for e in events], blobs=encoded)
         try:
@@ -230,18 +233,18 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         except pg_errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "tarry_sessions_pkey":
                 raise SessionExists(sid) from exc
-            raise _conflict(exc, sid) from exc
+            raise conflict(exc, sid) from exc
         if appended != len(events):  # cannot be: the log of a new session is empty
-            raise _conflict(None, sid, events)
+            raise conflict(None, sid, events)
         self._count(written=len(record.state) + sum(map(len, encoded)))
 
     def load(self, session_id: str) -> SessionRecord | None:
         with self._pool.connection() as conn:
-            row = conn.execute(f"{_SELECT} WHERE session_id = %s", (session_id,)).fetchone()
+            row = conn.execute(f"{SELECT} WHERE session_id = %s", (session_id,)).fetchone()
         if row is None:
             return None
         self._count(read=len(row[3]))
-        return _record(row)
+        return ROWS.session(row)
 
     def save(
         self,
@@ -254,7 +257,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
     ) -> int:
-        row = dict(zip(_NAMES, _row(record, version=expected_version + 1), strict=True))
+        row = dict(zip(NAMES, ROWS.session_row(record, version=expected_version + 1), strict=True))
         more = (waits, mail_done, logs if logs is not None and logs.records else None)
         encoded = encode_events(events)
         try:
@@ -273,7 +276,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
                 # The first attempt may have committed before its reply was lost.
                 if not self._saved(record, expected_version):
                     raise
-        self._count(written=len(record.state) + sum(map(len, encoded)) + _size(values))
+        self._count(written=len(record.state) + sum(map(len, encoded)) + values_size(values))
         return expected_version + 1
 
     def _save(
@@ -293,7 +296,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         sid = record.session_id
         # A session that ends ends its waits: their tokens are used, the waits deleted.
         ended = record.status != "paused" and record.status != "running"
-        _check_batch(events)
+        check_batch(events)
         sql, args = writes.save_args(
             row, expected_version, events, encoded, values, waits, mail_done, ended
         )
@@ -304,9 +307,9 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
                 except pg_errors.DivisionByZero:  # the guard: the row was not written
                     raise writes.moved(conn, sid, expected_version, events) from None
         except pg_errors.IntegrityError as exc:
-            raise _conflict(exc, sid) from exc
+            raise conflict(exc, sid) from exc
         if appended != len(events):  # cannot be: the row is written only if they continue
-            raise _conflict(None, sid, events)
+            raise conflict(None, sid, events)
         if logs is not None:
             # The step logs of this write, in a statement of their own after it (the save
             # stays one statement when nothing was logged): a crash between the two loses
@@ -348,19 +351,17 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         until: dt.datetime | None = None,
         search: str | None = None,
     ) -> list[SessionRecord]:
-        clause, args = list_where(
-            "%s",
-            lambda t: t,
-            "(starts_with(session_id, %s) OR strpos(flow, %s) > 0)",
+        sql, args = LISTING.sql(
             status=status,
             flow=flow,
+            limit=limit,
+            offset=offset,
             before=before,
             since=since,
             until=until,
             search=search,
         )
-        sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT %s OFFSET %s"
-        return self._select(sql, (*args, limit, offset))
+        return self._select(sql, args)
 
     def prune(
         self,

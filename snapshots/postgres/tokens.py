@@ -15,14 +15,14 @@ from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
 from tarry.snapshots.postgres import writes as writes
 from tarry.snapshots.postgres.sql import (
-    _CLAIM,
-    _CLAIM_DUE,
-    _CLAIM_DUE_AFTER,
-    _RENEW,
-    _SELECT,
-    _check_batch,
-    _conflict,
-    _record,
+    CLAIM,
+    CLAIM_DUE,
+    CLAIM_DUE_AFTER,
+    RENEW,
+    ROWS,
+    SELECT,
+    check_batch,
+    conflict,
 )
 from tarry.snapshots.records import SessionRecord, TokenInfo, encode_events
 from tarry.snapshots.store import MailGone, stale
@@ -63,7 +63,7 @@ class TokensAndLeases:
         version: int | None = None,
         mail: int | None = None,
     ) -> bool:
-        _check_batch(events)
+        check_batch(events)
         encoded = encode_events(events)
         args = writes.consume_args(token, owner, until, events, encoded, version, mail)
         sql = writes.consume_sql(bool(events), version is not None, mail is not None)
@@ -73,14 +73,14 @@ class TokensAndLeases:
                 row = conn.execute(sql, args).fetchone()
         except pg_errors.DivisionByZero:  # the guard: the session moved on, nothing written
             if version is None:
-                raise _conflict(None, named, events) from None
+                raise conflict(None, named, events) from None
             msg = f"session {named!r} changed since version {version} (the token is unused)"
             raise ConcurrentUpdate(msg) from None
         except pg_errors.InvalidArgumentForLogarithm:  # the mail guard: nothing written
             msg = f"message {mail} is no longer queued: another delivery or Wait took it"
             raise MailGone(msg) from None
         except pg_errors.IntegrityError as exc:
-            raise _conflict(exc, named) from exc
+            raise conflict(exc, named) from exc
         sid, appended, *_guards, used, owner_id, found_version, status = row
         if sid is None:
             if version is not None and used is False:  # live, and not used by this call: why?
@@ -90,7 +90,7 @@ class TokensAndLeases:
                     raise moved
             return False  # used or unknown: nothing was written
         if appended != len(events):  # cannot be: the session is set running only if they continue
-            raise _conflict(None, sid, events)
+            raise conflict(None, sid, events)
         self._count(written=sum(map(len, encoded)))
         return True
 
@@ -122,7 +122,7 @@ class TokensAndLeases:
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
         return self._select(
-            f"{_SELECT} WHERE status = 'paused' AND wake_at <= %s "
+            f"{SELECT} WHERE status = 'paused' AND wake_at <= %s "
             "ORDER BY wake_at, session_id LIMIT %s",
             (now, limit),
         )
@@ -130,7 +130,7 @@ class TokensAndLeases:
     def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
         args = {"sid": session_id, "owner": owner, "until": until, "now": now}
         with self._pool.connection() as conn:
-            if conn.execute(_CLAIM, args).rowcount == 1:
+            if conn.execute(CLAIM, args).rowcount == 1:
                 return True
             # Nothing claimed: the lease is someone else's, or the row was locked. A renewal
             # of our own lease must not fail because another transaction held the row for a
@@ -140,7 +140,7 @@ class TokensAndLeases:
             ).fetchone()
             if row is None or row[0] != owner:
                 return False
-            return conn.execute(_RENEW, args).rowcount == 1
+            return conn.execute(RENEW, args).rowcount == 1
 
     def release(self, session_id: str, owner: str) -> None:
         with self._pool.connection() as conn:
@@ -160,12 +160,12 @@ class TokensAndLeases:
         after: tuple[dt.datetime, str] | None = None,
     ) -> builtins.list[SessionRecord]:
         args = {"owner": owner, "until": until, "now": now, "limit": limit}
-        sql = _CLAIM_DUE_AFTER if after is not None else _CLAIM_DUE
+        sql = CLAIM_DUE_AFTER if after is not None else CLAIM_DUE
         if after is not None:
             args["after_at"], args["after_id"] = after
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
-        records = [_record(row) for row in rows]
+        records = [ROWS.session(row) for row in rows]
         records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
         return records
 
@@ -174,11 +174,11 @@ class TokensAndLeases:
     ) -> builtins.list[SessionRecord]:
         if after is None:
             return self._select(
-                f"{_SELECT} WHERE lease_until <= %s ORDER BY lease_until, session_id LIMIT %s",
+                f"{SELECT} WHERE lease_until <= %s ORDER BY lease_until, session_id LIMIT %s",
                 (now, limit),
             )
         return self._select(
-            f"{_SELECT} WHERE lease_until <= %s AND (lease_until, session_id) > (%s, %s) "
+            f"{SELECT} WHERE lease_until <= %s AND (lease_until, session_id) > (%s, %s) "
             "ORDER BY lease_until, session_id LIMIT %s",
             (now, *after, limit),
         )
@@ -199,4 +199,4 @@ class TokensAndLeases:
     def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [_record(row) for row in rows]
+        return [ROWS.session(row) for row in rows]

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tarry.snapshots.store import ENDED
+from tarry.snapshots.sql_common import ENDED_ROW, prunable, prune_sql
 from tarry.snapshots.tally import Sums, Tally, Totals, add_page
 
 if TYPE_CHECKING:
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from tarry.snapshots.postgres.store import PostgresStore
 
 log = logging.getLogger("tarry")
-
-#: A row of an ended session (the condition of the partial index `prune` walks).
-ENDED_ROW = "status <> 'running' AND status <> 'paused'"
 
 #: The schema migration that adds what retention and stats need.
 DESCRIPTION = "ended sessions by last update, sessions by flow and status, per-session tallies"
@@ -53,26 +50,27 @@ def prune(
     limit: int,
     dry_run: bool,
 ) -> int:
-    wanted = [s for s in ENDED if s in statuses]
+    wanted = prunable(statuses)
     if not wanted:
         return 0
-    where = (
-        f"{ENDED_ROW} AND status = ANY(%(statuses)s) AND updated_at < %(before)s "
-        "AND (lease_until IS NULL OR lease_until <= %(now)s)"
+    count, batch = prune_sql(
+        "tarry_sessions",
+        statuses="= ANY(%(statuses)s)",
+        before="%(before)s",
+        now="%(now)s",
+        limit="%(limit)s",
     )
     args = {"statuses": wanted, "before": before, "now": now, "limit": limit}
     if dry_run:
-        row = conn.execute(f"SELECT count(*) FROM tarry_sessions WHERE {where}", args).fetchone()
+        row = conn.execute(count, args).fetchone()
         return int(row[0]) if row else 0
     # One statement: the batch is locked (rows another transaction holds are skipped, and the
     # condition is checked again on the rows taken), then deleted with their events, values,
     # tokens, waits and tallies (ON DELETE CASCADE). The messages they claimed name them in no
     # foreign key: they are released (queued again) in the same statement.
     row = conn.execute(
-        "WITH doomed AS (DELETE FROM tarry_sessions WHERE session_id IN ("
-        f"SELECT session_id FROM tarry_sessions WHERE {where} "
-        "ORDER BY updated_at, session_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
-        "RETURNING session_id), "
+        f"WITH doomed AS (DELETE FROM tarry_sessions WHERE session_id IN ({batch} "
+        "FOR UPDATE SKIP LOCKED) RETURNING session_id), "
         "released AS (UPDATE tarry_mail SET claimed_by = '' "
         "WHERE claimed_by = ANY(ARRAY(SELECT session_id FROM doomed)) AND claimed_by <> '') "
         "SELECT count(*) FROM doomed",

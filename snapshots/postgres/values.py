@@ -10,7 +10,14 @@ from psycopg import errors as pg_errors
 from psycopg_pool import ConnectionPool
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
-from tarry.snapshots.postgres.sql import _append, _check_appended, _conflict, _exists, _put, _size
+from tarry.snapshots.postgres.sql import (
+    check_appended,
+    conflict,
+    insert_events,
+    insert_values,
+    session_exists,
+    values_size,
+)
 from tarry.snapshots.records import decode_event, encode_events
 
 
@@ -25,16 +32,16 @@ class EventsAndValues:
         encoded = encode_events(events)
         with self._pool.connection() as conn:
             if not events:  # still an error for an unknown session, as in the other stores
-                if not _exists(conn, session_id):
+                if not session_exists(conn, session_id):
                     msg = f"no session {session_id!r} to append events to"
                     raise ConcurrentUpdate(msg)
                 return
             # One statement, so all or nothing without a transaction.
             try:
-                appended = _append(conn, session_id, events, encoded)
+                appended = insert_events(conn, session_id, events, encoded)
             except pg_errors.IntegrityError as exc:
-                raise _conflict(exc, session_id) from exc
-            _check_appended(appended, session_id, events)
+                raise conflict(exc, session_id) from exc
+            check_appended(appended, session_id, events)
         self._count(written=sum(map(len, encoded)))
 
     def events(
@@ -54,12 +61,12 @@ class EventsAndValues:
             return
         with self._pool.connection() as conn:
             try:
-                put = _put(conn, session_id, values)
+                sent = insert_values(conn, session_id, values)
             except pg_errors.ForeignKeyViolation:
                 return  # the session was deleted meanwhile: dropped, as for an unknown one
         # Values of an unknown (e.g. deleted) session are dropped, as in the other stores.
-        if put is not None and put.rowcount:
-            self._count(written=_size(values))
+        if sent is not None and sent.rowcount:
+            self._count(written=values_size(values))
 
     def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
         with self._pool.connection() as conn:

@@ -23,15 +23,22 @@ from psycopg_pool import ConnectionPool
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.mail import MailInfo, MailRecord
-from tarry.snapshots.postgres.sql import _check_batch, _conflict, _maybe_utc, _utc
+from tarry.snapshots.postgres.sql import (
+    ROWS,
+    check_appended,
+    check_batch,
+    conflict,
+    insert_events,
+    utc,
+)
 from tarry.snapshots.records import (
     WaitRecord,
-    decode_path,
     encode_events,
     encode_path,
     wait_records,
 )
-from tarry.snapshots.store import MailGone, refusals
+from tarry.snapshots.sql_common import MAIL_COLUMNS, WAIT_COLUMNS, check_tokens
+from tarry.snapshots.store import MailGone
 
 #: Migration 5: waits of paused sessions, one per live token of a waiting branch (by token for
 #: a poll's pages, by key for a delivery, by kind for an adapter's poll, by session), and the
@@ -101,7 +108,6 @@ QUEUE_STATEMENTS = (
     "CREATE INDEX tarry_mail_at ON tarry_mail (at, id) WHERE claimed_by = ''",
 )
 
-_WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
 _EMPTY_PATH = encode_path(())
 
 _LOCK_TOKENS = (
@@ -119,15 +125,8 @@ UPDATE tarry_sessions SET status = 'running', stop = NULL,
                        ELSE %(until)s::timestamptz END
 WHERE session_id = ANY(%(sids)s::text[])
 """
-_APPEND = """
-INSERT INTO tarry_events (session_id, seq, type, blob)
-SELECT %(sid)s, e.s, e.t, e.b
-FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(blobs)s::bytea[]) AS e(s, t, b)
-WHERE (SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = %(sid)s) = %(after)s
-"""
 
 
-_MAIL = "id, key, value, at, target"
 #: A token's use consumes its message only while no session claimed it.
 _CONSUME_MAIL = "DELETE FROM tarry_mail WHERE id = ANY(%s::bigint[]) AND claimed_by = ''"
 
@@ -171,12 +170,12 @@ WITH RECURSIVE heads (key, id) AS (
     ) AS next
 ), paired AS (
     SELECT heads.id AS mail_id, w.* FROM heads CROSS JOIN LATERAL (
-        SELECT {_WAIT} FROM tarry_waits WHERE key = heads.key ORDER BY since LIMIT 1
+        SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE key = heads.key ORDER BY since LIMIT 1
     ) AS w
     ORDER BY heads.id LIMIT %s
 )
-SELECT {", ".join(f"p.{c}" for c in _WAIT.split(", "))},
-       {", ".join(f"m.{c}" for c in _MAIL.split(", "))}
+SELECT {", ".join(f"p.{c}" for c in WAIT_COLUMNS.split(", "))},
+       {", ".join(f"m.{c}" for c in MAIL_COLUMNS.split(", "))}
 FROM paired AS p JOIN tarry_mail AS m ON m.id = p.mail_id
 ORDER BY m.id
 """
@@ -199,7 +198,7 @@ def backfill(conn: psycopg.Connection[Any]) -> None:
         if isinstance(found, dict) and isinstance(found.get("pause_kind"), str):
             kind = found["pause_kind"]
         conn.execute(
-            f"INSERT INTO tarry_waits ({_WAIT}) VALUES (%s, %s, %s, %s, NULL, %s, '', '') "
+            f"INSERT INTO tarry_waits ({WAIT_COLUMNS}) VALUES (%s, %s, %s, %s, NULL, %s, '', '') "
             "ON CONFLICT DO NOTHING",
             (token, sid, _EMPTY_PATH, kind, wake_at),
         )
@@ -226,19 +225,16 @@ class WaitsAndMail:
             return {}
         messages = [mail[token] for token in tokens if token in mail]
         for given in events.values():
-            _check_batch(given)
+            check_batch(given)
         written = 0
         try:
             with self._pool.connection() as conn, conn.transaction():
                 # Locked in token order: a racing consumer waits here, then sees them used.
-                found = {
-                    token: (sid, used)
-                    for token, sid, used in conn.execute(_LOCK_TOKENS, (list(tokens),))
-                }
-                refused = refusals(tokens, {t: used for t, (_, used) in found.items()})
+                found = conn.execute(_LOCK_TOKENS, (list(tokens),))
+                refused, sids = check_tokens(tokens, found)
                 if refused:
                     raise _Refused(refused)
-                sids = sorted({found[t][0] for t in tokens})
+                sids.sort()  # the lock order
                 conn.execute("UPDATE tarry_tokens SET used = true WHERE token = ANY(%s)",
                              (list(tokens),))  # fmt: skip
                 conn.execute(_LOCK_SESSIONS, (sids,))
@@ -256,33 +252,21 @@ class WaitsAndMail:
                         raise MailGone(msg)
                 for sid in sids:
                     given = events.get(sid, ())
-                    if not given:
-                        continue
-                    encoded = encode_events(given)
-                    appended = conn.execute(
-                        _APPEND,
-                        {
-                            "sid": sid,
-                            "after": given[0].seq - 1,
-                            "seqs": [e.seq for e in given],
-                            "types": [e.type for e in given],
-                            "blobs": encoded,
-                        },
-                    )
-                    if appended.rowcount != len(given):
-                        raise _conflict(None, sid, given)
-                    written += sum(map(len, encoded))
+                    if given:
+                        encoded = encode_events(given)
+                        check_appended(insert_events(conn, sid, given, encoded), sid, given)
+                        written += sum(map(len, encoded))
         except _Refused as refused:
             return refused.tokens
         except pg_errors.IntegrityError as exc:
-            raise _conflict(exc, "?") from exc
+            raise conflict(exc, "?") from exc
         self._count(written=written)
         return {}
 
     # -- waits -----------------------------------------------------------------------------
     def waits(self, session_id: str) -> builtins.list[WaitRecord]:
         return self._waits(
-            f"SELECT {_WAIT} FROM tarry_waits WHERE session_id = %s ORDER BY path, token",
+            f"SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE session_id = %s ORDER BY path, token",
             (session_id,),
         )
 
@@ -301,12 +285,12 @@ class WaitsAndMail:
         if kind is not None:
             where.append("kind = %s")
             args.append(kind)
-        sql = f"SELECT {_WAIT} FROM tarry_waits WHERE {' AND '.join(where)} ORDER BY token LIMIT %s"
+        sql = f"SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE {' AND '.join(where)} ORDER BY token LIMIT %s"
         return self._waits(sql, (*args, limit), skip_bad=True)
 
     def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
         return self._waits(
-            f"SELECT {_WAIT} FROM tarry_waits WHERE key = %s ORDER BY since LIMIT %s",
+            f"SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE key = %s ORDER BY since LIMIT %s",
             (key, limit),
             skip_bad=True,
         )
@@ -317,11 +301,11 @@ class WaitsAndMail:
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
         if not skip_bad:
-            return [_wait(row) for row in rows]
+            return [ROWS.wait(row) for row in rows]
         # A page of every session's waits: a row that cannot be read is logged once and
         # skipped (records.wait_records), so it stops no poll.
         plain = [(t, s, bytes(p), k, key, w, r, bytes(pl)) for t, s, p, k, key, w, r, pl in rows]
-        return wait_records(plain, _utc, skip_bad=True)
+        return wait_records(plain, utc, skip_bad=True)
 
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
@@ -355,17 +339,15 @@ class WaitsAndMail:
             where, args = "target = %s", (session_id, limit)
         else:
             return []
-        sql = (
-            f"SELECT {_MAIL} FROM tarry_mail WHERE {where} AND claimed_by = '' ORDER BY id LIMIT %s"
-        )
+        sql = f"SELECT {MAIL_COLUMNS} FROM tarry_mail WHERE {where} AND claimed_by = '' ORDER BY id LIMIT %s"
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [_message(row) for row in rows]
+        return [ROWS.message(row) for row in rows]
 
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._pool.connection() as conn:
             rows = conn.execute(_PENDING, (limit,)).fetchall()
-        return [(_wait(row[:8]), _message(row[8:])) for row in rows]
+        return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
 
     def discard(self, key: str) -> int:
         with self._pool.connection() as conn:
@@ -394,7 +376,7 @@ class WaitsAndMail:
         )
         with self._pool.connection() as conn:
             rows = conn.execute(sql, (*args, limit)).fetchall()
-        return [MailInfo(key, int(count), _utc(oldest)) for key, count, oldest in rows]
+        return [MailInfo(key, int(count), utc(oldest)) for key, count, oldest in rows]
 
     def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
         with self._pool.connection() as conn:
@@ -416,18 +398,6 @@ class _Refused(Exception):
     def __init__(self, tokens: dict[str, str]) -> None:
         super().__init__(tokens)
         self.tokens = tokens
-
-
-def _wait(row: Sequence[Any]) -> WaitRecord:
-    token, sid, path, kind, key, wake_at, reason, payload = row
-    return WaitRecord(
-        token, sid, decode_path(bytes(path)), kind, key, _maybe_utc(wake_at), reason, bytes(payload)
-    )
-
-
-def _message(row: Sequence[Any]) -> MailRecord:
-    mid, key, value, at, target = row
-    return MailRecord(int(mid), key, bytes(value), _utc(at), target)
 
 
 def _past_prefix(prefix: str) -> str | None:

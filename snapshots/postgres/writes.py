@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event
-from tarry.snapshots.postgres.sql import _NAMES, _conflict
+from tarry.snapshots.postgres.sql import conflict
 from tarry.snapshots.records import WaitRecord, encode_path
+from tarry.snapshots.sql_common import NAMES
 
 if TYPE_CHECKING:
     import psycopg
@@ -49,8 +50,8 @@ def create_sql(events: bool, token: bool) -> str:
     (the caller's SessionExists); the foreign keys of the token and the events are checked at
     the end of the statement, when the session's row is there."""
     parts = [
-        f"created AS (INSERT INTO tarry_sessions ({', '.join(_NAMES)}) "
-        f"VALUES ({', '.join(f'%({n})s' for n in _NAMES)}) RETURNING session_id)"
+        f"created AS (INSERT INTO tarry_sessions ({', '.join(NAMES)}) "
+        f"VALUES ({', '.join(f'%({n})s' for n in NAMES)}) RETURNING session_id)"
     ]
     if token:
         parts.append(
@@ -185,7 +186,7 @@ def save_sql(
     # Events go in only if they continue the log: the row is written only then, and two
     # writers of the same next seq meet at the events' primary key (the second fails).
     continues = f" AND {_LAST_SEQ} = %(after)s" if events else ""
-    columns = ", ".join(f"{n} = %({n})s" for n in _NAMES[1:])
+    columns = ", ".join(f"{n} = %({n})s" for n in NAMES[1:])
     parts.append(
         f"saved AS (UPDATE tarry_sessions SET {columns}, "
         "stop = CASE WHEN %(status)s = 'running' THEN stop END "
@@ -303,5 +304,5 @@ def moved(
     ).fetchone()
     found = None if current is None else current[0]
     if found == expected_version and events:
-        return _conflict(None, sid, events)
+        return conflict(None, sid, events)
     return ConcurrentUpdate(f"session {sid!r} is at version {found}, not {expected_version}")

@@ -1,5 +1,5 @@
-"""SQLiteStore's schema and statements, shared by the store's method families (rows and
-records convert in sqlite_rows.py)."""
+"""SQLiteStore's schema and statements, shared by the store's method families (times and rows
+convert in rows.py; the columns come from sql_common.py, which PostgresStore shares)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from typing import Any
 
 from tarry.engine.errors import ConcurrentUpdate
 from tarry.engine.state.events import Event, rows_of
+from tarry.snapshots.sql_common import COLUMNS, Listing, select_sessions
+from tarry.snapshots.sql_common import NAMES as _NAMES
 from tarry.snapshots.sqlite import upkeep as upkeep
+from tarry.snapshots.sqlite.rows import micros
 
-#: 2: waits and the mailbox (sqlite_waits.py), backfilled for the paused sessions of a file at 1.
-#: 3: log records (sqlite_logs.py), a table of their own.
+#: 2: waits and the mailbox (sqlite/waits.py), backfilled for the paused sessions of a file at 1.
+#: 3: log records (sqlite/logs.py), a table of their own.
 #: 4: the mailbox a queue of messages per key (sqlite/waits.py), one message per earlier row.
 SCHEMA_VERSION = 4
 
@@ -26,7 +29,7 @@ _ROWS_PER_INSERT = 32
 #: `list()` newest first without a status filter (the monitor's poll, `stats`) walks one of
 #: these backwards instead of sorting the whole table. Neither column changes after `create`,
 #: so pauses and resumes never touch them. Then what listing by status, `prune` and `stats`
-#: need (sqlite_upkeep.SCHEMA).
+#: need (upkeep.SCHEMA).
 _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
     "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
@@ -85,19 +88,15 @@ CREATE TABLE IF NOT EXISTS tokens (
 CREATE INDEX IF NOT EXISTS tokens_session ON tokens (session_id);
 """
 
-_NAMES = (
-    "session_id", "flow", "status", "state", "version", "fingerprint", "flow_version", "token",
-    "wake_at", "lease_owner", "lease_until", "created_at", "updated_at", "meta", "durability",
-)  # fmt: skip
-_COLUMNS = ", ".join(_NAMES)
-# `stop` is read with every record but written only by request_stop (and cleared by a save
-# that ends the run, or a token's use): a record's own `stop` is never written.
-_SELECT = f"SELECT {_COLUMNS}, stop FROM sessions"
-#: Every column but the state, which a listing leaves out (an empty blob in its place).
-_SUMMARY = (
-    "SELECT " + ", ".join("X''" if n == "state" else n for n in _NAMES) + ", stop FROM sessions"
+_SELECT = select_sessions("sessions")
+#: `list`: every column but the state, which a listing leaves out (an empty blob in its place).
+LISTING = Listing(
+    select_sessions("sessions", state="X''"),
+    "?",
+    micros,
+    "(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)",
 )
-_INSERT = f"INSERT INTO sessions ({_COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
+_INSERT = f"INSERT INTO sessions ({COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
 # Whether events continue a session's log: the seq before the first one (?P below; NULL when
 # no events are written) must be stored, unless it is 0. The log is gap-free, so that is all
 # it takes, with no MAX(seq) to look up; an event that is already stored breaks the events'
@@ -215,7 +214,7 @@ UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
     AND token IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?3)
     AND NOT EXISTS (SELECT 1 FROM tokens WHERE tokens.token = sessions.token AND used)
     ORDER BY wake_at, session_id LIMIT ?6
-) RETURNING {_COLUMNS}, stop
+) RETURNING {COLUMNS}, stop
 """
 
 

@@ -1,8 +1,9 @@
 """SQLiteStore: the embedded durable store, one file shared by threads and processes (WAL).
 
 The class holds the sessions, events and values; tokens, timers and leases come from
-sqlite_tokens.py, waits and the mailbox from sqlite_waits.py, and the schema, statements and
-row conversion live in sqlite_sql.py and sqlite_rows.py.
+tokens.py, waits and the mailbox from waits.py, retention and tallies from upkeep.py, the schema
+and statements live in sql.py and times and rows in rows.py (what it shares with PostgresStore:
+../sql_common.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
-from tarry.snapshots.records import SessionRecord, WaitRecord, _micros, decode_event, encode_events
+from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
 from tarry.snapshots.sqlite import logs as logs_
 from tarry.snapshots.sqlite import upkeep as upkeep
 from tarry.snapshots.sqlite import waits as waits_
-from tarry.snapshots.sqlite.rows import _record, _row
+from tarry.snapshots.sqlite.rows import ROWS
 from tarry.snapshots.sqlite.sql import (
     _ASSIGN_ALL,
     _FOLLOWS,
@@ -33,7 +34,7 @@ from tarry.snapshots.sqlite.sql import (
     _LOAD,
     _ROWS_PER_INSERT,
     _SCHEMA,
-    _SUMMARY,
+    LISTING,
     SCHEMA_VERSION,
     _add_token,
     _append_events,
@@ -49,7 +50,7 @@ from tarry.snapshots.sqlite.sql import (
 )
 from tarry.snapshots.sqlite.tokens import TokensAndLeases
 from tarry.snapshots.sqlite.waits import WaitsAndMail
-from tarry.snapshots.store import ENDED, list_where
+from tarry.snapshots.store import ENDED
 from tarry.snapshots.tally import Totals
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
@@ -156,7 +157,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
 
     # -- sessions --------------------------------------------------------------------------
     def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
-        row = _row(record, version=0)
+        row = ROWS.session_row(record, version=0)
         encoded = encode_events(events)
         _check_run(record.session_id, events, after=0)
         with self._write as db:
@@ -179,7 +180,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             if row is None:
                 return None
             self.bytes_read += len(row[3])
-        return _record(row)
+        return ROWS.session(row)
 
     def save(
         self,
@@ -193,7 +194,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         logs: LogBatch | None = None,
     ) -> int:
         sid = record.session_id
-        row = _row(record, version=expected_version + 1)
+        row = ROWS.session_row(record, version=expected_version + 1)
         encoded = encode_events(events)
         prev = _prev(sid, events)
         args = (*row, expected_version, prev)
@@ -244,19 +245,17 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         until: dt.datetime | None = None,
         search: str | None = None,
     ) -> list[SessionRecord]:
-        clause, args = list_where(
-            "?",
-            _micros,
-            "(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)",
+        sql, args = LISTING.sql(
             status=status,
             flow=flow,
+            limit=limit,
+            offset=offset,
             before=before,
             since=since,
             until=until,
             search=search,
         )
-        sql = f"{_SUMMARY} {clause}ORDER BY created_at DESC, session_id DESC LIMIT ? OFFSET ?"
-        return self._select(sql, (*args, limit, offset))
+        return self._select(sql, args)
 
     def prune(
         self,

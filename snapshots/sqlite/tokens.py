@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tarry.engine.state.events import Event
-from tarry.snapshots.records import SessionRecord, TokenInfo, _micros, encode_events
+from tarry.snapshots.records import SessionRecord, TokenInfo, encode_events
 from tarry.snapshots.sqlite import waits as waits_
-from tarry.snapshots.sqlite.rows import _record, _time
+from tarry.snapshots.sqlite.rows import ROWS, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import (
     _CLAIM_DUE,
     _EXPIRED,
@@ -91,7 +91,9 @@ class TokensAndLeases:
             if seen[1] is None:  # the session is gone: only the token is used
                 continues = prev is None
             else:
-                continues = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount == 1
+                continues = (
+                    db.execute(_RESUMING, (sid, owner, maybe_micros(until), prev)).rowcount == 1
+                )
                 self._seen = (sid, "running", *seen[2:])
             db.execute("DELETE FROM waits WHERE token = ?", (token,))
             if not continues:
@@ -124,7 +126,7 @@ class TokensAndLeases:
         return self._select(
             f"{_SELECT} WHERE status = 'paused' AND wake_at <= ? "
             "ORDER BY wake_at, session_id LIMIT ?",
-            (_micros(now), limit),
+            (micros(now), limit),
         )
 
     def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
@@ -133,7 +135,7 @@ class TokensAndLeases:
                 "UPDATE sessions SET lease_owner = ?, lease_until = ? WHERE session_id = ? "
                 "AND (lease_owner IS NULL OR lease_until IS NULL OR lease_until <= ? "
                 "OR lease_owner = ?)",
-                (owner, _micros(until), session_id, _micros(now), owner),
+                (owner, micros(until), session_id, micros(now), owner),
             )
             return cur.rowcount == 1
 
@@ -156,19 +158,19 @@ class TokensAndLeases:
     ) -> builtins.list[SessionRecord]:
         # One statement under the write lock: no other claimant (thread or process) can take
         # the same rows between the SELECT and the UPDATE.
-        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
-        args = (owner, _micros(until), _micros(now), *cursor, limit)
+        cursor = (micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        args = (owner, micros(until), micros(now), *cursor, limit)
         with self._lock:
             rows = self._cur.execute(_CLAIM_DUE, args).fetchall()
-        records = [_record(row) for row in rows]
+        records = [ROWS.session(row) for row in rows]
         records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
         return records
 
     def expired(
         self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
     ) -> builtins.list[SessionRecord]:
-        cursor = (_micros(after[0]), after[1]) if after is not None else (-(2**63), "")
-        return self._select(_EXPIRED, (_micros(now), *cursor, limit))
+        cursor = (micros(after[0]), after[1]) if after is not None else (-(2**63), "")
+        return self._select(_EXPIRED, (micros(now), *cursor, limit))
 
     # -- store-wide marks --------------------------------------------------------------------
     def mark(self, name: str) -> None:
@@ -184,4 +186,4 @@ class TokensAndLeases:
     def _select(self, sql: str, args: Sequence[Any]) -> builtins.list[SessionRecord]:
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
-        return [_record(row) for row in rows]
+        return [ROWS.session(row) for row in rows]

@@ -10,19 +10,14 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tarry.snapshots.records import _micros
-from tarry.snapshots.store import ENDED
+from tarry.snapshots.sql_common import ENDED_ROW, prunable, prune_sql
+from tarry.snapshots.sqlite.rows import micros
 from tarry.snapshots.tally import Sums, Tally, Totals, add_page
 
 if TYPE_CHECKING:
     from tarry.snapshots.sqlite.store import SQLiteStore
 
 log = logging.getLogger("tarry")
-
-#: A row of an ended session. Neither running nor paused, rather than an IN list: SQLite tests
-#: a partial index's condition on every UPDATE of the row (every save), and an IN list costs a
-#: temporary table each time; this costs two comparisons.
-ENDED_ROW = "status <> 'running' AND status <> 'paused'"
 
 #: Indexes and the tally table, created on open (idempotent, so older files get them too).
 SCHEMA = (
@@ -92,32 +87,25 @@ def prune(
     limit: int,
     dry_run: bool,
 ) -> int:
-    wanted = [s for s in ENDED if s in statuses]
+    wanted = prunable(statuses)
     if not wanted:
         return 0
-    where = (
-        f"{ENDED_ROW} AND status IN ({', '.join('?' * len(wanted))}) AND updated_at < ? "
-        "AND (lease_until IS NULL OR lease_until <= ?)"
-    )
-    args = (*wanted, _micros(before), _micros(now))
     # INDEXED BY: the planner, without statistics, would rather take the status index and sort
     # every ended session for each batch.
-    ended = "sessions INDEXED BY sessions_ended"
+    count, batch = prune_sql(
+        "sessions INDEXED BY sessions_ended",
+        statuses=f"IN ({', '.join('?' * len(wanted))})",
+        before="?",
+        now="?",
+        limit="?",
+    )
+    args = (*wanted, micros(before), micros(now))
     if dry_run:
         with store._lock:
-            (count,) = store._cur.execute(
-                f"SELECT COUNT(*) FROM {ended} WHERE {where}", args
-            ).fetchone()
-        return int(count)
+            (found,) = store._cur.execute(count, args).fetchone()
+        return int(found)
     with store._write as db:
-        ids = [
-            sid
-            for (sid,) in db.execute(
-                f"SELECT session_id FROM {ended} WHERE {where} "
-                "ORDER BY updated_at, session_id LIMIT ?",
-                (*args, limit),
-            ).fetchall()
-        ]
+        ids = [sid for (sid,) in db.execute(batch, (*args, limit)).fetchall()]
         if ids:
             # One statement per table for the whole batch (each id an index range of it).
             doomed = json.dumps(ids)
@@ -163,7 +151,7 @@ def stats(
     ):
         if value is not None:
             where.append(f"AND s.{column} {test} ?{3 + len(named)}")
-            named[len(named)] = value if isinstance(value, str) else _micros(value)
+            named[len(named)] = value if isinstance(value, str) else micros(value)
     sql = _TALLIES.format(flow=" ".join(where))
     sums = Sums()
     after = ""

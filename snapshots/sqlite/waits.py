@@ -21,15 +21,14 @@ from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.records import (
     WaitRecord,
-    _micros,
-    decode_path,
     encode_events,
     encode_path,
     wait_records,
 )
-from tarry.snapshots.sqlite.rows import _datetime, _maybe_datetime, _time
+from tarry.snapshots.sql_common import MAIL_COLUMNS, WAIT_COLUMNS, check_tokens
+from tarry.snapshots.sqlite.rows import ROWS, from_micros, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import _RESUMING, _insert, _not_continued, _prev, _Transaction
-from tarry.snapshots.store import MailGone, refusals
+from tarry.snapshots.store import MailGone
 
 #: Tables of schema version 2. The waits of paused sessions, one per live token of a waiting
 #: branch: clustered by token (a poll pages through them in token order), indexed by key (a
@@ -83,10 +82,9 @@ def upgrade_mail(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE mail_before_queue")
 
 
-_WAIT = "token, session_id, path, kind, key, wake_at, reason, payload"
 # A wait is kept only for a live token of its own session: a used one is never made live again.
 _ADD_WAIT = (
-    f"INSERT OR REPLACE INTO waits ({_WAIT}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 "
+    f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 "
     "WHERE EXISTS (SELECT 1 FROM tokens WHERE token = ?1 AND session_id = ?2 AND used = 0)"
 )
 _ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
@@ -149,7 +147,7 @@ def backfill(db: sqlite3.Connection) -> None:
         if isinstance(found, dict) and isinstance(found.get("pause_kind"), str):
             kind = found["pause_kind"]
         db.execute(
-            f"INSERT OR IGNORE INTO waits ({_WAIT}) VALUES (?, ?, ?, ?, NULL, ?, '', X'')",
+            f"INSERT OR IGNORE INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, NULL, ?, '', X'')",
             (token, sid, _EMPTY_PATH, kind, wake_at),
         )
 
@@ -178,14 +176,10 @@ class WaitsAndMail:
         batch = json.dumps(list(tokens))
         written = 0
         with self._write as db:
-            found = {
-                token: (sid, bool(used))
-                for token, sid, used in db.execute(
-                    f"SELECT token, session_id, used FROM tokens WHERE token IN ({_TOKENS})",
-                    (batch,),
-                )
-            }
-            refused = refusals(tokens, {t: used for t, (_, used) in found.items()})
+            found = db.execute(
+                f"SELECT token, session_id, used FROM tokens WHERE token IN ({_TOKENS})", (batch,)
+            )
+            refused, sids = check_tokens(tokens, found)
             if refused:
                 return refused  # nothing was written: the transaction commits nothing
             db.execute(f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (batch,))
@@ -193,10 +187,10 @@ class WaitsAndMail:
             for token in tokens:
                 if token in mail:
                     consume_mail(db, mail[token])  # raised inside: nothing is kept
-            for sid in dict.fromkeys(found[t][0] for t in tokens):
+            for sid in sids:
                 given = events.get(sid, ())
                 prev = _prev(sid, given)
-                resumed = db.execute(_RESUMING, (sid, owner, _time(until), prev)).rowcount
+                resumed = db.execute(_RESUMING, (sid, owner, maybe_micros(until), prev)).rowcount
                 if resumed != 1 and prev is not None:  # raised inside: nothing is kept
                     raise _not_continued(db, sid, given[0].seq)
                 if given:
@@ -208,7 +202,8 @@ class WaitsAndMail:
     # -- waits -----------------------------------------------------------------------------
     def waits(self, session_id: str) -> builtins.list[WaitRecord]:
         return self._waits(
-            f"SELECT {_WAIT} FROM waits WHERE session_id = ? ORDER BY path, token", (session_id,)
+            f"SELECT {WAIT_COLUMNS} FROM waits WHERE session_id = ? ORDER BY path, token",
+            (session_id,),
         )
 
     def waiting(
@@ -229,7 +224,9 @@ class WaitsAndMail:
         if kind is not None:
             where.append("kind = ?")
             args.append(kind)
-        sql = f"SELECT {_WAIT} FROM {table} WHERE {' AND '.join(where)} ORDER BY token LIMIT ?"
+        sql = (
+            f"SELECT {WAIT_COLUMNS} FROM {table} WHERE {' AND '.join(where)} ORDER BY token LIMIT ?"
+        )
         return self._waits(sql, (*args, limit), skip_bad=True)
 
     def _waits(
@@ -237,12 +234,12 @@ class WaitsAndMail:
     ) -> builtins.list[WaitRecord]:
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
-        return wait_records(rows, _datetime, skip_bad=skip_bad)
+        return wait_records(rows, from_micros, skip_bad=skip_bad)
 
     def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
         # A token's rowid grows with each one registered (the save that pauses on it), so it
         # orders the key's waits by how long they have waited; a key has few waits to sort.
-        columns = ", ".join("w." + c for c in _WAIT.split(", "))
+        columns = ", ".join("w." + c for c in WAIT_COLUMNS.split(", "))
         return self._waits(
             f"SELECT {columns} FROM waits AS w INDEXED BY waits_key "
             "JOIN tokens AS t ON t.token = w.token WHERE w.key = ? ORDER BY t.rowid LIMIT ?",
@@ -255,7 +252,7 @@ class WaitsAndMail:
         with self._write as db:
             mid = db.execute(
                 "INSERT INTO mail (key, value, at, target) VALUES (?, ?, ?, ?) RETURNING id",
-                (key, bytes(value), _micros(at), target),
+                (key, bytes(value), micros(at), target),
             ).fetchone()[0]
         return int(mid)
 
@@ -286,26 +283,26 @@ class WaitsAndMail:
     ) -> builtins.list[MailRecord]:
         if key is not None:
             sql = (
-                f"SELECT {_MAIL} FROM mail INDEXED BY mail_queue "
+                f"SELECT {MAIL_COLUMNS} FROM mail INDEXED BY mail_queue "
                 "WHERE key = ? AND claimed_by = '' ORDER BY id LIMIT ?"
             )
             args: tuple[Any, ...] = (key, limit)
         else:
             sql = (
-                f"SELECT {_MAIL} FROM mail INDEXED BY mail_target "
+                f"SELECT {MAIL_COLUMNS} FROM mail INDEXED BY mail_target "
                 "WHERE target = ? AND claimed_by = '' ORDER BY id LIMIT ?"
             )
             args = (session_id, limit)
         with self._lock:
             rows = self._cur.execute(sql, args).fetchall()
-        return [_message(row) for row in rows]
+        return [ROWS.message(row) for row in rows]
 
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         # Each key with unclaimed mail (a skip-scan of the queue index), its oldest message
         # and the least token waiting on it.
         sql = (
-            f"SELECT {', '.join('w.' + c for c in _WAIT.split(', '))}, "
-            f"{', '.join('m.' + c for c in _MAIL.split(', '))} "
+            f"SELECT {', '.join('w.' + c for c in WAIT_COLUMNS.split(', '))}, "
+            f"{', '.join('m.' + c for c in MAIL_COLUMNS.split(', '))} "
             "FROM (SELECT key, min(id) AS id FROM mail INDEXED BY mail_queue "
             "WHERE claimed_by = '' GROUP BY key) AS q "
             "JOIN mail AS m ON m.id = q.id "
@@ -315,7 +312,7 @@ class WaitsAndMail:
         )
         with self._lock:
             rows = self._cur.execute(sql, (limit,)).fetchall()
-        return [(_wait(row[:8]), _message(row[8:])) for row in rows]
+        return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
 
     def discard(self, key: str) -> int:
         with self._write as db:
@@ -338,18 +335,15 @@ class WaitsAndMail:
         )
         with self._lock:
             rows = self._cur.execute(sql, (*args, limit)).fetchall()
-        return [MailInfo(key, count, _datetime(at)) for key, count, at in rows]
+        return [MailInfo(key, count, from_micros(at)) for key, count, at in rows]
 
     def purge_mail(self, before: dt.datetime, limit: int = 1000) -> int:
         with self._write as db:
             return db.execute(
                 "DELETE FROM mail WHERE id IN (SELECT id FROM mail INDEXED BY mail_at "
                 "WHERE claimed_by = '' AND at < ? ORDER BY at, id LIMIT ?)",
-                (_micros(before), limit),
+                (micros(before), limit),
             ).rowcount
-
-
-_MAIL = "id, key, value, at, target"
 
 
 def consume_mail(db: sqlite3.Cursor, mid: int) -> None:
@@ -360,11 +354,6 @@ def consume_mail(db: sqlite3.Cursor, mid: int) -> None:
         raise MailGone(msg)
 
 
-def _message(row: Sequence[Any]) -> MailRecord:
-    mid, key, value, at, target = row
-    return MailRecord(mid, key, value, _datetime(at), target)
-
-
 def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
     return (
         wait.token,
@@ -372,14 +361,7 @@ def _wait_row(wait: WaitRecord, sid: str) -> tuple[Any, ...]:
         encode_path(wait.path),
         wait.kind,
         wait.key,
-        _time(wait.wake_at),
+        maybe_micros(wait.wake_at),
         wait.reason,
         bytes(wait.payload),
-    )
-
-
-def _wait(row: Sequence[Any]) -> WaitRecord:
-    token, sid, path, kind, key, wake_at, reason, payload = row
-    return WaitRecord(
-        token, sid, decode_path(path), kind, key, _maybe_datetime(wake_at), reason, payload
     )
