@@ -9,10 +9,10 @@ The engine never sleeps, awaits or starts a thread by itself: it yields `Await`,
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import attrs
+from tarry.engine.state.records import PauseState
 
 
 @attrs.frozen(slots=True)
@@ -28,22 +28,13 @@ class Checkpoint:
 
 
 @attrs.frozen(slots=True)
-class Pause:
-    """A node wants to wait: the run stops and resumes here with a value."""
+class Pause(PauseState):
+    """A node wants to wait: the run stops and resumes here with a value.
 
-    kind: str
-    reason: str
-    path: tuple[Any, ...]
-    payload: Any = None
-    wake_at: datetime | None = None
-    expires_at: datetime | None = None
-    #: False when the node does not take the resume value (a retry back-off, say).
-    awaits_value: bool = True
-    #: The name a keyed Wait may be resumed by (`Runtime.deliver`).
-    key: str | None = None
-    #: What a Gate or Wait with a timeout does when it passes: "approve" or "reject" (a Gate),
-    #: "fail" or {"value": the output} (a Wait). Recorded so that any process can time it out.
-    on_timeout: Any = None
+    Its fields are those of the state's record of a wait, `PauseState`, declared there only:
+    a pause has one shape from the node that asks for it to the store. A class of its own all
+    the same, so that the driver tells a signal by its type (and a state's record yielded by
+    mistake is reported as the bug it is)."""
 
 
 class _NoMail:

@@ -11,7 +11,7 @@ import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
 from tarry.engine.state.events import Event, EventLog
-from tarry.engine.state.records import SessionState
+from tarry.engine.state.records import PauseState, SessionState
 from tarry.snapshots.codec.pack import dumps, loads
 from tarry.snapshots.codec.wire import state_from_data, state_to_data
 
@@ -87,6 +87,21 @@ class WaitRecord:
     wake_at: dt.datetime | None = None
     reason: str = ""
     payload: bytes = b""
+
+
+def wait_record(token: str, session_id: str, pause: PauseState) -> WaitRecord:
+    """The wait row of `pause` (a PauseState, or the Pause signal a node yielded) under the
+    store key `token`: due at its timer, else at its deadline; its payload encoded."""
+    return WaitRecord(
+        token=token,
+        session_id=session_id,
+        path=pause.path,
+        kind=pause.kind,
+        key=pause.key,
+        wake_at=pause.wake_at or pause.expires_at,
+        reason=pause.reason,
+        payload=b"" if pause.payload is None else dumps(pause.payload),
+    )
 
 
 def wait_records(

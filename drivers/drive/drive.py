@@ -19,10 +19,10 @@ from tarry.engine.failure import fail, record_failure
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog
-from tarry.engine.state.records import ErrorInfo, SessionState
+from tarry.engine.state.records import ErrorInfo, PauseState, SessionState, pause_to_data
 from tarry.engine.state.reducer import error_to_data
-from tarry.snapshots.codec.pack import dumps, loads
-from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state
+from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state, wait_record
 
 if TYPE_CHECKING:
     from tarry.drivers.core import Core
@@ -329,8 +329,8 @@ class Drive:
                 resumable = self.aborts.get(sid, self.stop != "cancel")
                 by = self._stop_actor(sid)
                 if resumable:
-                    data = {"kind": "system", "reason": "aborted", "awaits_value": False, **by}
-                    ex.emit(ev.RUN_PAUSED, value.path, data)
+                    pause = PauseState("system", "aborted", value.path, awaits_value=False)
+                    ex.emit(ev.RUN_PAUSED, value.path, {**pause_to_data(pause), **by})
                     token = self.core.tokens.new_key()
                 else:
                     ex.emit(ev.RUN_CANCELLED, value.path, by)
@@ -477,44 +477,14 @@ def record_pauses(drive: Drive, signals: tuple[Pause, ...]) -> list[WaitRecord]:
     core = drive.core
     waits = []
     for signal in signals:
-        data: dict[str, Any] = {"kind": signal.kind, "reason": signal.reason}
-        if signal.payload is not None:
-            data["payload"] = signal.payload
-        if signal.wake_at is not None:
-            data["wake_at"] = signal.wake_at
-        if signal.expires_at is not None:
-            data["expires_at"] = signal.expires_at
-        if not signal.awaits_value:
-            data["awaits_value"] = False
-        if signal.key is not None:
-            data["key"] = signal.key
-        if signal.on_timeout is not None:
-            data["on_timeout"] = signal.on_timeout
         try:
             core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
             drive._fail(fail(ex, signal.path, exc).error)
             return []
-        ex.emit(ev.RUN_PAUSED, signal.path, data)
-        waits.append(
-            WaitRecord(
-                token=core.tokens.new_key(),
-                session_id=ex.session_id,
-                path=signal.path,
-                kind=signal.kind,
-                key=signal.key,
-                wake_at=signal.wake_at or signal.expires_at,
-                reason=signal.reason,
-                payload=b"" if signal.payload is None else dumps(signal.payload),
-            )
-        )
+        ex.emit(ev.RUN_PAUSED, signal.path, pause_to_data(signal))
+        waits.append(wait_record(core.tokens.new_key(), ex.session_id, signal))
     if not signals:
         first = all_pauses(ex.state)[0]
-        data = {"kind": first.kind, "reason": first.reason}
-        for name in ("payload", "wake_at", "expires_at", "key", "on_timeout"):
-            if getattr(first, name) is not None:
-                data[name] = getattr(first, name)
-        if not first.awaits_value:
-            data["awaits_value"] = False
-        ex.emit(ev.RUN_PAUSED, first.path, data)
+        ex.emit(ev.RUN_PAUSED, first.path, pause_to_data(first))
     return waits

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Generator, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,33 @@ class Outcome:
         # Outcome). At run time an Outcome is a plain value, never awaitable: code that means
         # to await whatever a run gives uses `arun`/`aresume`.
         def __await__(self) -> Generator[Any, None, Outcome]: ...
+
+
+#: What a PauseInfo shows of the PauseState it stands for: the fields both declare (a field
+#: added to both is shown with no change here), each as (PauseInfo's slot setter, getter).
+_SHOWN = tuple(
+    (PauseInfo.__dict__[name].__set__, operator.attrgetter(name))
+    for name in attrs.fields_dict(PauseInfo)
+    if name in attrs.fields_dict(PauseState)
+)
+_set_partial = PauseInfo.__dict__["partial"].__set__
+_set_token = PauseInfo.__dict__["token"].__set__
+_new = object.__new__
+
+
+def pause_info(pause: PauseState, partial: Mapping[str, Any], token: str | None) -> PauseInfo:
+    """The public PauseInfo of a session's wait `pause`, with the flow's `partial` outputs and
+    the wait's public `token`.
+
+    An outcome lists every wait of its session, so each is made without attrs' `__init__`
+    (which has nothing to check or convert here): its fields are set straight into the slots,
+    as `snapshots.records.wait_records` does, in fewer instructions than the keyword call."""
+    info = _new(PauseInfo)
+    for set_field, get in _SHOWN:
+        set_field(info, get(pause))
+    _set_partial(info, partial)
+    _set_token(info, token)
+    return info
 
 
 def all_pauses(state: SessionState) -> list[PauseState]:
@@ -141,16 +169,7 @@ def outcome_of(
             partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
             tokens = tokens or {}
             infos = tuple(
-                PauseInfo(
-                    kind=p.kind,
-                    reason=p.reason,
-                    path=p.path,
-                    payload=p.payload,
-                    partial=partial,
-                    wake_at=p.wake_at,
-                    expires_at=p.expires_at,
-                    token=tokens.get(p.path, token if i == 0 else None),
-                )
+                pause_info(p, partial, tokens.get(p.path, token if i == 0 else None))
                 for i, p in enumerate(waits)
             )
             first = infos[0]

@@ -56,7 +56,16 @@ class ContainerFrame:
 
 @attrs.frozen(slots=True)
 class PauseState:
-    """Why and where a session waits. `awaits_value`: a node waits for the resume value."""
+    """Why and where a session waits. `awaits_value`: a node waits for the resume value.
+
+    The one shape of a pause: the `Pause` signal a node yields is this record (a subclass with
+    no field of its own), and each other form of it is made in one place: the `run.paused`
+    event's data by `pause_to_data` and read back by `pause_from_data` (the reducer's), both
+    below; the public PauseInfo by `drivers/drive/outcome.pause_info`; a store's wait row by
+    `snapshots/records.wait_record`; the snapshot's form by `snapshots/codec/wire.py`. A field
+    is declared here only: events and the state carry a new one with no other change; the
+    snapshot's form names each (a test compares it with cattrs' on random states), PauseInfo
+    shows what it declares too."""
 
     kind: str
     reason: str
@@ -64,11 +73,45 @@ class PauseState:
     payload: Any = None
     wake_at: datetime | None = None
     expires_at: datetime | None = None
+    #: False when the node does not take the resume value (a retry back-off, say).
     awaits_value: bool = True
-    #: The name a keyed Wait may be resumed by; the action on timeout of a Gate or Wait with a
-    #: timeout ("approve"/"reject"; "fail"/{"value": v}). A snapshot written before: None.
+    #: The name a keyed Wait may be resumed by (`Runtime.deliver`); what a Gate or Wait with a
+    #: timeout does when it passes: "approve" or "reject" (a Gate), "fail" or {"value": the
+    #: output} (a Wait), recorded so that any process can time it out. A snapshot written
+    #: before they existed: None.
     key: str | None = None
     on_timeout: Any = None
+
+
+#: The fields of a pause that its `run.paused` event's data carries only when they differ from
+#: their default, with that default, in the order written (`kind` and `reason` always come
+#: first; `path` is the event's own).
+_OPTIONAL: tuple[tuple[str, Any], ...] = tuple(
+    (field.name, field.default)
+    for field in attrs.fields(PauseState)
+    if field.name not in ("kind", "reason", "path")
+)
+
+
+def pause_to_data(pause: PauseState) -> dict[str, Any]:
+    """The data of the `run.paused` event of `pause` (a Pause signal or a PauseState): `kind`,
+    `reason`, then each other field that is not at its default. Events already written hold
+    these bytes, so the order and the fields left out stay as they are."""
+    data = {"kind": pause.kind, "reason": pause.reason}
+    for name, default in _OPTIONAL:
+        value = getattr(pause, name)
+        if value is not default:
+            data[name] = value
+    return data
+
+
+def pause_from_data(path: tuple[Any, ...], data: dict[str, Any]) -> PauseState:
+    """The PauseState a `run.paused` event at `path` records (keys it does not know, such as
+    the `actor` of an abort, are left to the log)."""
+    get = data.get
+    return PauseState(
+        data["kind"], get("reason", ""), path, *[get(name, default) for name, default in _OPTIONAL]
+    )
 
 
 @attrs.frozen(slots=True)

@@ -26,6 +26,7 @@ from tarry.engine.state.records import (  # noqa: F401 - imported from here too
     error_from_data,
     error_to_data,
     from_fields,
+    pause_from_data,
 )
 
 # The records are frozen to everyone else. The reducer writes their fields through `__dict__`
@@ -298,17 +299,7 @@ def _run_paused(
     recorded: in that lane)."""
     fields["status"] = "paused"
     scope, _ = _scope(fields, path, owned)
-    scope["pause"] = PauseState(
-        kind=data["kind"],
-        reason=data.get("reason", ""),
-        path=path,
-        payload=data.get("payload"),
-        wake_at=data.get("wake_at"),
-        expires_at=data.get("expires_at"),
-        awaits_value=data.get("awaits_value", True),
-        key=data.get("key"),
-        on_timeout=data.get("on_timeout"),
-    )
+    scope["pause"] = pause_from_data(path, data)
 
 
 def _run_resumed(

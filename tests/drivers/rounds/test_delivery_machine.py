@@ -258,6 +258,10 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.direct: dict[str, tuple[str, tuple[Any, ...]]] = {}
         #: Value -> every (session id, wait path) seen taking it, pruned sessions included.
         self.taken: dict[Any, list[tuple[str, tuple[Any, ...]]]] = {}
+        #: value -> the session a `run.resumed` event of a keyed Wait carried it into: a
+        #: message consumed by a branch whose session a cancel then ended before the Wait
+        #: completed is consumed all the same (see `_gone`).
+        self.resumed_into: dict[Any, str] = {}
         #: (session id, wait path) -> the rule number at which it was first seen waiting (or
         #: taking a message without waiting): the order in which branches started to wait.
         self.rank: dict[tuple[str, tuple[Any, ...]], int] = {}
@@ -798,6 +802,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             seen.status = view.status
             for event in view.events(after_seq=seen.seen_seq):
                 seen.seen_seq = event.seq
+                if event.type == "run.resumed" and "value" in event.data and is_keyed(event.path):
+                    self.resumed_into.setdefault(event.data["value"], sid)
                 if event.type == "node.completed" and is_keyed(event.path):
                     value = event.data["output"]
                     seen.takes.setdefault(event.path, []).append(value)
@@ -813,6 +819,14 @@ class DeliveryMachine(RuleBasedStateMachine):
                 seen.stop = None
             if seen.stop == "abort" and seen.status != "running":
                 seen.stop = None
+
+    def _gone(self, message: Any) -> bool:
+        """Whether `message` was consumed: taken by a Wait, or resumed into a branch whose
+        session was cancelled before the Wait completed (the resume recorded it)."""
+        if message in self.taken:
+            return True
+        sid = self.resumed_into.get(message)
+        return sid is not None and self.seen[sid].status == "cancelled"
 
     def _check_derived(self, sid: str, view: Any) -> None:
         """Promise 3: the state is the fold of the events."""
@@ -882,12 +896,16 @@ class DeliveryMachine(RuleBasedStateMachine):
         if self.crashed:
             return  # a crashed drive may hold messages it took: checked once it is recovered
         for key, messages in self.order.items():
-            taken = [m for m in messages if m in self.taken]
+            taken = [m for m in messages if self._gone(m)]
             assert taken == messages[: len(taken)], (
                 f"messages to {key!r} in delivery order are {messages}; the taken ones, "
                 f"{taken}, are not the oldest ones"
             )
-            ranks = [(self.rank[self.taken[m][0]], m) for m in taken if self.takers[m] is not LOOSE]
+            ranks = [
+                (self.rank[self.taken[m][0]], m)
+                for m in taken
+                if m in self.taken and self.takers[m] is not LOOSE
+            ]
             for (early, m1), (late, m2) in zip(ranks, ranks[1:], strict=False):
                 assert early <= late, (
                     f"{m1} was delivered to {key!r} before {m2}, but taken by a branch that "
@@ -978,7 +996,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         for key, messages in self.order.items():
             if key in self.pending:
                 continue
-            left = [m for m in messages if m not in self.taken]
+            left = [m for m in messages if not self._gone(m)]
             waiting = [(sid, path) for _, sid, path in self._waiters(key)]
             assert not (left and waiting), (
                 f"{waiting} wait on {key!r}, and the messages {left} given to it were taken by "
@@ -995,7 +1013,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         counts = {info.key: info.count for info in mailbox(limit=1000)}
         assert set(counts) <= set(ALL_KEYS), f"mailbox lists keys nobody used: {counts}"
         for key, messages in self.order.items():
-            left = [m for m in messages if m not in self.taken]
+            left = [m for m in messages if not self._gone(m)]
             queued = counts.get(key, 0)
             if self.crashed:
                 assert queued <= len(left), (
