@@ -15,10 +15,14 @@ from tarry.drivers.runtime import Runtime
 if TYPE_CHECKING:
     from tarry.drivers.reading.jsonable import export_events
     from tarry.drivers.reading.stats import NodeStats, Stats
+    from tarry.drivers.rounds.delivering import Delivery
+    from tarry.snapshots.mail import MailInfo
 
 __all__ = [
     "NOT_READY",
     "Clock",
+    "Delivery",
+    "MailInfo",
     "ManualClock",
     "NodeStats",
     "Outcome",
@@ -34,8 +38,11 @@ __all__ = [
 
 
 #: Names loaded when first read (PEP 562), not with `import tarry`: the JSON form (and `json`),
-#: and the stats records, which only `Runtime.stats` builds.
+#: the stats records, which only `Runtime.stats` builds, and the records of delivery and the
+#: mailbox, which only `deliver_many` and `mailbox` build.
 _LAZY = {
+    "Delivery": "tarry.drivers.rounds.delivering",
+    "MailInfo": "tarry.snapshots.mail",
     "export_events": "tarry.drivers.reading.jsonable",
     "NodeStats": "tarry.drivers.reading.stats",
     "Stats": "tarry.drivers.reading.stats",

@@ -64,7 +64,7 @@ from tarry.engine.retry import Retry
 from tarry.snapshots.log_records import LogRecord
 
 if TYPE_CHECKING:
-    from tarry.drivers import NodeStats, Stats
+    from tarry.drivers import Delivery, MailInfo, NodeStats, Stats
     from tarry.drivers.reading.jsonable import export_events
 
 __version__ = "0.1.0"
@@ -103,6 +103,7 @@ __all__ = [
     "ConcurrentUpdate",
     "ContainerFrame",
     "Context",
+    "Delivery",
     "ErrorInfo",
     "Event",
     "Flow",
@@ -116,6 +117,7 @@ __all__ = [
     "LogRecord",
     "Loop",
     "Parallel",
+    "MailInfo",
     "ManualClock",
     "NodeStats",
     "NotSerializable",
@@ -154,7 +156,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # PEP 562: names that few programs use load when first read, not with `import tarry`
     # (the JSON form, the stats records); tarry.drivers knows where each lives.
-    if name in ("NodeStats", "Stats", "export_events"):
+    if name in ("Delivery", "MailInfo", "NodeStats", "Stats", "export_events"):
         import tarry.drivers
 
         value = getattr(tarry.drivers, name)

@@ -1,5 +1,5 @@
 """A session with many waiting branches, and a racer that resumes them: for the race test of
-tests/drivers/drive/test_branch_race.py, whose racers run in threads and in spawned processes.
+tests/drivers/containers/test_branch_race.py, whose racers run in threads and in spawned processes.
 
 Each branch records its step in a side-effect log (one line per run, flushed at once), so the
 test can count what ran across processes.
