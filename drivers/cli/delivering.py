@@ -24,7 +24,7 @@ BATCH = 1000
 
 
 class Tally:
-    """What a `tarry deliver` did: sessions resumed, keys kept as mail, lines refused."""
+    """What a `tarry deliver` did: sessions resumed, keys whose messages stay queued, lines refused."""
 
     def __init__(self) -> None:
         self.delivered = 0

@@ -205,9 +205,9 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
         )
 
     async def deliver(self, request: Request) -> Response:
-        """`{"key": ..., "value": ...}`, or a list of them: resume the waits on each key with its
-        value, or keep it as mail. Answers the outcomes of the sessions resumed and the keys
-        kept as mail."""
+        """`{"key": ..., "value": ...}`, or a list of them: one message queued per key, taken by
+        the branch that has waited longest on it (`Runtime.deliver_many`). Answers the outcomes
+        of the sessions moved on, which key went to which session, and the keys still queued."""
         data = await read_json(request)
         many = isinstance(data, list)
         items = data if many else [data if data is not None else {}]
