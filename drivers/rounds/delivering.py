@@ -2,14 +2,17 @@
 the worker round that delivers what crossed its wait (`deliver_pending`), and the one function
 that resumes a group of waits (`resume_group`), which polls and broadcasts share.
 
-A key is a queue. `deliver` first queues its message in the store (`SessionStore.post`), then
-offers it to the waits on the key, one at a time: a wait takes it by being resumed with it, and
-the store consumes the message in the transaction that uses the wait's token (`mail=`), so a
-message is taken exactly once however deliveries, token resumes, timeouts and cancels race. A
-wait whose token was used meanwhile is passed over; a session running right now is never waited
-for: the message stays queued for it (its drive looks when it pauses, see
-starting.late_mail); with no wait to take it, it stays queued for the next Wait on the key,
-which takes it instead of pausing (`Drive._mailbox`).
+A key is a queue. A message goes to the branch that has waited longest on its key
+(`SessionStore.waiters`). With nothing queued ahead of it, that branch takes the value at once:
+the use of its token records the resume with the value, and that is the message consumed. Else
+the message is queued (`SessionStore.post`) and the queue's head is offered to the waits in turn:
+a wait takes it by being resumed with it, the store consuming the message in the transaction
+that uses the wait's token (`mail=`). So a message is taken exactly once however deliveries,
+token resumes, timeouts and cancels race. A wait whose token was used meanwhile is passed over;
+a session running right now is never waited for: the message stays queued for it (its drive
+looks when it pauses, see starting.late_mail, and so does the next worker round:
+`deliver_pending`); with no wait to take it, it stays queued for the next Wait on the key, which
+takes it instead of pausing (`Drive._mailbox`).
 
 Nothing is written before every check passed: the key and the value (encodable, within
 `max_value_bytes`), then every wait found against its session (the flow it runs with is
@@ -20,7 +23,6 @@ error with the mailbox and every session as they were.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 import attrs
@@ -286,11 +288,6 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
         if outcome is not None:
             outcomes.append(outcome)
     return outcomes
-
-
-def expire_mail(core: Core, ttl: timedelta, limit: int = 1000) -> int:
-    """Drop messages queued longer than `ttl` (`Runtime(mail_ttl=)`); how many."""
-    return int(core.store.purge_mail(core.clock.now() - ttl, limit))
 
 
 # --- resuming a group of waits ---------------------------------------------------------------

@@ -351,3 +351,19 @@ def test_mail_taken_by_a_run_that_died_is_taken_again_on_recovery(store) -> None
     [out] = Runtime(store=store, clock=clock, flows=[flow]).recover()
     assert out.ok and out.output == {"got": "kept"}
     assert queued(store, "k") == []
+
+
+def test_messages_older_than_mail_ttl_are_dropped_by_prune(store) -> None:
+    from datetime import timedelta
+
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock, mail_ttl=timedelta(days=1))
+    rt.deliver("old", 1)
+    clock.advance(2 * 86400)
+    rt.deliver("young", 2)
+    assert [i.key for i in rt.mailbox()] == ["old", "young"]
+    rt.prune(older_than=timedelta(days=7))
+    assert [(i.key, i.count) for i in rt.mailbox()] == [("young", 1)]
+    for bad in (timedelta(0), 3600, None):
+        with pytest.raises(tarry.InvalidArgument, match="mail_ttl"):
+            Runtime(store=store, mail_ttl=bad)  # type: ignore[arg-type]
