@@ -35,7 +35,6 @@ def campaign(seed: int, scale: float) -> dict[str, Any]:
             "-m",
             "pytest",
             str(TEST),
-            "-q",
             "-p",
             "no:cacheprovider",
             f"--hypothesis-seed={seed}",
@@ -46,6 +45,7 @@ def campaign(seed: int, scale: float) -> dict[str, Any]:
         cwd=HERE.parent.parent,
     )
     seconds = time.monotonic() - started
+    # (pytest's own -q, from pyproject.toml, keeps the summary line; a second -q would drop it)
     summary = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     tail = summary[-1] if summary else ""
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail)}
