@@ -1,9 +1,10 @@
 """SQLiteStore's waits, the mailbox and batches of tokens (a mixin of SQLiteStore), with the
 tables they need and the backfill of files made before them.
 
-Every write here is one write transaction (BEGIN IMMEDIATE): a `post` and a `save` that
-registers a wait on the same key are serialised by it, so a post either sees the wait or
-leaves mail that the saver's `take_mail` finds.
+Every write here is one write transaction (BEGIN IMMEDIATE). The mailbox is a queue of messages
+per key: `post` appends one, `claim_mail` claims the oldest for a Wait a drive reached, and a
+message leaves the queue only in the transaction that records its effect (a token's use with
+`mail=`, or the save that names it in `mail_done`).
 """
 
 from __future__ import annotations
