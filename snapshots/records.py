@@ -77,6 +77,10 @@ class WaitRecord:
     world delivers to (`Wait(key=...)`), if any; `wake_at` when its timer fires or its timeout
     passes; `payload` the pause payload as `snapshots.dumps` wrote it (b"" for None): what an
     adapter is shown. A store keeps one until its token is used or its session ends.
+
+    `lane`: the waiting lane of a concurrent container, as `encode_lane` wrote it, when the
+    session's snapshot left it out (a *parked* lane, see engine/state/lanes.py); b"" for a
+    wait the snapshot holds. Polls and deliveries never read it: `wait` and `waits` do.
     """
 
     token: str
@@ -87,6 +91,7 @@ class WaitRecord:
     wake_at: dt.datetime | None = None
     reason: str = ""
     payload: bytes = b""
+    lane: bytes = b""
 
 
 def wait_record(token: str, session_id: str, pause: PauseState) -> WaitRecord:
@@ -130,6 +135,7 @@ def wait_records(
             _set_wake_at(record, None if wake_at is None else when(wake_at))
             _set_reason(record, reason)
             _set_payload(record, payload)
+            _set_lane(record, b"")
             append(record)
     except Exception:  # msgpack raises many types: read each path again, to say which and why
         if not skip_bad:
@@ -188,7 +194,19 @@ _unpack = functools.partial(msgpack.unpackb, raw=False)
     _set_wake_at,
     _set_reason,
     _set_payload,
+    _set_lane,
 ) = (WaitRecord.__dict__[field.name].__set__ for field in attrs.fields(WaitRecord))
+
+
+def with_lanes(
+    rows: Sequence[Sequence[Any]], when: Callable[[Any], dt.datetime]
+) -> list[WaitRecord]:
+    """WaitRecords of store rows of `wait_records`' columns and then the `lane` column (a
+    session's own waits, read whole: `SessionStore.wait` and `waits`)."""
+    made = wait_records([row[:8] for row in rows], when)
+    for record, row in zip(made, rows, strict=True):
+        _set_lane(record, bytes(row[8]))
+    return made
 
 
 def encode_path(path: Sequence[Any]) -> bytes:

@@ -96,6 +96,10 @@ class SessionStore(Protocol):
         this save records: they are deleted (consumed), and the session's other claims are
         released (queued again). None (a drive that claimed nothing) leaves its claims alone,
         unless the session ended: an ended session's claims are released.
+        A paused session is due (`wake_at`) at the earliest of `record.wake_at` and the
+        `wake_at` of each wait it keeps, those of earlier saves included: a save whose snapshot
+        leaves waiting lanes out (parked in their wait rows) still wakes for their timers. The
+        store finds that earliest through an index, reading no other wait.
         `logs`: log records captured by the drive, numbered after the session's last and
         appended; the session then keeps only its last `logs.keep` records (log_records.py)."""
 
@@ -237,8 +241,13 @@ class SessionStore(Protocol):
         written, when one of them is no longer an unclaimed message)."""
 
     # -- waits and the mailbox ---------------------------------------------------------------
-    def waits(self, session_id: str) -> builtins.list[WaitRecord]:
-        """The live waits of one session, by path then token."""
+    def wait(self, token: str) -> WaitRecord | None:
+        """The live wait of `token`, with its `lane`; None when it has none (unknown, used, or
+        no wait of its own): one indexed read, whatever else waits."""
+
+    def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
+        """The live waits of one session, with their `lane`s, by path then token; the first
+        `limit` of them if given."""
 
     def waiting(
         self,

@@ -108,6 +108,7 @@ class _Entry:
         "tokens",
         "tally",
         "waits",
+        "wakes",
         "logs",
     )
 
@@ -120,6 +121,8 @@ class _Entry:
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
         self.waits: set[str] = set()  # the tokens of its live waits
+        #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
+        self.wakes: list[tuple[Any, str]] = []
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
 

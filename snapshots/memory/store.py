@@ -122,6 +122,11 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
             self._save_waits(entry, record.status, waits, mail_done)
+            if record.status == "paused" and entry.wakes:
+                earliest = self._earliest(entry)
+                wake = entry.record.wake_at
+                if earliest is not None and (wake is None or earliest < wake):
+                    entry.record.wake_at = earliest
             if logs is not None and logs.records:
                 _keep_logs(entry, logs)
             return expected_version + 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import datetime as dt
+import heapq
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -108,14 +109,20 @@ class WaitsAndMail:
             return {}
 
     # -- waits -----------------------------------------------------------------------------
-    def waits(self, session_id: str) -> builtins.list[WaitRecord]:
+    def wait(self, token: str) -> WaitRecord | None:
+        with self._lock:
+            return self._waits.get(token)
+
+    def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is None or not entry.waits:
                 return []
             found = [self._waits[t] for t in entry.waits]
+        if limit == 1:
+            return [min(found, key=_by_path)]
         found.sort(key=_by_path)
-        return found
+        return found if limit is None else found[:limit]
 
     def waiting(
         self,
@@ -257,6 +264,14 @@ class WaitsAndMail:
         if mail_done is not None or ended:
             self._settle_claims(entry.record.session_id, mail_done or ())
 
+    def _earliest(self, entry: _Entry) -> dt.datetime | None:
+        """When the earliest live wait of the session is due: the top of its heap of wake
+        times, once the tops whose waits are gone are popped (each is popped once)."""
+        wakes = entry.wakes
+        while wakes and wakes[0][1] not in entry.waits:
+            heapq.heappop(wakes)
+        return wakes[0][0] if wakes else None
+
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""
         for token in list(entry.waits):
@@ -299,6 +314,8 @@ class WaitsAndMail:
             self._unindex(self._waits[token])
         self._waits[token] = wait
         entry.waits.add(token)
+        if wait.wake_at is not None:
+            heapq.heappush(entry.wakes, (wait.wake_at, token))
         bisect.insort(self._all_waits, token)
         bisect.insort(self._by_kind.setdefault(wait.kind, []), token)
         if wait.key is not None:

@@ -116,6 +116,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, waits_.QUEUE_DESCRIPTION, waits_.QUEUE_STATEMENTS),
     # Each wait's place in the order waits were registered (postgres/waits.py).
     Migration(8, waits_.ORDER_DESCRIPTION, waits_.ORDER_STATEMENTS),
+    # Parked lanes in wait rows, and waits by session and time (postgres/waits.py).
+    Migration(9, waits_.LANE_DESCRIPTION, waits_.LANE_STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

@@ -153,6 +153,13 @@ def consume_args(
     }
 
 
+_WAKE = (
+    "CASE WHEN %(status)s = 'paused' THEN LEAST(%(wake_at)s::timestamptz, (SELECT min(w.wake_at) "
+    "FROM tarry_waits AS w WHERE w.session_id = %(sid)s AND w.wake_at IS NOT NULL)) "
+    "ELSE %(wake_at)s::timestamptz END"
+)
+
+
 @functools.cache
 def save_sql(
     ended: bool, events: bool, values: bool, waits: bool, mail: bool, claims: bool = True
@@ -186,7 +193,11 @@ def save_sql(
     # Events go in only if they continue the log: the row is written only then, and two
     # writers of the same next seq meet at the events' primary key (the second fails).
     continues = f" AND {_LAST_SEQ} = %(after)s" if events else ""
-    columns = ", ".join(f"{n} = %({n})s" for n in NAMES[1:])
+    # A paused session is due at the earliest of its record's time and those of the waits it
+    # keeps from earlier saves (parked lanes; the new ones' times are the record's already).
+    columns = ", ".join(f"{n} = %({n})s" for n in NAMES[1:]).replace(
+        "wake_at = %(wake_at)s", f"wake_at = {_WAKE}"
+    )
     parts.append(
         f"saved AS (UPDATE tarry_sessions SET {columns}, "
         "stop = CASE WHEN %(status)s = 'running' THEN stop END "
@@ -215,17 +226,17 @@ def save_sql(
         # (the statement's snapshot does not hold it yet) or one it already was.
         parts.append(
             "waited AS (INSERT INTO tarry_waits "
-            "(token, session_id, path, kind, key, wake_at, reason, payload) "
+            "(token, session_id, path, kind, key, wake_at, reason, payload, lane) "
             "SELECT w.token, saved.session_id, w.path, w.kind, w.key, w.wake_at, w.reason, "
-            "w.payload FROM saved, unnest(%(wait_tokens)s::text[], %(paths)s::bytea[], "
+            "w.payload, w.lane FROM saved, unnest(%(wait_tokens)s::text[], %(paths)s::bytea[], "
             "%(kinds)s::text[], %(wait_keys_each)s::text[], %(wakes)s::timestamptz[], "
-            "%(reasons)s::text[], %(payloads)s::bytea[]) "
-            "AS w(token, path, kind, key, wake_at, reason, payload) "
+            "%(reasons)s::text[], %(payloads)s::bytea[], %(lanes)s::bytea[]) "
+            "AS w(token, path, kind, key, wake_at, reason, payload, lane) "
             "WHERE NOT EXISTS (SELECT 1 FROM tarry_tokens AS t WHERE t.token = w.token "
             "AND (t.used OR t.session_id <> %(sid)s)) "
             "ON CONFLICT (token) DO UPDATE SET path = EXCLUDED.path, kind = EXCLUDED.kind, "
             "key = EXCLUDED.key, wake_at = EXCLUDED.wake_at, reason = EXCLUDED.reason, "
-            "payload = EXCLUDED.payload RETURNING 1)"
+            "payload = EXCLUDED.payload, lane = EXCLUDED.lane RETURNING 1)"
         )
     # The messages the session claimed: those in %(done)s are consumed, the others released
     # (queued again, in their place: a queue is in id order). Through the partial index of
@@ -280,6 +291,10 @@ def save_args(
         args["indexes"] = [i for _, i in rows]
         args["values"] = list(rows.values())
     if waits:
+        # The statement's reading of the waits (for the earliest time) does not see these.
+        times = [w.wake_at for w in waits if w.wake_at is not None]
+        if times and row["status"] == "paused":
+            args["wake_at"] = min(times) if row["wake_at"] is None else min(*times, row["wake_at"])
         args["wait_tokens"] = [w.token for w in waits]
         args["paths"] = [encode_path(w.path) for w in waits]
         args["kinds"] = [w.kind for w in waits]
@@ -287,6 +302,7 @@ def save_args(
         args["wakes"] = [w.wake_at for w in waits]
         args["reasons"] = [w.reason for w in waits]
         args["payloads"] = [bytes(w.payload) for w in waits]
+        args["lanes"] = [bytes(w.lane) for w in waits]
     if mail_done:
         args["done"] = list(mail_done)
     claims = mail_done is not None or ended  # a drive that claimed nothing leaves them alone

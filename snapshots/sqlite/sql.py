@@ -20,7 +20,8 @@ from tarry.snapshots.sqlite.rows import micros
 #: 2: waits and the mailbox (sqlite/waits.py), backfilled for the paused sessions of a file at 1.
 #: 3: log records (sqlite/logs.py), a table of their own.
 #: 4: the mailbox a queue of messages per key (sqlite/waits.py), one message per earlier row.
-SCHEMA_VERSION = 4
+#: 5: a wait row may hold its parked lane (`lane`); waits indexed by (session_id, wake_at).
+SCHEMA_VERSION = 5
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.

@@ -137,6 +137,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
         waits_.upgrade_mail(self._db)
+        waits_.upgrade_waits(self._db)
         for statement in (*waits_.SCHEMA, *logs_.SCHEMA):
             self._db.execute(statement)
         if found < SCHEMA_VERSION:

@@ -25,6 +25,7 @@ from tarry.snapshots.records import (
     encode_events,
     encode_path,
     wait_records,
+    with_lanes,
 )
 from tarry.snapshots.sql_common import MAIL_COLUMNS, WAIT_COLUMNS, check_tokens
 from tarry.snapshots.sqlite.rows import ROWS, from_micros, maybe_micros, micros
@@ -46,11 +47,14 @@ SCHEMA = (
         key        TEXT,
         wake_at    INTEGER,
         reason     TEXT NOT NULL,
-        payload    BLOB NOT NULL
+        payload    BLOB NOT NULL,
+        lane       BLOB NOT NULL DEFAULT X''
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS waits_key ON waits (key, token) WHERE key IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS waits_kind ON waits (kind, token)",
-    "CREATE INDEX IF NOT EXISTS waits_session ON waits (session_id)",
+    # A session's waits, and the earliest of their times (schema 5; was on session_id alone).
+    "DROP INDEX IF EXISTS waits_session",
+    "CREATE INDEX IF NOT EXISTS waits_session_wake ON waits (session_id, wake_at)",
     """CREATE TABLE IF NOT EXISTS mail (
         id         INTEGER PRIMARY KEY AUTOINCREMENT,
         key        TEXT NOT NULL,
@@ -67,6 +71,13 @@ SCHEMA = (
 )
 
 
+def upgrade_waits(db: sqlite3.Connection) -> None:
+    """A file of schema 2 to 4 gets the `lane` column of schema 5 (a parked lane's bytes)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(waits)")}
+    if columns and "lane" not in columns:
+        db.execute("ALTER TABLE waits ADD COLUMN lane BLOB NOT NULL DEFAULT X''")
+
+
 def upgrade_mail(db: sqlite3.Connection) -> None:
     """A file of schema 2 or 3 kept one mail row per key and claimant: its rows become one
     message each, in the order they came, in the queue of schema 4."""
@@ -75,7 +86,7 @@ def upgrade_mail(db: sqlite3.Connection) -> None:
         return
     db.execute("DROP INDEX IF EXISTS mail_claimed")
     db.execute("ALTER TABLE mail RENAME TO mail_before_queue")
-    db.execute(SCHEMA[4])
+    db.execute(SCHEMA[5])
     db.execute(
         "INSERT INTO mail (key, claimed_by, value, at) "
         "SELECT key, claimed_by, value, at FROM mail_before_queue ORDER BY at, key"
@@ -85,11 +96,17 @@ def upgrade_mail(db: sqlite3.Connection) -> None:
 
 # A wait is kept only for a live token of its own session: a used one is never made live again.
 _ADD_WAIT = (
-    f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 "
+    f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}, lane) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 "
     "WHERE EXISTS (SELECT 1 FROM tokens WHERE token = ?1 AND session_id = ?2 AND used = 0)"
 )
 _ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
 _TOKENS = "SELECT value FROM json_each(?)"
+# The first time of a session's waits: the first entry past the NULLs of its index range.
+_EARLIEST = "SELECT min(wake_at) FROM waits WHERE session_id = ? AND wake_at IS NOT NULL"
+# Written only when it is earlier than the record's own (which the save just wrote).
+_WAKE_EARLIER = (
+    "UPDATE sessions SET wake_at = ?1 WHERE session_id = ?2 AND (wake_at IS NULL OR wake_at > ?1)"
+)
 _EMPTY_PATH = encode_path(())
 
 
@@ -106,7 +123,11 @@ def save_waits(
     for wait in waits:
         if wait.token != token:  # the record's own token is registered already
             db.execute(_ADD_TOKEN, (wait.token, sid))
-        db.execute(_ADD_WAIT, _wait_row(wait, sid))
+        db.execute(_ADD_WAIT, (*_wait_row(wait, sid), bytes(wait.lane)))
+    if status == "paused":  # due at the earliest time of all its waits, parked ones too
+        (earliest,) = db.execute(_EARLIEST, (sid,)).fetchone()
+        if earliest is not None:
+            db.execute(_WAKE_EARLIER, (earliest, sid))
     ended = status != "paused" and status != "running"
     if ended:  # the session ended: so did its waits
         # One statement when it had none (the usual end): their tokens are then used.
@@ -201,11 +222,22 @@ class WaitsAndMail:
         return {}
 
     # -- waits -----------------------------------------------------------------------------
-    def waits(self, session_id: str) -> builtins.list[WaitRecord]:
-        return self._waits(
-            f"SELECT {WAIT_COLUMNS} FROM waits WHERE session_id = ? ORDER BY path, token",
-            (session_id,),
-        )
+    def wait(self, token: str) -> WaitRecord | None:
+        with self._lock:
+            rows = self._cur.execute(
+                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE token = ?", (token,)
+            ).fetchall()
+        found = with_lanes(rows, from_micros)
+        return found[0] if found else None
+
+    def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
+        with self._lock:
+            rows = self._cur.execute(
+                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE session_id = ? "
+                "ORDER BY path, token LIMIT ?",
+                (session_id, -1 if limit is None else limit),
+            ).fetchall()
+        return with_lanes(rows, from_micros)
 
     def waiting(
         self,

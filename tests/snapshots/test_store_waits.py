@@ -80,6 +80,44 @@ def everything(store: Any, sids: tuple[str, ...], tokens: tuple[str, ...]) -> tu
 # -- save(waits=...) ---------------------------------------------------------------------------
 
 
+def test_a_wait_keeps_its_parked_lane_and_is_read_by_its_token(store: Any) -> None:
+    paused(store, "s1", wait("tk_a", lane=b"lane a"), wait("tk_b", index=1))
+    found = store.wait("tk_a")
+    assert found is not None and found.lane == b"lane a" and found.path == ("items", 0, "w")
+    assert store.wait("tk_b").lane == b""
+    assert store.wait("tk_nope") is None
+    assert [w.lane for w in store.waits("s1")] == [b"lane a", b""]
+    assert tokens_of(store.waiting()) == ["tk_a", "tk_b"]
+    assert store.consume_token("tk_a")
+    assert store.wait("tk_a") is None  # a used token has no wait
+
+
+def test_waits_of_a_session_may_be_limited(store: Any) -> None:
+    paused(store, "s1", *[wait(f"tk_{i}", index=i) for i in range(5)])
+    assert tokens_of(store.waits("s1", limit=1)) == ["tk_0"]
+    assert tokens_of(store.waits("s1", limit=3)) == ["tk_0", "tk_1", "tk_2"]
+    assert len(store.waits("s1")) == 5
+
+
+def test_a_paused_session_wakes_for_the_earliest_of_all_its_waits(store: Any) -> None:
+    # The waits of an earlier save (parked lanes) count: the record's own time is only that
+    # of the waits its snapshot holds.
+    version = paused(
+        store, "s1", wait("tk_a", wake_at=at(50)), wait("tk_b", index=1, wake_at=at(90))
+    )
+    assert store.load("s1").wake_at == at(50)
+    assert store.consume_token("tk_a", events=[ev(1)])
+    later = rec(status="paused", token="tk_c", wake_at=at(200))
+    store.save(later, version, waits=[wait("tk_c", index=2, wake_at=at(200))])
+    assert store.load("s1").wake_at == at(90)
+    assert [r.session_id for r in store.due(at(95))] == ["s1"]
+    # An earlier time of its own wins; a running save keeps the record's time (none).
+    store.save(rec(status="paused", token="tk_c", wake_at=at(10)), version + 1)
+    assert store.load("s1").wake_at == at(10)
+    store.save(rec(status="running"), version + 2)
+    assert store.load("s1").wake_at is None
+
+
 def test_a_save_registers_every_wait_as_a_live_token(store: Any) -> None:
     full = WaitRecord(
         "tk_b", "s1", ("items", 1, "w"), "human", key="job-1", wake_at=at(30),
@@ -640,5 +678,5 @@ def test_an_sqlite_file_of_schema_3_keeps_its_mail_as_messages(tmp_path: Path) -
         newest = max(m.id for m in store.queued(key="job"))
         assert store.post("job", b"new", at(9)) > newest
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (4,)
+    assert db.execute("PRAGMA user_version").fetchone() == (5,)
     db.close()
