@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
-from tarry.engine.state.events import Event, EventLog
-from tarry.engine.state.records import PauseState, SessionState
+from tarry.engine.state.events import RUN_RESUMED, Event, EventLog
+from tarry.engine.state.lanes import unpark
+from tarry.engine.state.records import ContainerFrame, PauseState, SessionState
+from tarry.engine.state.reducer import apply
 from tarry.snapshots.codec.pack import dumps, loads
-from tarry.snapshots.codec.wire import state_from_data, state_to_data
+from tarry.snapshots.codec.wire import (
+    lane_from_data,
+    lane_to_data,
+    state_from_data,
+    state_to_data,
+)
 
 FORMAT = "tarry.snapshot"
 VERSION = 1
@@ -264,6 +272,41 @@ def decode_state(data: bytes) -> SessionState:
     except Exception as exc:
         msg = f"snapshot state is malformed ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc
+
+
+def encode_lane(lane: ContainerFrame) -> bytes:
+    """A parked lane as its wait row keeps it (`WaitRecord.lane`): its path, then what the
+    snapshot would hold of it (codec/wire.py `lane_to_data`)."""
+    return dumps([list(lane.path), lane_to_data(lane)])
+
+
+def decode_lane(blob: bytes) -> ContainerFrame:
+    """The lane `encode_lane` wrote; SnapshotError for anything else."""
+    try:
+        path, data = loads(blob)
+        return lane_from_data(data, tuple(path))
+    except SnapshotError:
+        raise
+    except Exception as exc:
+        msg = f"a parked lane is malformed ({type(exc).__name__}: {exc})"
+        raise SnapshotError(msg) from exc
+
+
+def fold_stored(state: SessionState, events: Iterable[Event]) -> SessionState:
+    """`state`, a stored snapshot, folded with `events` written after it. The `run.resumed`
+    event of a lane parked in its wait row carries that lane (`lane`, as `encode_lane` wrote
+    it; the row went with the token's use): it is put back before the event applies, so a
+    snapshot that parked it and the events after it make the state a fold of every event
+    makes."""
+    for event in events:
+        if event.type == RUN_RESUMED:
+            blob = event.data.get("lane")
+            if type(blob) is bytes:
+                # (Not parked in this snapshot: it came back before the snapshot was written.)
+                with contextlib.suppress(SnapshotError):
+                    state = unpark(state, decode_lane(blob))
+        state = apply(state, event)
+    return state
 
 
 def _migrate(envelope: dict[str, Any], version: int) -> dict[str, Any]:

@@ -7,9 +7,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from tarry.drivers.clock import sleepers
 from tarry.drivers.drive.ledger import StoreLedger
-from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of
+from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of, stored_pauses
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
 from tarry.engine.elements.flow import Flow
@@ -19,10 +20,18 @@ from tarry.engine.failure import fail, record_failure
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog
+from tarry.engine.state.lanes import concurrent, park, parked, restore, scope_of
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState, pause_to_data
 from tarry.engine.state.reducer import error_to_data
 from tarry.snapshots.codec.pack import loads
-from tarry.snapshots.records import SessionRecord, WaitRecord, encode_state, wait_record
+from tarry.snapshots.records import (
+    SessionRecord,
+    WaitRecord,
+    decode_lane,
+    encode_lane,
+    encode_state,
+    wait_record,
+)
 
 if TYPE_CHECKING:
     from tarry.drivers.core import Core
@@ -79,6 +88,9 @@ class Drive:
         "claimed",
         "keyed",
         "logs",
+        "revived",
+        "shown",
+        "first",
     )
 
     def __init__(
@@ -143,6 +155,14 @@ class Drive:
         self.keyed: dict[str, str] = {}
         #: The `logging` records its steps emit, until its next write (None: not captured).
         self.logs = core.logs.watch(self.ex, core.clock)
+        #: A failed session resumed: its waiting lanes lost their tokens when it failed, so
+        #: they get new ones (and wait rows) when it pauses again.
+        self.revived = record.status == "failed"
+        #: The waits its outcome shows, as the state held them before their lanes were
+        #: parked (`_write`); None: every wait of the state.
+        self.shown: list[PauseState] | None = None
+        #: The wait it paused again on when no wait began in it (see `record_pauses`).
+        self.first: PauseState | None = None
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -321,9 +341,9 @@ class Drive:
                 ex.emit(ev.RUN_CANCELLED, (), self._stop_actor(sid))
             elif kind == PAUSED:
                 signals = value.pauses if type(value) is PauseMany else (value,)
-                waits = record_pauses(self, signals)
+                waits, first = record_pauses(self, signals)
                 # A failed session (a payload refused) keeps a token like any failed one.
-                token = waits[0].token if waits else old_token(self)
+                token = waits[0].token if waits else first.token if first else self._new_key()
             elif kind == STOPPED:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
@@ -346,11 +366,33 @@ class Drive:
         if kind != PAUSED or ex.state.status != "paused":
             return outcome_of(ex.state, public, self.meta, read=ex.value)
         by_path = {w.path: tokens.token(w.token) for w in waits}
-        if len(waits) < len(all_pauses(ex.state)):  # some waited already: their tokens too
+        shown = self.shown if self.shown is not None else all_pauses(ex.state)
+        if parked(ex.state) > sum(1 for w in waits if w.lane):
+            # Lanes of earlier drives wait parked in the store: the outcome lists them when
+            # its `pauses` are first looked at, and reads nothing for them before.
+            first = shown[0] if shown else self.first
+            assert first is not None  # record_pauses found the one it paused again on
+            return outcome_of(
+                ex.state,
+                public,
+                self.meta,
+                by_path,
+                read=ex.value,
+                waits=[first],
+                stored=lambda: stored_pauses(
+                    self.core.store,
+                    self.core.tokens,
+                    ex.state,
+                    ex.value,
+                    self.flow.order,
+                    first.path,
+                ),
+            )
+        if len(waits) < len(shown):  # some waited already: their tokens too
             for w in self.core.store.waits(sid):
                 if w.path not in by_path:
                     by_path[w.path] = tokens.token(w.token)
-        return outcome_of(ex.state, public, self.meta, by_path, read=ex.value)
+        return outcome_of(ex.state, public, self.meta, by_path, read=ex.value, waits=shown)
 
     def _cancel_asked(self) -> bool:
         """Whether a cancel was asked of this drive: in this process, or read from the store."""
@@ -372,18 +414,30 @@ class Drive:
         engine failed any node that would have made the state larger than `max_snapshot_bytes`,
         so it holds at most that plus the run's output (one value), which tarry reads back
         (see Core). Returns the token key the session keeps."""
-        blob = self._encode()
-        if len(blob) > self.core.max_snapshot_bytes and self.ex.state.status == "paused":
-            self._fail(too_large(self.ex.state, len(blob), self.core.max_snapshot_bytes))
-            blob = self._encode()
         state = self.ex.state
         wake = None
         if state.status == "paused":
-            # The earliest timer, back-off or deadline of all its waits.
-            times = [t for p in all_pauses(state) if (t := p.wake_at or p.expires_at) is not None]
+            # The earliest timer, back-off or deadline of the waits its snapshot holds (the
+            # store adds those of the lanes parked by earlier drives).
+            self.shown = all_pauses(state)
+            times = [t for p in self.shown if (t := p.wake_at or p.expires_at) is not None]
             wake = min(times) if times else None
-        else:
+            waits = self._park([*waits, *self._orphans(waits)])
+        blob = self._encode()
+        if len(blob) > self.core.max_snapshot_bytes and state.status == "paused":
+            self._fail(too_large(state, len(blob), self.core.max_snapshot_bytes))
+            restore(state, [decode_lane(w.lane) for w in waits if w.lane])
+            blob = None
+        if state.status != "paused":
             waits = []
+            if parked(state):
+                # Its waits end with it (failed, cancelled): its lanes come back into its
+                # snapshot (a resume of a failed session goes on with them, on new tokens).
+                rows = self.core.store.waits(state.session_id)
+                restore(state, [decode_lane(w.lane) for w in rows if w.lane])
+                blob = None
+            if blob is None:
+                blob = self._encode()
         rec = self.record
         record = next_record(self, blob, token, wake, None, None)
         values = [] if state.status == "completed" else self.ledger.take()
@@ -405,6 +459,37 @@ class Drive:
         # The keyed waits it registered: a delivery posted just before may be in the mailbox.
         self.keyed = {w.key: w.token for w in waits if w.key is not None}
         return token
+
+    def _park(self, waits: list[WaitRecord]) -> list[WaitRecord]:
+        """`waits`, each of a lane's own wait with that lane taken out of the state (parked)
+        and kept in its row instead: the snapshot holds what is in flight, not what waits."""
+        state = self.ex.state
+        if not concurrent(state):
+            return waits
+        made = []
+        for wait in waits:
+            lane = park(state, wait.path)
+            if lane is not None:
+                wait = attrs.evolve(wait, lane=encode_lane(lane))
+            made.append(wait)
+        return made
+
+    def _orphans(self, waits: Sequence[WaitRecord]) -> list[WaitRecord]:
+        """Rows for the waiting lanes of a failed session that was resumed (their tokens
+        ended with the failure), each on a new token; none for any other drive."""
+        if not self.revived:
+            return []
+        state = self.ex.state
+        have = {w.path for w in waits}
+        sid = state.session_id
+        return [
+            wait_record(self._new_key(), sid, p)
+            for p in all_pauses(state)
+            if p is not state.pause and p.path not in have
+        ]
+
+    def _new_key(self) -> str:
+        return self.core.tokens.new_key()
 
     def _logs(self) -> dict[str, Any]:
         """The `logs=` of a write: the records captured since the last one, if any."""
@@ -460,19 +545,13 @@ def too_large(state: SessionState, size: int, limit: int) -> ErrorInfo:
 # --- what a drive records when its run pauses -----------------------------------------------
 
 
-def old_token(drive: Drive) -> str:
-    """The token the session keeps when it pauses again on waits of an earlier drive
-    only: the first of theirs (or a new one for a run that failed instead)."""
-    if drive.ex.state.status == "paused":
-        for wait in drive.core.store.waits(drive.ex.session_id):
-            return wait.token
-    return drive.core.tokens.new_key()
-
-
-def record_pauses(drive: Drive, signals: tuple[Pause, ...]) -> list[WaitRecord]:
+def record_pauses(
+    drive: Drive, signals: tuple[Pause, ...]
+) -> tuple[list[WaitRecord], WaitRecord | None]:
     """Record each wait that began (`run.paused`), each with a token of its own; with none
-    (the waits left began in an earlier drive), the session pauses again on its first.
-    A payload that cannot be stored fails the run there: no wait is then recorded."""
+    (the waits left began in an earlier drive), the session pauses again on its first, whose
+    stored wait comes second. A payload that cannot be stored fails the run there: no wait
+    is then recorded."""
     ex = drive.ex
     core = drive.core
     waits = []
@@ -481,10 +560,32 @@ def record_pauses(drive: Drive, signals: tuple[Pause, ...]) -> list[WaitRecord]:
             core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
             drive._fail(fail(ex, signal.path, exc).error)
-            return []
+            return [], None
         ex.emit(ev.RUN_PAUSED, signal.path, pause_to_data(signal))
         waits.append(wait_record(core.tokens.new_key(), ex.session_id, signal))
-    if not signals:
-        first = all_pauses(ex.state)[0]
-        ex.emit(ev.RUN_PAUSED, first.path, pause_to_data(first))
-    return waits
+    if signals:
+        return waits, None
+    # The first of its stored waits (one row, whatever the number parked); a failed session
+    # resumed has none: the first wait its state holds then.
+    stored = core.store.waits(ex.session_id, limit=1)
+    if stored:
+        first = stored[0]
+        pause = decode_lane(first.lane).pause if first.lane else None
+        if pause is None:
+            pause = pause_at(ex.state, first.path)
+    else:
+        first, pause = None, all_pauses(ex.state)[0]
+    ex.emit(ev.RUN_PAUSED, pause.path, pause_to_data(pause))
+    drive.first = pause
+    return waits, first
+
+
+def pause_at(state: SessionState, path: tuple[Any, ...]) -> PauseState:
+    """The wait the state holds at `path`: a lane's, or the session's own."""
+    scope = scope_of(state, path)
+    pause = scope.pause if scope is not state else None
+    if pause is not None and pause.path == path:
+        return pause
+    if state.pause is not None:
+        return state.pause
+    return all_pauses(state)[0]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from tarry.engine.state.lanes import concurrent, pauses
+from tarry.engine.state.lanes import concurrent, pauses, scope_of
 from tarry.engine.state.records import ErrorInfo, OutOfLine, PauseState, SessionState
+from tarry.snapshots.records import decode_lane
 
 OK, PAUSED, ERROR = "ok", "paused", "error"
 
@@ -49,8 +50,10 @@ class Outcome:
     meta: dict[str, Any] = attrs.field(factory=dict)
     #: Every waiting branch's PauseInfo, each with its own token: one for a sequential flow,
     #: one per waiting iteration or branch of concurrent containers. `pause`/`token` are the
-    #: first of them.
-    pauses: tuple[PauseInfo, ...] = ()
+    #: first of them. A tuple; after a resume of one branch of a session whose other branches
+    #: wait parked in the store, a `StoredPauses` sequence that reads them when first looked
+    #: at (and compares equal to the tuple of the same PauseInfos).
+    pauses: Sequence[PauseInfo] = ()
 
     @property
     def ok(self) -> bool:
@@ -152,19 +155,25 @@ def outcome_of(
     meta: dict[str, Any] | None = None,
     tokens: dict[tuple[Any, ...], str] | None = None,
     read: Callable[[OutOfLine], Any] | None = None,
+    waits: list[PauseState] | None = None,
+    stored: Callable[[], tuple[PauseInfo, ...]] | None = None,
 ) -> Outcome:
     """The outcome a session's state stands for; `meta` says how its drive began (a paused
     outcome's own `pause_kind` takes precedence over the kind it resumed). A paused one lists
-    every wait (`pauses`), with its token from `tokens` (by the wait's path; `token` for the
-    first when `tokens` has none for it). `read(ref)` reads a top-level output kept out of
-    line, when `partial` is looked at (see `Partial`)."""
+    every wait (`pauses`; `waits` when given, else those the state holds), with its token from
+    `tokens` (by the wait's path; `token` for the first when `tokens` has none for it).
+    `stored`: the waits are also lanes parked in the store, which `stored()` reads: `pauses`
+    then calls it when first looked at (see `StoredPauses`), and `waits` is the first wait.
+    `read(ref)` reads a top-level output kept out of line, when `partial` is looked at (see
+    `Partial`)."""
     status = state.status
     sid = state.session_id
     meta = dict(meta or {})
     if status == "completed":
         return Outcome(OK, sid, output=state.output, meta=meta)
     if status == "paused":
-        waits = all_pauses(state)
+        if waits is None:
+            waits = all_pauses(state)
         if waits:
             partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
             tokens = tokens or {}
@@ -174,9 +183,88 @@ def outcome_of(
             )
             first = infos[0]
             meta["pause_kind"] = first.kind
-            return Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=infos)
+            pauses = infos if stored is None else StoredPauses(stored)
+            return Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=pauses)
     if status == "failed" and state.error is not None:
         return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
     if status == "cancelled":
         return Outcome(ERROR, sid, error=CANCELLED, meta=meta)
     return Outcome(status, sid, meta=meta)
+
+
+class StoredPauses(Sequence[PauseInfo]):
+    """`Outcome.pauses` of a session whose waiting lanes are parked in the store (a wide
+    session resumed one branch at a time): read from the store when first looked at, then
+    kept. A resume of one branch then reads nothing for the branches that go on waiting; code
+    that looks at `pauses` pays for every one of them, once. It compares equal to the tuple of
+    the same PauseInfos."""
+
+    __slots__ = ("_read", "_infos")
+
+    def __init__(self, read: Callable[[], tuple[PauseInfo, ...]]) -> None:
+        self._read: Callable[[], tuple[PauseInfo, ...]] | None = read
+        self._infos: tuple[PauseInfo, ...] = ()
+
+    def _all(self) -> tuple[PauseInfo, ...]:
+        if self._read is not None:
+            self._infos, self._read = self._read(), None
+        return self._infos
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[PauseInfo]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StoredPauses | tuple | list):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+
+def stored_pauses(
+    store: Any,
+    tokens: Any,
+    state: SessionState,
+    read: Callable[[OutOfLine], Any] | None = None,
+    order: Callable[[tuple[Any, ...]], Any] | None = None,
+    first: tuple[Any, ...] | None = None,
+) -> tuple[PauseInfo, ...]:
+    """Every wait of a paused session whose lanes may be parked: the one at path `first` (the
+    outcome's `pause`) or else the session's own wait first, then the others in the order of
+    the tree (`order`: a sort key of a path, the flow's) or, without one, as the store lists
+    them (by path); each with its public token (`tokens.token`)."""
+    partial = _partial(state.outputs, read)
+    infos: list[PauseInfo] = []
+    own = state.pause
+    for wait in store.waits(state.session_id):
+        if wait.lane:
+            pause = decode_lane(wait.lane).pause
+        else:
+            pause = own if own is not None and own.path == wait.path else _held(state, wait.path)
+        if pause is None:
+            continue
+        info = pause_info(pause, partial, tokens.token(wait.token))
+        infos.append(info)
+    if order is not None:
+        infos.sort(key=lambda info: order(info.path))
+    lead = first if first is not None else None if own is None else own.path
+    for i, info in enumerate(infos):
+        if info.path == lead:
+            infos.insert(0, infos.pop(i))
+            break
+    return tuple(infos)
+
+
+def _held(state: SessionState, path: tuple[Any, ...]) -> PauseState | None:
+    scope = scope_of(state, path)
+    pause = scope.pause if scope is not state else state.pause
+    return pause if pause is not None and pause.path == path else None

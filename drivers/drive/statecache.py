@@ -131,8 +131,10 @@ def _decodes_as_itself(state: SessionState) -> bool:
     ):
         return False
     for frame in f["container_stack"]:
-        if frame.lanes is not None:
-            return False  # concurrent containers: decoded each time (their lanes nest frames)
+        if frame.lanes:
+            # Lanes in flight nest frames: decoded each time. (Waiting lanes are parked in
+            # the store, so a wide session's snapshot usually holds none.)
+            return False
         g = frame.__dict__
         if not (
             _same(g["selected"])

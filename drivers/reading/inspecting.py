@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime
 from typing import Any
 
@@ -15,9 +14,8 @@ from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InvalidArgument, UnknownSession
 from tarry.engine.state.events import EventLog
-from tarry.engine.state.reducer import apply
 from tarry.snapshots.log_records import LogRecord
-from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.records import SessionRecord, fold_stored
 
 #: Reads of a live session's events before settling for its stored state.
 _LIVE_TRIES = 5
@@ -49,7 +47,7 @@ def _live(core: Core, record: SessionRecord, execution: Any) -> SessionView:
         if tail and tail[0].seq > last + 1:
             continue  # the drive wrote those between our two reads: read them again
         tail = [e for e in tail if e.seq > last]
-        live = functools.reduce(apply, (*written, *tail), state)
+        live = fold_stored(state, (*written, *tail))
         return SessionView(core.store, record, core.tokens, state=live, tail=tail)
     return SessionView(core.store, record, core.tokens)
 

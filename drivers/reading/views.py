@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -10,12 +11,12 @@ from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.values_out_of_line import Reader, resolved
 from tarry.drivers.tokens import Tokens
 from tarry.engine.describe import describe
-from tarry.engine.errors import InvalidArgument
-from tarry.engine.state.events import Event
-from tarry.engine.state.lanes import concurrent
+from tarry.engine.errors import InvalidArgument, SnapshotError
+from tarry.engine.state.events import RUN_RESUMED, Event
+from tarry.engine.state.lanes import concurrent, parked, restore
 from tarry.engine.state.records import SessionState
-from tarry.engine.state.reducer import apply
-from tarry.snapshots.records import SessionRecord, decode_state
+from tarry.engine.state.reducer import apply, own
+from tarry.snapshots.records import SessionRecord, decode_lane, decode_state
 from tarry.snapshots.store import SessionStore
 
 #: Events read at a time where a whole log is walked (`derive_state`), so memory stays flat.
@@ -113,11 +114,28 @@ class SessionView:
     @property
     def state(self) -> SessionState:
         """The state, with the large input and top-level outputs it keeps out of line read back
-        in their places (once per view)."""
+        in their places, and the waiting lanes kept in the store's wait rows back in their
+        containers (once per view): the whole state, as a fold of its events makes it."""
         if self._resolved is None:
             state = self._state if self._state is not None else state_of(self._record)
+            if parked(state):  # the lanes that wait in the store's wait rows come back
+                state = self._unparked(state)
             self._resolved = resolved(state, self._read)
         return self._resolved
+
+    def _unparked(self, state: SessionState) -> SessionState:
+        """`state` with its parked lanes back: those that wait (from their wait rows) and
+        those a resume took since the snapshot was written (from the `run.resumed` events
+        after it, which carry them: a session that runs, or whose run died)."""
+        rows = self._store.waits(self.session_id)
+        state = restore(own(state), [decode_lane(w.lane) for w in rows if w.lane])
+        if parked(state):
+            for event in self._store.events(self.session_id, state.last_seq):
+                blob = event.data.get("lane") if event.type == RUN_RESUMED else None
+                if type(blob) is bytes:
+                    with contextlib.suppress(SnapshotError):  # (not parked: it came back)
+                        state = restore(state, [decode_lane(blob)])
+        return state
 
     def events(self, after_seq: int = 0, limit: int | None = None) -> list[Event]:
         """The session's ordered event log (seq 1, 2, 3 ...): the events with seq > `after_seq`,

@@ -25,7 +25,7 @@ from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.records import ErrorInfo
 from tarry.engine.state.reducer import apply, error_to_data
-from tarry.snapshots.records import SessionRecord, encode_state
+from tarry.snapshots.records import SessionRecord, encode_state, fold_stored
 
 if TYPE_CHECKING:
     from tarry.drivers.core import Core
@@ -223,8 +223,7 @@ def fail_session(core: Core, session_id: str, exc: Exception, trigger: str) -> O
     if record is None:
         return None
     state = state_of(record)
-    for event in store.events(session_id, state.last_seq):
-        state = apply(state, event)
+    state = fold_stored(state, store.events(session_id, state.last_seq))
     if state.status != "running":
         return None
     import traceback  # only when a session fails this way

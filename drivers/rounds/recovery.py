@@ -22,8 +22,8 @@ from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InconsistentSnapshot, SnapshotError
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import SessionState
-from tarry.engine.state.reducer import apply, fold
-from tarry.snapshots.records import SessionRecord
+from tarry.engine.state.reducer import fold
+from tarry.snapshots.records import SessionRecord, fold_stored
 
 #: Sessions `recover()` continues at most per call (and lists per page).
 LIMIT = 100
@@ -111,7 +111,7 @@ def recoverable(core: Core, record: SessionRecord) -> tuple[Flow | None, Session
         raise SnapshotError(msg) from exc
     try:
         for event in events:
-            state = apply(state, event)
+            state = fold_stored(state, (event,))
             changed = event.data.get("flow") if event.type == ev.RUN_RESUMED else None
             if type(changed) is dict and type(changed.get("fingerprint")) is str:
                 fingerprint = changed["fingerprint"]

@@ -29,7 +29,7 @@ from tarry.engine.errors import (
 )
 from tarry.engine.state.lanes import concurrent
 from tarry.engine.state.records import ErrorInfo, SessionState
-from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.records import SessionRecord, decode_lane
 
 #: Due sessions claimed at a time: a worker holds no more than it is about to resume, so that
 #: long resumes do not keep sessions from idle workers (and claims do not lapse in its hands).
@@ -138,16 +138,26 @@ def _fire_lanes(
     """The due waits of a session whose concurrent containers wait in several lanes: every
     timer and back-off due, and every deadline passed with a value to go on with, resumed
     together (one drive, one write); a deadline that fails the run fails it alone."""
+    # Its waits as the store keeps them: those of lanes parked in their rows, and those the
+    # state holds; each with its token.
+    waits = []
+    tokens: dict[tuple[Any, ...], str] = {}
+    for w in core.store.waits(record.session_id):
+        if w.lane:
+            pause = decode_lane(w.lane).pause
+            if pause is not None:
+                waits.append(pause)
+        tokens[w.path] = w.token
+    waits += all_pauses(state)
     due = [
         p
-        for p in all_pauses(state)
+        for p in waits
         if (p.wake_at is not None and p.wake_at <= now)
         or (p.expires_at is not None and p.expires_at <= now)
         or (p.wake_at is None and p.expires_at is None and not p.awaits_value)
     ]
     if not due:
         return None
-    tokens = {w.path: w.token for w in core.store.waits(record.session_id)}
     if state.pause is not None and record.token:
         tokens.setdefault(state.pause.path, record.token)
     values: dict[str, tuple[str, Any]] = {}

@@ -49,7 +49,7 @@ from tarry.snapshots.store import MailGone
 class _Session:
     """One session touched by a resume_many: what it was, and the resumes it gets."""
 
-    __slots__ = ("record", "state", "flow", "specs", "events", "kinds", "waits")
+    __slots__ = ("record", "state", "flow", "specs", "events", "kinds", "owned")
 
     def __init__(self, record: SessionRecord, state: SessionState, flow: Flow) -> None:
         self.record = record
@@ -58,8 +58,8 @@ class _Session:
         self.specs: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self.events: list[Any] = []
         self.kinds: list[str] = []
-        #: The session's waits by token, read once (None until a token needs them).
-        self.waits: dict[str, Any] | None = None
+        #: Whether `state` is its own copy (see reducer.own), changed in place from then on.
+        self.owned = False
 
 
 def resume_many(
@@ -130,12 +130,15 @@ def _resume_keys(
             raise _Busy(f"session {info.session_id!r} is running")
         if state.status != "paused":
             raise not_resumable(core, key, info.session_id, state.status, "resume")
-        if session.waits is None and concurrent(state):
-            session.waits = {w.token: w for w in core.store.waits(info.session_id)}
-        pause = wait_of(core, key, state, session.waits)
+        if not session.owned and concurrent(state):
+            # Its own copy, once: each parked lane resumed goes back into it in place.
+            session.state, session.owned = own(state), True
+        state, pause, lane = wait_of(core, key, session.state, owned=session.owned)
         if pause is None:
             raise not_resumable(core, key, info.session_id, state.status, "resume")
         data: dict[str, Any] = {} if actor is None else {"actor": actor}
+        if lane is not None:
+            data["lane"] = lane  # a recovery from the stored snapshot puts it back
         if pause.awaits_value:
             data["value"] = accepted(core, session.flow, pause, value)
         session.specs.append((ev.RUN_RESUMED, pause.path, data))
@@ -144,7 +147,8 @@ def _resume_keys(
     for session in sessions.values():
         # Folded into a copy of its own, in place: a fold that copied the state at every event
         # would copy the lanes of every waiting branch once per branch resumed.
-        session.state, session.events = fold(own(session.state), now, session.specs, owned=True)
+        mine = session.state if session.owned else own(session.state)
+        session.state, session.events = fold(mine, now, session.specs, owned=True)
     until = now + timedelta(seconds=core.lease)
     try:
         problems = core.store.consume_tokens(

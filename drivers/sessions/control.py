@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from tarry.drivers.core import Core
@@ -14,14 +15,16 @@ from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
     SessionNotResumable,
+    SnapshotError,
     TokenAlreadyUsed,
     UnknownSession,
     UnknownToken,
 )
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
-from tarry.engine.state.reducer import apply
-from tarry.snapshots.records import SessionRecord, encode_state
+from tarry.engine.state.lanes import parked, restore
+from tarry.engine.state.reducer import apply, own
+from tarry.snapshots.records import SessionRecord, decode_lane, encode_state
 
 #: How many times a cancel looks again at a session that a resume moved on meanwhile.
 CANCEL_TRIES = 5
@@ -105,12 +108,19 @@ def _cancel_stopped(
     used, changes nothing and looks again) or finds its token used: never a token used and a
     wait row dropped by a cancel that then did not happen."""
     sid = record.session_id
-    tokens = [w.token for w in core.store.waits(sid)]
+    waits = core.store.waits(sid)
+    tokens = [w.token for w in waits]
     if record.token is not None and record.token not in tokens:
         tokens.append(record.token)
     if key is not None and key not in tokens:
         raise TokenAlreadyUsed(sid)
     state = stored_state(core, record)
+    if parked(state):
+        # Its waits end here: the lanes parked in their rows come back into its last
+        # snapshot, which is then the whole state (as a fold of its events makes it).
+        # (A row that cannot be read leaves the snapshot as it was.)
+        with contextlib.suppress(SnapshotError):
+            state = restore(own(state), [decode_lane(w.lane) for w in waits if w.lane])
     data = {} if actor is None else {"actor": actor}
     now = core.clock.now()
     event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, now, (), data)

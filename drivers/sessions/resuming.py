@@ -31,10 +31,10 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.state import events as ev
-from tarry.engine.state.lanes import concurrent, scope_of
+from tarry.engine.state.lanes import concurrent, restore, scope_of, unpark
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState
 from tarry.engine.state.reducer import fold
-from tarry.snapshots.records import SessionRecord
+from tarry.snapshots.records import SessionRecord, decode_lane
 from tarry.snapshots.store import MailGone
 
 
@@ -82,24 +82,33 @@ def not_resumable(core: Core, key: str, session_id: str, status: str, action: st
 
 
 def wait_of(
-    core: Core, key: str, state: SessionState, waits: dict[str, Any] | None = None
-) -> PauseState | None:
-    """The wait that the token `key` resumes: the session's own, or, while concurrent
-    containers wait in several lanes, the lane's whose wait the store lists under that token.
-    (A token that is no lane's — an abort's, a failure's — resumes the session's own.)
-    `waits`: the session's waits by token, when the caller read them already (resume_many
-    reads them once per session, not once per token)."""
+    core: Core, key: str, state: SessionState, *, owned: bool = False
+) -> tuple[SessionState, PauseState | None, bytes | None]:
+    """The wait that the token `key` resumes, and the state to resume it in: the session's
+    own wait, or, while concurrent containers wait in several lanes, the lane's whose wait
+    the store keeps under that token — a lane parked in its wait row is put back into (a copy
+    of) the state first (`owned`: into `state` itself, the caller's own; see reducer.own). One
+    wait row is read, whatever the number of waiting branches. (A token that is no lane's —
+    an abort's, a failure's — resumes the session's own.) Third: the parked lane's bytes, for
+    the `run.resumed` event to carry (see records.fold_stored), or None."""
     if state.status != "paused" or not concurrent(state):
-        return state.pause
-    if waits is None:
-        waits = {wait.token: wait for wait in core.store.waits(state.session_id)}
-    wait = waits.get(key)
-    if wait is not None:
-        scope = scope_of(state, wait.path)
-        found = scope.pause if scope is not state else state.pause
-        if found is not None and found.path == wait.path:
-            return found
-    return state.pause
+        return state, state.pause, None
+    wait = core.store.wait(key)
+    if wait is None:
+        return state, state.pause, None
+    if wait.lane:
+        try:
+            frame = decode_lane(wait.lane)
+            state = restore(state, [frame]) if owned else unpark(state, frame)
+        except SnapshotError as exc:
+            msg = f"session {state.session_id!r}: its wait {key[:12]} cannot be read: {exc}"
+            raise SnapshotError(msg) from exc
+    scope = scope_of(state, wait.path)
+    found = scope.pause if scope is not state else state.pause
+    lane = wait.lane or None
+    if found is not None and found.path == wait.path:
+        return state, found, lane
+    return state, state.pause, None
 
 
 def accepted(core: Core, flow: Flow, pause: PauseState, value: Any) -> Any:
@@ -294,14 +303,17 @@ def _check(
     kept = core.states.get(record.state)
     state = kept if kept is not None else stored_state(core, record)
     flow = core.flows.flow_for(record, flow, allow_changed)
-    if kept is None or flow.fingerprint != record.fingerprint:
-        # (A state this runtime kept is one its own run of that very flow wrote: it fits.)
-        validate(record.session_id, record.fingerprint, state, flow)
     if record.status == "running" and not skip and failure is None:
         # Its token is live, so another of its waits is being resumed: take turns.
         raise _Busy(f"session {record.session_id!r} is running")
-    pause = wait_of(core, key, state)
+    state, pause, lane = wait_of(core, key, state)
+    if kept is None or flow.fingerprint != record.fingerprint or state is not kept:
+        # (A state this runtime kept is one its own run of that very flow wrote: it fits.
+        # A lane read from its wait row is checked with the state it joins.)
+        validate(record.session_id, record.fingerprint, state, flow)
     resumed: dict[str, Any] = {} if actor is None else {"actor": actor}
+    if lane is not None:
+        resumed["lane"] = lane  # a recovery from the stored snapshot puts it back
     if flow.fingerprint != record.fingerprint:
         resumed["flow"] = {"fingerprint": flow.fingerprint, "version": flow.version}
     session_meta = record.meta if meta is None else updated_meta(core, record.meta, meta)

@@ -54,16 +54,17 @@ def check_concurrency(value: Any, owner: str) -> int | None:
     raise InvalidFlow(msg)
 
 
-def lanes_of(frame: ContainerFrame) -> tuple[list[tuple[Any, ContainerFrame]], list[Any]]:
+def lanes_of(frame: ContainerFrame) -> tuple[list[tuple[Any, ContainerFrame]], int]:
     """The lanes a resumed concurrent container's `frame` holds: those that go on, as (name,
-    lane frame) for `resume_body` to take up, and the names of those that still wait."""
+    lane frame) for `resume_body` to take up, and how many still wait (those in `lanes` with
+    a pause, and those parked in the store)."""
     going: list[tuple[Any, ContainerFrame]] = []
-    waiting: list[Any] = []
+    waiting = frame.parked
     for name, lane in (frame.lanes or {}).items():
         if lane.pause is None:
             going.append((name, lane))
         else:
-            waiting.append(name)
+            waiting += 1
     return going, waiting
 
 
@@ -74,18 +75,18 @@ def multiplex(
     start: Callable[[], Lane | object | None],
     done: Callable[[Any, Any], None],
     restored: list[Lane],
-    waiting: list[Any],
+    waiting: int,
 ) -> Generator[Signal, Any, None]:
     """Run lanes until every one has completed; `start()` makes the next new lane (None when
     there are no more, STOP when the run stops before it), `done(name, output)` records one
-    that completed. `restored`: the lanes of a resumed container that go on; `waiting`: the
-    names of its lanes that still wait (from an earlier drive). Returns when all are done."""
+    that completed. `restored`: the lanes of a resumed container that go on; `waiting`: how
+    many of its lanes still wait (from an earlier drive). Returns when all are done."""
     gens: dict[Any, Generator[Signal, Any, Any]] = {}
     ready: deque[tuple[Any, Any, BaseException | None]] = deque()
     for name, gen in restored:
         gens[name] = gen
         ready.append((name, None, None))
-    old = set(waiting)
+    old = waiting
     new: dict[Any, tuple[Pause, ...]] = {}
     stopped: set[Any] = set()
     # What each lane waits for: (True for a step's own Await, answered with its value; False
@@ -98,7 +99,7 @@ def multiplex(
     try:
         while True:
             while not (exhausted or stopping or failure) and (
-                concurrency is None or len(gens) + len(old) + len(new) + len(stopped) < concurrency
+                concurrency is None or len(gens) + old + len(new) + len(stopped) < concurrency
             ):
                 lane = start()
                 if lane is None:

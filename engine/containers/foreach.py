@@ -223,7 +223,7 @@ class ForEach(Element):
                 check_gathered(ex, path, gathered, f" (the results of {len(results)} items)")
 
         restored: list[Lane] = []
-        waiting: list[Any] = []
+        waiting = 0
         if frame is not None:
             going, waiting = lanes_of(frame)
             try:  # read at once: a resume_many may restore thousands of branches

@@ -90,7 +90,7 @@ class Parallel(Element):
                 check_gathered(ex, path, gathered[0], f" (the outputs of {len(outputs)} branches)")
 
         restored: list[Lane] = []
-        waiting: list[Any] = []
+        waiting = 0
         if frame is not None:
             going, waiting = lanes_of(frame)
             for name, lane in going:

@@ -31,6 +31,8 @@ class Flow:
         self.body = as_body(body, name)
         self.version = version
         self._index: dict[tuple[str, ...], Element] = {}
+        #: Each element's (and each Parallel branch's) place in the tree, in order.
+        self._places: dict[tuple[str, ...], int] = {}
         self._build_index(self.body, ())
         description = ("flow", self.name, version, tuple(e._describe() for e in self.body))
         self.fingerprint = short_hash(repr(description))
@@ -39,13 +41,29 @@ class Flow:
         for element in body:
             key = base + (element.name,)
             self._index[key] = element
+            self._places[key] = len(self._places)
             for label, child_body in element._bodies():
                 # A Parallel's branch name is part of its elements' paths.
-                self._build_index(child_body, key + (label,) if element.labelled else key)
+                inner = key + (label,) if element.labelled else key
+                self._places.setdefault(inner, len(self._places))
+                self._build_index(child_body, inner)
 
     def find(self, path: tuple[Any, ...]) -> Element | None:
         """The element at a run path (iteration indexes are ignored), or None."""
         return self._index.get(structural(path))
+
+    def order(self, path: tuple[Any, ...]) -> tuple[int, ...]:
+        """A key that sorts run paths in the order of the tree: elements and Parallel branches
+        as declared, iterations by index (the order their lanes start in)."""
+        names: tuple[str, ...] = ()
+        key = []
+        for part in path:
+            if isinstance(part, str):
+                names += (part,)
+                key.append(self._places.get(names, -1))
+            else:
+                key.append(part)
+        return tuple(key)
 
     def _run(self, ex: Execution) -> Generator[Signal, Any, Any]:
         state = ex.state

@@ -33,6 +33,11 @@ class ContainerFrame:
     outermost first), the wait it is in (`pause`), and the `resume_values` and `retries` of
     its node in progress — what the session's own fields hold for a sequential run. Lanes end
     when their iteration completes: `lanes` holds what is in flight or waiting, never more.
+
+    `parked` counts the container's waiting lanes that are not in `lanes` but in the store,
+    each in the wait row of its token (engine/state/lanes.py): a session in which many lanes
+    wait keeps only what is in flight in its snapshot. A state folded from events never parks
+    (`parked` 0); `lanes.unpark` puts a parked lane back.
     """
 
     node: str
@@ -48,6 +53,7 @@ class ContainerFrame:
     last_output: Any = None
     action: str | None = None
     lanes: dict[Any, ContainerFrame] | None = None
+    parked: int = 0
     stack: tuple[ContainerFrame, ...] = ()
     pause: PauseState | None = None
     resume_values: tuple[Any, ...] = ()

@@ -298,8 +298,26 @@ def _run_paused(
     """The session waits (or, for a lane of a concurrent container, one more of its waits is
     recorded: in that lane)."""
     fields["status"] = "paused"
+    if _parked(fields, path):
+        return  # a lane parked in the store: its row holds its wait (engine/state/lanes.py)
     scope, _ = _scope(fields, path, owned)
     scope["pause"] = pause_from_data(path, data)
+
+
+def _parked(fields: Fields, path: tuple[Any, ...]) -> bool:
+    """Whether `path` lies in a lane that its container parked (not in `lanes`)."""
+    stack = fields["container_stack"]
+    while stack:
+        top = stack[-1]
+        lanes = top.lanes
+        n = len(top.path)
+        if lanes is None or len(path) <= n:
+            return False
+        lane = lanes.get(path[n])
+        if lane is None:
+            return top.parked > 0
+        stack = lane.stack
+    return False
 
 
 def _run_resumed(

@@ -119,6 +119,8 @@ def frame_to_data(frame: ContainerFrame) -> Data:
     lanes = f.get("lanes")
     if lanes is not None:
         data["lanes"] = [[name, lane_to_data(lane)] for name, lane in lanes.items()]
+    if f.get("parked"):
+        data["parked"] = f["parked"]
     if f.get("stack"):
         data["stack"] = [frame_to_data(frame) for frame in f["stack"]]
     if f.get("pause") is not None:
@@ -284,6 +286,7 @@ def frame_from_data(o: Any) -> ContainerFrame:
         "last_output": o.get("last_output"),
         "action": _text(o, "action", None),
         "lanes": None,
+        "parked": _int(o, "parked"),
         "stack": (),
         "pause": None,
         "resume_values": (),
@@ -327,6 +330,7 @@ def lane_from_data(o: Any, path: tuple[Any, ...]) -> ContainerFrame:
         "last_output": None,
         "action": None,
         "lanes": None,
+        "parked": 0,
         "stack": tuple(frame_from_data(f) for f in _array(o, "stack")),
         "pause": None if pause is None else pause_from_data(pause),
         "resume_values": tuple(_array(o, "resume_values")),

@@ -98,7 +98,7 @@ def test_a_token_used_while_resume_many_reads_its_session_is_reported_used(
     tmp_path: Path,
 ) -> None:
     """A race the test above met now and then, made certain: resume_many checks a token,
-    then reads its session's waits; another call uses the token in between. The call must say
+    then reads its wait; another call uses the token in between. The call must say
     TokenAlreadyUsed (and change nothing), not that the session cannot be resumed."""
     from tarry import TokenAlreadyUsed
     from tarry.snapshots import MemoryStore
@@ -106,11 +106,11 @@ def test_a_token_used_while_resume_many_reads_its_session_is_reported_used(
     class Racing(MemoryStore):
         before_waits: Any = None
 
-        def waits(self, session_id: str) -> Any:
+        def wait(self, token: str) -> Any:
             hook, self.before_waits = self.before_waits, None
             if hook is not None:
                 hook()
-            return super().waits(session_id)
+            return super().wait(token)
 
     log = tmp_path / "effects.log"
     log.touch()

@@ -41,7 +41,7 @@ def cattrs_converter() -> Any:
     # sequential frame reads and writes as it always did): cattrs' hook without them.
     from cattrs.gen import make_dict_unstructure_fn, override
 
-    lane_fields = ("lanes", "stack", "pause", "resume_values", "retries")
+    lane_fields = ("lanes", "parked", "stack", "pause", "resume_values", "retries")
     conv.register_unstructure_hook(
         ContainerFrame,
         make_dict_unstructure_fn(
