@@ -49,8 +49,8 @@ def test_reading_a_large_input_per_item_costs_nothing_per_read(benchmark: Any, s
     timings: dict[str, list[float]] = {"plain": [], "reads": []}
 
     def run() -> None:
-        # Interleaved, best of three each: a busy machine slows both alike.
-        for _ in range(3 if sizes.full else 1):
+        # Interleaved, best of five each: a busy machine slows both alike.
+        for _ in range(5 if sizes.full else 1):
             timings["plain"].append(_cpu(n, False, rows))
             timings["reads"].append(_cpu(n, True, rows))
 

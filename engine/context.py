@@ -367,15 +367,18 @@ class CopyingContext(Context):
     @property
     def prev(self) -> Any:
         value = _PREV.__get__(self)
+        ex = self._ex
+        if value is ex.out_value and ex.out_size <= LARGE:  # the common case, `hand_out` inlined
+            return ex.copy(value)
         kind = type(value)
         if kind is DictView or kind is ListView:  # read before by this step: see below
             return value
         if kind is OutOfLine:  # a large top-level output, handed on unread (flow.py)
-            view = self._ex.view(value, _PREV_WHERE)
+            view = ex.view(value, _PREV_WHERE)
         elif value is self._scope.item:  # a ForEach body's first element: its item
             return self.item
         else:
-            view, large = hand_out(self._ex, value, _PREV_WHERE)
+            view, large = hand_out(ex, value, _PREV_WHERE)
             if not large:
                 return view
         _PREV.__set__(self, view)  # the step's later reads: the view, at no cost
