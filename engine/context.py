@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
+from tarry.engine.errors import PayloadTooLarge
 from tarry.engine.execution import Execution
+from tarry.engine.read_only_views import LARGE, DictView, ListView, Where, view_of
 from tarry.engine.short_hash import short_hash
 from tarry.engine.state.lanes import chain_of
 from tarry.engine.state.records import OutOfLine, SessionState
-from tarry.engine.values import IMMUTABLE
+from tarry.engine.values import IMMUTABLE, immutable
 
 
 class Scope:
@@ -17,14 +19,17 @@ class Scope:
 
     Read-only by convention. A plain class rather than a frozen attrs record: one is made per
     iteration, it never reaches a snapshot, and frozen slots cost a call per field to set.
+    `view`: the read-only view of a large item, once a step or callable of the iteration read
+    `ctx.item` (see `Context.item`).
     """
 
-    __slots__ = ("item", "index", "iteration")
+    __slots__ = ("item", "index", "iteration", "view")
 
     def __init__(self, item: Any = None, index: int | None = None, iteration: int | None = None):
         self.item = item
         self.index = index
         self.iteration = iteration
+        self.view: Any = None
 
     def __repr__(self) -> str:
         return f"Scope(item={self.item!r}, index={self.index!r}, iteration={self.iteration!r})"
@@ -78,19 +83,30 @@ class Outputs(Mapping[str, Any]):
         return scopes
 
     def __getitem__(self, name: str) -> Any:
-        """A copy of the output (see values.py): changing it changes nothing else."""
-        value = self.lookup(name)
-        return value if type(value) in IMMUTABLE else self._ex.copy(value)
+        """The output for user code: a copy when small, a read-only view when large (see
+        `hand_out`); changing a copy changes nothing else, a view refuses to change."""
+        value = self._stored(name)
+        kind = type(value)
+        if kind in IMMUTABLE:
+            return value
+        if kind is OutOfLine:  # a large top-level output: a view, built once per run
+            return self._ex.view(value, ("ctx.outputs", name))
+        return hand_out(self._ex, value, ("ctx.outputs", name))[0]
 
     def __contains__(self, name: object) -> bool:
         try:
-            self.lookup(name)  # type: ignore[arg-type]
+            self._stored(name)  # type: ignore[arg-type]
         except KeyError:
             return False
         return True
 
     def lookup(self, name: str) -> Any:
         """The output itself, as the session holds it: for the engine, never for user code."""
+        value = self._stored(name)
+        return value if type(value) is not OutOfLine else self._ex.value(value)
+
+    def _stored(self, name: str) -> Any:
+        """The output as the state holds it: an OutOfLine for one kept out of line."""
         state = self._ex.state
         if self._ex.lanes:
             for outputs in self._scopes():
@@ -100,8 +116,7 @@ class Outputs(Mapping[str, Any]):
         for frame in reversed(state.container_stack):
             if name in frame.child_outputs:
                 return frame.child_outputs[name]
-        value = state.outputs[name]
-        return value if type(value) is not OutOfLine else self._ex.value(value)
+        return state.outputs[name]
 
     def __iter__(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -187,13 +202,43 @@ class SharedState(MutableMapping[str, Any]):
             data["state_deleted"] = dels
 
 
+def hand_out(ex: Execution, value: Any, where: Where) -> tuple[Any, bool]:
+    """What user code reads of `value`, a changeable value the session holds, and whether that
+    is a view: a private copy of a small value (values.py), a read-only view of a large one,
+    over `LARGE` bytes encoded (read_only_views.py). The size of the output the last node
+    completed with is known; any other value is measured by the codec's `take`, which packs it
+    as a copy would and then is the copy of a small one: no read costs more than it did."""
+    if value is ex.out_value:
+        if ex.out_size <= LARGE:
+            return ex.copy(value), False
+    else:
+        kind = type(value)
+        if (kind is tuple or kind is frozenset) and immutable(value):
+            return value, False
+        try:
+            own, size = ex.take(value, where[0])
+        except PayloadTooLarge:  # larger than one value may be (a limit lowered since)
+            pass
+        else:
+            if size <= LARGE:
+                return own, False
+    return view_of(value, ex.copy, where), True
+
+
 def idempotency_key(session_id: str, path: tuple[Any, ...]) -> str:
     raw = session_id + "\x1f" + "\x1f".join(map(str, path))
     return short_hash(raw)
 
 
 class Context:
-    """The `ctx` argument of a step. See the API reference for every attribute."""
+    """The `ctx` argument of a step. See the API reference for every attribute.
+
+    `input`, `item`, `prev` and `outputs[name]` are values a step may only read: a large one
+    (over 256 bytes encoded) is a read-only view, not copied per read (a dict view is a dict,
+    a list view a list; a change raises a TypeError saying to copy it), a small one a private
+    copy on each read. `state[key]` is always a copy: change it by assigning the key. See
+    read_only_views.py.
+    """
 
     __slots__ = ("_ex", "path", "prev", "_scope", "attempt", "_state", "_metrics", "_interrupts")
 
@@ -209,23 +254,38 @@ class Context:
         self._metrics: dict[str, float] | None = None
         self._interrupts = 0
 
-    # What a step reads of the session is a copy: changing it in place changes nothing that
-    # later steps, a resume or a recovery see (values.py). Values that cannot change are
-    # handed on as they are, after one type check.
+    # What a step reads of the session cannot change what later steps, a resume or a recovery
+    # see: a small value is a private copy (values.py); a large one, over `LARGE` bytes
+    # encoded, a read-only view that is not copied per read (read_only_views.py). Not
+    # `ctx.state`: a step changes it by reading, changing and assigning, so it reads copies.
+    # Values that cannot change are handed on as they are, after one type check.
 
     @property
     def input(self) -> Any:
+        """The flow's input: a read-only view when large (over 256 bytes encoded, the inputs
+        the session keeps out of line: built once per run), else a private copy."""
         value = self._ex.state.input
         if type(value) in IMMUTABLE:
             return value
-        if type(value) is OutOfLine:  # a large input: read once per run (Execution.value)
-            value = self._ex.value(value)
+        if type(value) is OutOfLine:
+            return self._ex.view(value, _INPUT)
         return self._ex.copy(value)
 
     @property
     def item(self) -> Any:
-        value = self._scope.item
-        return value if type(value) in IMMUTABLE else self._ex.copy(value)
+        """The innermost ForEach's item: a read-only view when large (over 256 bytes encoded:
+        measured at the iteration's first read, then built once), else a private copy."""
+        scope = self._scope
+        value = scope.item
+        if type(value) in IMMUTABLE:
+            return value
+        view = scope.view
+        if view is not None:
+            return view
+        value, large = hand_out(self._ex, value, _ITEM)
+        if large:
+            scope.view = value
+        return value
 
     @property
     def index(self) -> int | None:
@@ -241,6 +301,8 @@ class Context:
 
     @property
     def outputs(self) -> Outputs:
+        """The latest output of a completed element by name, innermost scope first: a
+        read-only view when large (over 256 bytes encoded), else a private copy."""
         return Outputs(self._ex, self.path)
 
     @property
@@ -295,18 +357,32 @@ class Context:
 
 
 class CopyingContext(Context):
-    """The `ctx` of an element whose `prev` may change: reading `ctx.prev` gives a copy. A class
-    of its own so that a `prev` that cannot change (the common case) stays a plain attribute,
-    read at no cost. Whoever makes a `ctx` picks the class (`context_for`)."""
+    """The `ctx` of an element whose `prev` may change: reading `ctx.prev` gives a copy (a
+    read-only view when large, see `hand_out`). A class of its own so that a `prev` that cannot
+    change (the common case) stays a plain attribute, read at no cost. Whoever makes a `ctx`
+    picks the class (`context_for`)."""
 
     __slots__ = ()
 
     @property
     def prev(self) -> Any:
         value = _PREV.__get__(self)
-        if type(value) is OutOfLine:  # a large top-level output, handed on unread (flow.py)
-            value = self._ex.value(value)
-        return self._ex.copy(value)
+        ex = self._ex
+        if value is ex.out_value and ex.out_size <= LARGE:  # the common case, `hand_out` inlined
+            return ex.copy(value)
+        kind = type(value)
+        if kind is DictView or kind is ListView:  # read before by this step: see below
+            return value
+        if kind is OutOfLine:  # a large top-level output, handed on unread (flow.py)
+            view = ex.view(value, _PREV_WHERE)
+        elif value is self._scope.item:  # a ForEach body's first element: its item
+            return self.item
+        else:
+            view, large = hand_out(ex, value, _PREV_WHERE)
+            if not large:
+                return view
+        _PREV.__set__(self, view)  # the step's later reads: the view, at no cost
+        return view
 
     @prev.setter
     def prev(self, value: Any) -> None:
@@ -315,6 +391,11 @@ class CopyingContext(Context):
 
 #: The slot that holds `prev`, under CopyingContext's property.
 _PREV = Context.__dict__["prev"]
+
+#: How views name what they show, in errors (read_only_views.py).
+_INPUT: Where = ("ctx.input",)
+_ITEM: Where = ("ctx.item",)
+_PREV_WHERE: Where = ("ctx.prev",)
 
 
 def context_for(prev: Any) -> type[Context]:

@@ -182,6 +182,22 @@ class PayloadTooLarge(NotSerializable):
         self.type_name = ""
 
 
+class ReadOnlyView(TarryError, TypeError):
+    """A step tried to change a large value it read from `ctx` (`input`, `item`, `prev`,
+    `outputs[...]`), which it is handed as a read-only view (see engine/read_only_views.py). Also a
+    TypeError, as changing any immutable value is."""
+
+    def __init__(self, what: str, operation: str, large: int) -> None:
+        self.what = what
+        self.operation = operation
+        super().__init__(
+            f"{what} is read-only (part of a large value, over {large} bytes encoded, that "
+            f"steps read through a view instead of a copy): {operation} cannot change it; "
+            f"copy it to change it: copy.deepcopy({what}), or dict(...) / list(...) of it for "
+            f"a shallow copy"
+        )
+
+
 class SnapshotTooLarge(TarryError):
     """A session's snapshot grew larger than the runtime allows (`Runtime(max_snapshot_bytes=...)`).
 

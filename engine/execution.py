@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from tarry.engine.bounds import UNBOUNDED, Bounds
 from tarry.engine.errors import PayloadTooLarge
+from tarry.engine.read_only_views import Where, view_of
 from tarry.engine.state.events import Event, EventLog, Row, event_of, ns_of
 from tarry.engine.state.lanes import frames, scope_of
 from tarry.engine.state.records import LANE, ContainerFrame, OutOfLine, SessionState
@@ -85,6 +86,7 @@ class Execution:
         "mailbox",
         "mail_taken",
         "held",
+        "views",
     )
 
     def __init__(
@@ -157,6 +159,8 @@ class Execution:
         #: The values kept out of the state that this run has met, by the seq of the event that
         #: carries them (see state.OutOfLine): each is read from the ledger once per run.
         self.held: dict[int, Any] = {}
+        #: Read-only views of those values, as user code reads them (see `view`).
+        self.views: dict[tuple[int, Where], Any] = {}
         #: How many concurrent containers are in progress: while none is, the state's own
         #: fields are the scope of every node (see `scope`).
         self.lanes = 0
@@ -249,6 +253,15 @@ class Execution:
         if seq not in held:
             held[seq] = self.ledger.held(seq)
         return held[seq]
+
+    def view(self, ref: OutOfLine, where: Where) -> Any:
+        """A read-only view of the large value `ref` stands for, for user code that reads it
+        as `where` (`("ctx.input",)`, see read_only_views.py): built once per run, then kept."""
+        key = (ref.seq, where)
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = view_of(self.value(ref), self.copy, where)
+        return view
 
     def remember(self, events: Sequence[Event]) -> None:
         """Keep the values kept out of line by `events` (written before this run began, in the

@@ -5,7 +5,9 @@ A value enters a session (a step's output, a `ctx.state` assignment, a ForEach's
 value, the flow's input) as a private copy that the driver makes while it checks the value
 (`Execution.take`; the input when the run starts), and leaves it (`ctx.prev`,
 `ctx.outputs[...]`, `ctx.state[...]`, `ctx.item`, `ctx.input`, an interrupt's value) as a
-fresh copy (`Execution.copy`); a run copies the resume values it starts with (`reducer.own`).
+fresh copy (`Execution.copy`), or, for a large value a step may only read, as a read-only view
+that refuses to change (read_only_views.py); a run copies the resume values it starts with
+(`reducer.own`).
 So a step that changes in place a value it read, or one it returned and kept, and a caller who
 changes the input or a resume value after handing it over, change nothing a later step, a
 resume or a recovery sees: they all see what the log holds. The driver copies through the

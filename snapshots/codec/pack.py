@@ -28,6 +28,7 @@ from typing import Any
 
 import msgpack
 from tarry.engine.errors import SnapshotError
+from tarry.engine.read_only_views import DictView, ListView, underlying
 from tarry.snapshots.codec.explain import _explain
 from tarry.snapshots.codec.limits import (
     C_LEVELS,
@@ -161,6 +162,10 @@ def _default(depth: int, obj: Any) -> Any:
         return msgpack.ExtType(EXT_UUID, obj.bytes)
     if t is _decimal_type():
         return msgpack.ExtType(EXT_DECIMAL, str(obj).encode())
+    if (
+        t is DictView or t is ListView
+    ):  # a read-only view (engine/read_only_views.py): the value it shows
+        return underlying(obj)
     if isinstance(obj, dict):  # dict subclasses (OrderedDict, defaultdict...) are stored as dicts
         return dict(obj)
     if isinstance(obj, bool | int | float | str | bytes) and not isinstance(obj, enum.Enum):

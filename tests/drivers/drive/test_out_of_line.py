@@ -108,8 +108,14 @@ def test_reading_them_changes_nothing(store: Any) -> None:
     data = {"prompts": list(PROMPTS), "tag": "t"}
 
     def spoil(ctx: Any) -> int:
-        ctx.input["prompts"].clear()
-        ctx.outputs["first"]["rows"].clear()
+        # Large values are read-only views (engine/read_only_views.py): changes are refused.
+        for change in (
+            ctx.input["prompts"].clear,
+            ctx.outputs["first"]["rows"].clear,
+            ctx.prev["rows"].clear,
+        ):
+            with pytest.raises(TypeError, match="read-only"):
+                change()
         return len(ctx.prev["rows"])
 
     flow = Flow(
