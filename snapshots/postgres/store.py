@@ -246,6 +246,16 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         self._count(read=len(row[3]))
         return ROWS.session(row)
 
+    def load_many(self, session_ids: Sequence[str]) -> dict[str, SessionRecord]:
+        if not session_ids:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                f"{SELECT} WHERE session_id = ANY(%s::text[])", (list(session_ids),)
+            ).fetchall()
+        self._count(read=sum(len(row[3]) for row in rows))
+        return {row[0]: ROWS.session(row) for row in rows}
+
     def save(
         self,
         record: SessionRecord,
