@@ -201,10 +201,12 @@ FROM unnest(%s::text[]) WITH ORDINALITY AS k(wanted, n) CROSS JOIN LATERAL (
 ) AS w
 ORDER BY k.n, w.since
 """
-# Which keys hold an unclaimed message: one probe of the queue's index per key.
+# Which keys hold an unclaimed message: one probe of the queue's index per key. (A LATERAL with
+# a LIMIT, because the planner turns `WHERE EXISTS` into a semi join, which it may run as a
+# hash of every unclaimed message: a read that grows with the mailbox, not with the keys.)
 _QUEUED_KEYS = (
-    "SELECT k FROM unnest(%s::text[]) AS k WHERE EXISTS "
-    "(SELECT 1 FROM tarry_mail WHERE key = k AND claimed_by = '')"
+    "SELECT k.wanted FROM unnest(%s::text[]) AS k(wanted) CROSS JOIN LATERAL "
+    "(SELECT 1 FROM tarry_mail WHERE key = k.wanted AND claimed_by = '' LIMIT 1) AS m"
 )
 
 

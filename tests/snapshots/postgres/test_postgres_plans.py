@@ -1,5 +1,6 @@
-"""The plans PostgreSQL makes for the timers' statements: index scans only, on a store with many
-rows, so that a claim costs the same however many sessions the store holds.
+"""The plans PostgreSQL makes for the timers' statements and a delivery's look-ups: index scans
+only, on a store with many rows, so that a claim or a page of look-ups costs the same however
+many sessions the store holds.
 
 Each statement is the one the store sends (captured from its connection), explained twice: with
 its values (a custom plan) and as a prepared statement under `plan_cache_mode =
@@ -61,8 +62,20 @@ def store(request: pytest.FixtureRequest) -> Iterator[Any]:
                 "FROM generate_series(1, %(n)s) AS i, generate_series(1, %(extra)s) AS j",
                 {"n": SESSIONS, "extra": extra},
             )
-            conn.execute("ANALYZE tarry_sessions")
-            conn.execute("ANALYZE tarry_tokens")
+            # A wait on a key of its own for each waiting session, and as many messages queued.
+            conn.execute(
+                "INSERT INTO tarry_waits (token, session_id, path, kind, key, reason, payload) "
+                f"SELECT 't' || i, 's' || i, '\\x90', 'external', 'k' || i, '', '' "
+                f"FROM generate_series(1, %(n)s) AS i WHERE {paused}",
+                {"n": SESSIONS},
+            )
+            conn.execute(
+                "INSERT INTO tarry_mail (key, value, at) "
+                "SELECT 'm' || i, '\\x00', %(now)s FROM generate_series(1, %(n)s) AS i",
+                {"now": NOW, "n": SESSIONS},
+            )
+            for table in ("tarry_sessions", "tarry_tokens", "tarry_waits", "tarry_mail"):
+                conn.execute(f"ANALYZE {table}")
         yield store
     finally:
         store.close()
@@ -134,6 +147,22 @@ CALLS = {
     ),
     "due": lambda s: s.due(NOW, limit=100),
 }
+#: A delivery's look-ups for a page of a thousand keys or sessions: a probe of an index each,
+#: however many rows the tables hold.
+PAGE = range(1, 1001)
+LOOKUPS = {
+    "waiters_many": lambda s: s.waiters_many([f"k{i}" for i in PAGE], 1000),
+    "queued_keys": lambda s: s.queued_keys([f"m{i}" for i in PAGE]),
+    "load_many": lambda s: s.load_many([f"s{i}" for i in PAGE]),
+}
+
+
+@pytest.mark.parametrize("call", list(LOOKUPS))
+def test_a_deliverys_lookups_scan_only_indexes(store: Any, call: str) -> None:
+    query, args = sent(store, LOOKUPS[call])
+    for kind, plan in plans(store, query, args).items():
+        assert "Seq Scan" not in plan, f"{call}, {kind} plan:\n{plan}"
+        assert "Index" in plan, f"{call}, {kind} plan:\n{plan}"
 
 
 @pytest.mark.parametrize("call", list(CALLS))
