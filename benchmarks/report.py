@@ -729,7 +729,8 @@ def batch_waits(benches: list[Bench]) -> list[str]:
         for b in benches
         if b.workload in ("deliver_many", "deliver_many_mailbox", "deliver_many_branches")
     ]
-    if not polls and not delivers:
+    counted = [b for b in benches if b.workload == "deliver_many_statements"]
+    if not polls and not delivers and not counted:
         return []
     targets = {"sqlite": 0.050, "postgres": 0.200}
     lines = [
@@ -772,6 +773,27 @@ def batch_waits(benches: list[Bench]) -> list[str]:
             lines.append(
                 f"| {shapes[b.workload]} | {b.variant} | {b.extra['per']:,} | {human(b.median)} "
                 f"| {human(b.per_unit)} |"
+            )
+    if counted:
+        lines += [
+            "",
+            "Statements sent to PostgreSQL by one `deliver_many` to as many sessions, each "
+            "waiting on a key of its own, from a Runtime that did not pause them "
+            "(`benchmarks/test_postgres_delivery.py`; counted around the store's pool, BEGIN "
+            "and COMMIT included). Before issue 24: 14 a session (two reads of the session, one "
+            "of its token, one of its key's waits, one of its queue, a transaction of eight "
+            "statements to use the token, and the save).",
+            "",
+            "| sessions | statements | per session | target | met | total | per session |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for b in counted:
+            e = b.extra
+            target = e["target_statements_per_session"]
+            met = "yes" if e["statements_per_session"] <= target else "**no**"
+            lines.append(
+                f"| {e['sessions']:,} | {e['statements']:,} | {e['statements_per_session']:.2f} "
+                f"| ≤ {target} | {met} | {human(b.median)} | {human(b.per_unit)} |"
             )
     return [*lines, ""]
 

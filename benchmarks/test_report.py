@@ -147,3 +147,22 @@ def test_goals_are_judged_from_the_runs_ratios(tmp_path: Path) -> None:
     assert burr[1] == "1.33" and burr[-1] == "**not met**"  # against its fastest shape
     assert row(text, "pause → resume in memory, k = 10")[1:] == ["40.0", "µs", "≤ 50", "met"]
     assert row(text, "import tarry")[1] == "not measured in this run"
+
+
+def test_statements_per_delivered_session_are_judged_against_their_target(tmp_path: Path) -> None:
+    counted = entry(
+        "deliver_many_statements",
+        "tarry",
+        20.0,
+        variant="postgres",
+        per=10_000,
+        sessions=10_000,
+        statements=20_040,
+        statements_per_session=2.004,
+        target_statements_per_session=3,
+        ms_per_session=2.0,
+    )
+    text = run(tmp_path, [*RUN, counted], PEERS)
+    assert row(text, "10,000 | 20,040") == [
+        "10,000", "20,040", "2.00", "≤ 3", "yes", "20.00 s", "2.00 ms",
+    ]  # fmt: skip

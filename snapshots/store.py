@@ -70,6 +70,10 @@ class SessionStore(Protocol):
     def load(self, session_id: str) -> SessionRecord | None:
         """The session's record, or None."""
 
+    def load_many(self, session_ids: Sequence[str]) -> dict[str, SessionRecord]:
+        """`load` of many sessions in one read: each known session's record, by id (unknown
+        ones are left out). What a delivery to many sessions checks its waits against."""
+
     def save(
         self,
         record: SessionRecord,
@@ -265,6 +269,13 @@ class SessionStore(Protocol):
         """The live waits on `key`, the one that has waited longest first (by when the save
         that registered it ran), at most `limit`: who takes a message. Writes nothing."""
 
+    def waiters_many(
+        self, keys: Sequence[str], limit: int = 100
+    ) -> dict[str, builtins.list[WaitRecord]]:
+        """`waiters` of many keys in one read: the live waits on each key, the one that has
+        waited longest first, at most `limit` per key; keys that nothing waits on are left
+        out. Writes nothing."""
+
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
         """Queue one message on `key` (a key is a FIFO queue: a later post never replaces an
         earlier one) and return its id; ids only grow. `target`: a session that waits on the
@@ -291,6 +302,11 @@ class SessionStore(Protocol):
     ) -> builtins.list[MailRecord]:
         """Unclaimed messages, oldest first: on `key`, or targeted at `session_id` (see
         `post`), at most `limit`. Reads through an index; writes nothing."""
+
+    def queued_keys(self, keys: Sequence[str]) -> set[str]:
+        """Which of `keys` hold an unclaimed message, in one read (a probe of the queue's index
+        per key): a delivery's message must not overtake one queued ahead of it. Writes
+        nothing."""
 
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         """Live waits on keys that hold an unclaimed message, each with the oldest such

@@ -44,7 +44,7 @@ from tarry.engine.errors import (
 from tarry.engine.keys import check_key
 from tarry.snapshots.codec.pack import dumps, loads
 from tarry.snapshots.mail import MailInfo
-from tarry.snapshots.records import WaitRecord
+from tarry.snapshots.records import SessionRecord, WaitRecord
 from tarry.snapshots.store import MailGone
 
 #: Waiting rows read from the store at a time (an index range after the last token read).
@@ -76,6 +76,15 @@ def waiting(core: Core, *, kind: str | None = None, key: str | None = None) -> l
         if len(page) < PAGE:
             return rows
         after = page[-1].token
+
+
+def _waiters(core: Core, keys: list[str]) -> dict[str, list[WaitRecord]]:
+    """The waits on each of `keys`, the one that has waited longest first (at most PAGE of
+    each), read for PAGE keys at a time; [] for a key nothing waits on."""
+    found: dict[str, list[WaitRecord]] = {}
+    for start in range(0, len(keys), PAGE):
+        found.update(core.store.waiters_many(keys[start : start + PAGE], PAGE))
+    return {key: found.get(key, []) for key in keys}
 
 
 def deliver(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
@@ -117,7 +126,7 @@ def _checked(
     if every:
         found = {key: waiting(core, key=key) for key in values}
     else:
-        found = {key: list(core.store.waiters(key, PAGE)) for key in values}
+        found = _waiters(core, list(values))
     check_group(
         core, {row.token: (row, values[key]) for key, rows in found.items() for row in rows}
     )
@@ -127,12 +136,16 @@ def _checked(
 def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = None) -> Delivery:
     """Queue one message per key, then let a wait on each key take it (see the module's
     docstring); `actor` in each `run.resumed` event. The messages that found waits of one
-    session are taken by one resume of it (one drive, one write)."""
+    session are taken by one resume of it (one drive, one write).
+
+    The look-ups are made for many keys and sessions at once (the waits of PAGE keys, then,
+    PAGE sessions at a time, which of their keys hold messages queued ahead and the sessions'
+    rows), so that a session whose one wait takes its value straight away costs two
+    statements of its own: its token's use, checked against the row read for it, and the
+    save of its drive (benchmarks/test_postgres_delivery.py)."""
     check_actor(actor)
     values, blobs, found = _checked(core, deliveries, "deliver_many")
-    now = core.clock.now()
-    applied: dict[str, str] = {}
-    outcomes: dict[str, Outcome] = {}  # by session: its last outcome, in first-key order
+    many = _Many(core, values, blobs, found, actor)
     # The longest-waiting branch of each key, grouped by session: one resume per session.
     # Each group's messages are queued just before its resume, so that no other drive of this
     # call finds them queued and takes them first.
@@ -140,40 +153,89 @@ def deliver_many(core: Core, deliveries: Mapping[str, Any], actor: str | None = 
     for key, rows in found.items():
         if rows:
             firsts.setdefault(rows[0].session_id, {})[rows[0].token] = (key, rows[0])
-    for sid, waits in firsts.items():
-        keys = [key for key, _ in waits.values()]
-        if not any(core.store.queued(key=key, limit=1) for key in keys):
-            # Nothing queued ahead of them: the waits take the values straight away, the use
-            # of their tokens recording each with its value (that is the message consumed),
-            # with no message row to write and delete.
-            outcome = _take_together(core, waits, values, dict.fromkeys(keys), actor)
-            if outcome is not None:
-                outcomes[sid] = outcome
-                applied.update(dict.fromkeys(keys, sid))
-                continue
-        posted = {key: core.store.post(key, blobs[key], now) for key in keys}
-        if len(waits) > 1:
-            outcome = _take_together(core, waits, values, posted, actor)
-            if outcome is not None:
-                outcomes[sid] = outcome
-                applied.update(dict.fromkeys(keys, sid))
-                continue
-        for key in keys:
-            moved, taker = _offer(core, key, values[key], posted[key], found[key], actor)
-            outcomes.update((o.session_id, o) for o in moved)
-            if taker is not None:
-                applied[key] = taker
+    groups = list(firsts.items())
+    for start in range(0, len(groups), PAGE):
+        page = groups[start : start + PAGE]
+        ahead = core.store.queued_keys([key for _, waits in page for key, _ in waits.values()])
+        records = core.store.load_many([sid for sid, waits in page if len(waits) == 1])
+        for sid, waits in page:
+            many.to_session(sid, waits, ahead, records.get(sid))
     for key in values:
         if not found[key]:
             # Nothing waited when we looked; a drive of this very call may have come to wait
             # on it since: offered to whatever waits now, else queued.
-            mid = core.store.post(key, blobs[key], now)
-            moved, taker = _offer(core, key, values[key], mid, [], actor)
-            outcomes.update((o.session_id, o) for o in moved)
-            if taker is not None:
-                applied[key] = taker
-    queued = [key for key in values if key not in applied]
-    return Delivery(applied, queued, list(outcomes.values()))
+            many.offer(key, core.store.post(key, blobs[key], many.now), [])
+    queued = [key for key in values if key not in many.applied]
+    return Delivery(many.applied, queued, list(many.outcomes.values()))
+
+
+class _Many:
+    """One `deliver_many` under way: what it delivers, and what it did so far (`applied`:
+    key -> session; `outcomes`: by session, its last outcome, in first-key order)."""
+
+    def __init__(
+        self,
+        core: Core,
+        values: dict[str, Any],
+        blobs: dict[str, bytes],
+        found: dict[str, list[WaitRecord]],
+        actor: str | None,
+    ) -> None:
+        self.core = core
+        self.values = values
+        self.blobs = blobs
+        self.found = found
+        self.actor = actor
+        self.now = core.clock.now()
+        self.applied: dict[str, str] = {}
+        self.outcomes: dict[str, Outcome] = {}
+
+    def to_session(
+        self,
+        sid: str,
+        waits: dict[str, tuple[str, WaitRecord]],
+        ahead: set[str],
+        record: SessionRecord | None,
+    ) -> None:
+        """The values of the keys whose longest-waiting branches are the `waits` of the session
+        `sid` (token key -> (key, wait)) go to them, or are queued and offered in turn. `ahead`:
+        keys that held queued messages when looked at; `record`: the session's row as read
+        for this page (None: not read)."""
+        core, values = self.core, self.values
+        keys = [key for key, _ in waits.values()]
+        if not ahead.intersection(keys):
+            # Nothing queued ahead of them: the waits take the values straight away, the use of
+            # their tokens recording each with its value (that is the message consumed), with
+            # no message row to write and delete.
+            if len(waits) == 1:
+                [(key, wait)] = waits.values()
+                taken, outcome = _take_one(core, wait, values[key], record, self.actor)
+            else:
+                outcome = _take_together(core, waits, values, dict.fromkeys(keys), self.actor)
+                taken = outcome is not None
+            if taken:
+                self._moved(sid, keys, outcome)
+                return
+        posted = {key: core.store.post(key, self.blobs[key], self.now) for key in keys}
+        if len(waits) > 1:
+            outcome = _take_together(core, waits, values, posted, self.actor)
+            if outcome is not None:
+                self._moved(sid, keys, outcome)
+                return
+        for key in keys:
+            self.offer(key, posted[key], self.found[key])
+
+    def offer(self, key: str, mid: int, rows: list[WaitRecord]) -> None:
+        """Offer the message `mid` queued on `key` to the waits on it (see `_offer`)."""
+        moved, taker = _offer(self.core, key, self.values[key], mid, rows, self.actor)
+        self.outcomes.update((o.session_id, o) for o in moved)
+        if taker is not None:
+            self.applied[key] = taker
+
+    def _moved(self, sid: str, keys: list[str], outcome: Outcome | None) -> None:
+        if outcome is not None:
+            self.outcomes[sid] = outcome
+        self.applied.update(dict.fromkeys(keys, sid))
 
 
 def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> list[Outcome]:
@@ -183,6 +245,25 @@ def broadcast(core: Core, key: str, value: Any, actor: str | None = None) -> lis
     group = {row.token: (row, values[key]) for row in found[key]}
     outcomes, _ = resume_group(core, group, trigger="broadcast", actor=actor)
     return outcomes
+
+
+def _take_one(
+    core: Core, wait: WaitRecord, value: Any, record: SessionRecord | None, actor: str | None
+) -> tuple[bool, Outcome | None]:
+    """The wait takes `value` straight away, its token's use recording the resume with it:
+    (True, the outcome of its session), or (False, None) when it cannot now (its token was
+    used, its session is gone or running): nothing was done, and the caller queues the value.
+
+    `record`: the session as read for this delivery. It is handed to the resume as this
+    runtime's own record of the session (statecache.RecordCache), so that the resume makes no
+    read of its own: its token is used only while the session is still at that version, in
+    one statement, and a session that moved on since is read again, as any resume does."""
+    if record is not None:
+        core.records.keep(wait.token, record)
+    try:
+        return True, _resume_one(core, wait.token, value, "deliver", actor)
+    except (*_PASSED, SessionBusy):
+        return False, None
 
 
 def _take_together(
@@ -297,20 +378,24 @@ def check_group(core: Core, group: Mapping[str, tuple[WaitRecord, Any]]) -> None
     """Raise the typed error of the first wait of `group` ({token key: (wait, value)}) that
     would refuse its value: its session's flow is not registered here (UnknownFlow,
     FlowMismatch), or the waiting element does not accept the value (InvalidResumeValue).
-    Reads each session once; writes nothing. A session gone meanwhile is left to the resume,
-    which finds its token unknown."""
+    Reads each session once, PAGE of them at a time; writes nothing. A session gone
+    meanwhile is left to the resume, which finds its token unknown."""
     by_session: dict[str, list[tuple[WaitRecord, Any]]] = {}
     for row, value in group.values():
         by_session.setdefault(row.session_id, []).append((row, value))
-    for sid, waits in by_session.items():
-        record = core.store.load(sid)
-        if record is None:
-            continue
-        flow = core.flows.flow_for(record, None, False)
-        for row, value in waits:
-            accept = getattr(flow.find(row.path), "accept", None)
-            if accept is not None:
-                accept(value)
+    sids = list(by_session)
+    for start in range(0, len(sids), PAGE):
+        page = sids[start : start + PAGE]
+        records = core.store.load_many(page)
+        for sid in page:
+            record = records.get(sid)
+            if record is None:
+                continue
+            flow = core.flows.flow_for(record, None, False)
+            for row, value in by_session[sid]:
+                accept = getattr(flow.find(row.path), "accept", None)
+                if accept is not None:
+                    accept(value)
 
 
 def resume_group(

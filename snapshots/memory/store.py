@@ -261,6 +261,16 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             self.bytes_read += sum(map(len, blobs))
             return blobs
 
+    def load_many(self, session_ids: Sequence[str]) -> dict[str, SessionRecord]:
+        with self._lock:
+            found = {}
+            for sid in session_ids:
+                entry = self._sessions.get(sid)
+                if entry is not None:
+                    self.bytes_read += len(entry.record.state)
+                    found[sid] = _copy(entry.record)
+            return found
+
     # -- internals ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self._sessions)

@@ -12,6 +12,7 @@ import bisect
 import builtins
 import datetime as dt
 import heapq
+import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -241,6 +242,21 @@ class WaitsAndMail:
             for _, mid in old:
                 self._consume(mid)
             return len(old)
+
+    # -- many keys at once ------------------------------------------------------------------
+    def waiters_many(
+        self, keys: Sequence[str], limit: int = 100
+    ) -> dict[str, builtins.list[WaitRecord]]:
+        with self._lock:
+            return {
+                key: [self._waits[t] for t in itertools.islice(self._fifo[key], limit)]
+                for key in dict.fromkeys(keys)
+                if self._fifo.get(key)
+            }
+
+    def queued_keys(self, keys: Sequence[str]) -> set[str]:
+        with self._lock:
+            return {key for key in keys if self._queue.get(key)}
 
     # -- internals (under the lock) --------------------------------------------------------
     def _save_waits(

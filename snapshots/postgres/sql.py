@@ -52,18 +52,28 @@ CLAIM = (
 # Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
 # SKIP LOCKED: rows that another worker is claiming (or a resumer is saving) are passed over,
 # so concurrent workers take disjoint pages instead of all fetching the earliest sessions and
-# racing for their tokens. The partial index tarry_sessions_due serves the scan in order.
+# racing for their tokens. Written so that every plan is index scans only, whatever the
+# statistics say (a claim must not cost more as the store grows; see tests/snapshots/postgres/
+# test_postgres_plans.py):
+# - the partial index tarry_sessions_due serves the scan in order, and the LIMIT stops it;
+# - the token's use is a scalar subquery, a probe of the tokens' primary key per row read: as
+#   `NOT EXISTS (… used)` it was an anti join, which a planner that believes no token is used
+#   (a store whose waits were never resumed) ran as a scan of the whole tokens table;
+# - the rows found go to the UPDATE as an array of ids, each updated through the primary key:
+#   `session_id IN (…)` became a hash semi join over a scan of the whole sessions table under a
+#   generic plan (the one a prepared statement gets after five runs), which assumes that
+#   LIMIT $n keeps a tenth of the rows.
 _CLAIM_DUE_ROWS = """
     SELECT c.session_id FROM tarry_sessions AS c
     WHERE c.status = 'paused' AND c.wake_at IS NOT NULL AND c.wake_at <= %(now)s {after}
     AND c.token IS NOT NULL AND (c.lease_until IS NULL OR c.lease_until <= %(now)s)
-    AND NOT EXISTS (SELECT 1 FROM tarry_tokens AS t WHERE t.token = c.token AND t.used)
+    AND (SELECT t.used FROM tarry_tokens AS t WHERE t.token = c.token) IS NOT TRUE
     ORDER BY c.wake_at, c.session_id LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
 """
 _CLAIM_DUE_SQL = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
-    "WHERE session_id IN ({rows}) RETURNING " + COLUMNS + ", stop"
+    "WHERE session_id = ANY(ARRAY({rows})) RETURNING " + COLUMNS + ", stop"
 )
 CLAIM_DUE = _CLAIM_DUE_SQL.format(rows=_CLAIM_DUE_ROWS.format(after=""))
 CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(

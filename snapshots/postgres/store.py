@@ -64,6 +64,14 @@ _PIPELINE = psycopg.Pipeline.is_supported()
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
+# Sessions by id, each one probe of the primary key (the LIMIT keeps the LATERAL a nested loop:
+# `session_id = ANY(…)` of a thousand ids may be planned as a scan of the whole table).
+_LOAD_MANY = (
+    "SELECT s.* FROM unnest(%s::text[]) AS k(wanted) CROSS JOIN LATERAL "
+    f"({SELECT} WHERE session_id = k.wanted LIMIT 1) AS s"
+)
+
+
 def latest_version() -> int:
     """The schema version this tarry writes."""
     return schema_.latest(MIGRATIONS)
@@ -245,6 +253,14 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
             return None
         self._count(read=len(row[3]))
         return ROWS.session(row)
+
+    def load_many(self, session_ids: Sequence[str]) -> dict[str, SessionRecord]:
+        if not session_ids:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(_LOAD_MANY, (list(dict.fromkeys(session_ids)),)).fetchall()
+        self._count(read=sum(len(row[3]) for row in rows))
+        return {row[0]: ROWS.session(row) for row in rows}
 
     def save(
         self,

@@ -191,6 +191,24 @@ FROM paired AS p JOIN tarry_mail AS m ON m.id = p.mail_id
 ORDER BY m.id
 """
 
+# The waits of many keys: per key, one range of the index by (key, since), the longest-waiting
+# first, at most %s of them.
+_WAITERS_MANY = f"""
+SELECT {", ".join(f"w.{c}" for c in WAIT_COLUMNS.split(", "))}
+FROM unnest(%s::text[]) WITH ORDINALITY AS k(wanted, n) CROSS JOIN LATERAL (
+    SELECT {WAIT_COLUMNS}, since FROM tarry_waits
+    WHERE key = k.wanted ORDER BY since LIMIT %s
+) AS w
+ORDER BY k.n, w.since
+"""
+# Which keys hold an unclaimed message: one probe of the queue's index per key. (A LATERAL with
+# a LIMIT, because the planner turns `WHERE EXISTS` into a semi join, which it may run as a
+# hash of every unclaimed message: a read that grows with the mailbox, not with the keys.)
+_QUEUED_KEYS = (
+    "SELECT k.wanted FROM unnest(%s::text[]) AS k(wanted) CROSS JOIN LATERAL "
+    "(SELECT 1 FROM tarry_mail WHERE key = k.wanted AND claimed_by = '' LIMIT 1) AS m"
+)
+
 
 def backfill(conn: psycopg.Connection[Any]) -> None:
     """A wait for each paused session of a database made before waits: its live `token`, of
@@ -317,6 +335,16 @@ class WaitsAndMail:
             skip_bad=True,
         )
 
+    def waiters_many(
+        self, keys: Sequence[str], limit: int = 100
+    ) -> dict[str, builtins.list[WaitRecord]]:
+        if not keys:
+            return {}
+        found: dict[str, builtins.list[WaitRecord]] = {}
+        for row in self._waits(_WAITERS_MANY, (list(dict.fromkeys(keys)), limit), skip_bad=True):
+            found.setdefault(row.key or "", []).append(row)  # in order: key, then since
+        return found
+
     def _waits(
         self, sql: str, args: Sequence[Any], *, skip_bad: bool = False
     ) -> builtins.list[WaitRecord]:
@@ -365,6 +393,13 @@ class WaitsAndMail:
         with self._pool.connection() as conn:
             rows = conn.execute(sql, args).fetchall()
         return [ROWS.message(row) for row in rows]
+
+    def queued_keys(self, keys: Sequence[str]) -> set[str]:
+        if not keys:
+            return set()
+        with self._pool.connection() as conn:
+            rows = conn.execute(_QUEUED_KEYS, (list(dict.fromkeys(keys)),)).fetchall()
+        return {key for (key,) in rows}
 
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._pool.connection() as conn:

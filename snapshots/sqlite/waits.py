@@ -378,6 +378,19 @@ class WaitsAndMail:
                 (micros(before), limit),
             ).rowcount
 
+    # -- many keys at once ------------------------------------------------------------------
+    def waiters_many(
+        self, keys: Sequence[str], limit: int = 100
+    ) -> dict[str, builtins.list[WaitRecord]]:
+        # `waiters` of each key: an embedded database has no round trips to save.
+        found = {key: self.waiters(key, limit) for key in dict.fromkeys(keys)}
+        return {key: waits for key, waits in found.items() if waits}
+
+    def queued_keys(self, keys: Sequence[str]) -> set[str]:
+        sql = "SELECT 1 FROM mail INDEXED BY mail_queue WHERE key = ? AND claimed_by = '' LIMIT 1"
+        with self._lock:
+            return {key for key in keys if self._cur.execute(sql, (key,)).fetchone() is not None}
+
 
 def consume_mail(db: sqlite3.Cursor, mid: int) -> None:
     """Delete the unclaimed message `mid` inside a token's use; MailGone (the caller's

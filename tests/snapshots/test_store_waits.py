@@ -511,6 +511,47 @@ def test_waiters_come_in_the_order_their_waits_were_registered(store: Any) -> No
     assert store.waiters("nobody") == []
 
 
+def test_waiters_many_answers_for_many_keys_in_one_read(store: Any) -> None:
+    fill(store)  # waits on k1: t4 (s1, first), t2 (s2), t3 (s3); on k2: t7 (s1)
+    many = 1500  # more than one statement's worth of parameters on some stores
+    asked = ["k2", "nobody", "k1", *(f"x{i}" for i in range(many))]
+    found = store.waiters_many(asked)
+    assert {key: tokens_of(waits) for key, waits in found.items()} == {
+        "k1": ["t4", "t2", "t3"],
+        "k2": ["t7"],
+    }
+    assert found["k1"] == store.waiters("k1")  # the same records, lanes left out alike
+    assert {k: tokens_of(w) for k, w in store.waiters_many(["k1", "k1"], limit=2).items()} == {
+        "k1": ["t4", "t2"]
+    }
+    assert store.consume_token("t4") is True
+    paused(store, "s4", wait("t0", "s4", key="k1"))  # newest, whatever its token
+    assert tokens_of(store.waiters_many(["k1"])["k1"]) == ["t2", "t3", "t0"]
+    assert store.waiters_many([]) == {}
+
+
+def test_queued_keys_names_the_keys_that_hold_unclaimed_messages(store: Any) -> None:
+    store.post("a", b"1", at(1))
+    store.post("b", b"2", at(1))
+    store.post("c", b"3", at(1))
+    store.claim_mail("b", "s9")  # claimed: not queued for anyone else
+    store.discard("c")
+    asked = ["a", "b", "c", "nobody", *(f"x{i}" for i in range(1500))]
+    assert store.queued_keys(asked) == {"a"}
+    assert store.queued_keys(["a", "a"]) == {"a"}
+    assert store.queued_keys([]) == set()
+
+
+def test_load_many_reads_many_sessions_leaving_out_the_unknown(store: Any) -> None:
+    paused(store, "s1", wait("t1"))
+    store.create(rec("s2"))
+    asked = ["s2", "nobody", "s1", *(f"x{i}" for i in range(1500))]
+    found = store.load_many(asked)
+    assert found == {"s1": store.load("s1"), "s2": store.load("s2")}
+    assert found["s1"].version == 1 and found["s1"].state == b"state of s1"
+    assert store.load_many([]) == {}
+
+
 def test_discard_drops_unclaimed_messages_only(store: Any) -> None:
     assert store.discard("job") == 0
     store.post("job", b"v", at(1))
