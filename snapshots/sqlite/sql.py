@@ -21,19 +21,39 @@ from tarry.snapshots.sqlite.rows import micros
 #: 3: log records (sqlite/logs.py), a table of their own.
 #: 4: the mailbox a queue of messages per key (sqlite/waits.py), one message per earlier row.
 #: 5: a wait row may hold its parked lane (`lane`); waits indexed by (session_id, wake_at).
-SCHEMA_VERSION = 5
+#: 6: fewer index entries rewritten per pause and resume: the three indexes that led with
+#: `status` go (sessions_list, sessions_due, sessions_expired); the timers' and the leases' are
+#: partial, holding only the rows they serve (sessions_wake, sessions_lease).
+SCHEMA_VERSION = 6
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.
 _ROWS_PER_INSERT = 32
 
+#: Every commit writes each page it touched to the WAL, so each index a pause or a resume
+#: updates costs a page (two when an entry moves across the index): the sessions table keeps
+#: only indexes whose entries a pause -> resume leaves alone or that hold few rows.
+#:
 #: `list()` newest first without a status filter (the monitor's poll, `stats`) walks one of
-#: these backwards instead of sorting the whole table. Neither column changes after `create`,
-#: so pauses and resumes never touch them. Then what listing by status, `prune` and `stats`
-#: need (upkeep.SCHEMA).
+#: the first two backwards instead of sorting the whole table; with a flow and a status, the
+#: flow's (the status is a filter on it). Neither column changes after `create`, so pauses and
+#: resumes never touch them. Timers (`due`, `claim_due`) walk the paused sessions that have a
+#: time, by time: a session enters the index when it pauses with a timer and leaves it when it
+#: resumes, and a pause without one never touches it. Lapsed leases (`expired`, of any status)
+#: walk the leased sessions by lease: the resume that leases and the save that releases write
+#: one entry each. Schema 6 dropped what led with status: an entry under (status, ...) moved at
+#: every pause and every resume (sessions_list, sessions_due, sessions_expired). Then what
+#: listing by status, `prune` and `stats` need (upkeep.SCHEMA).
 _LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS sessions_created ON sessions (created_at, session_id)",
     "CREATE INDEX IF NOT EXISTS sessions_flow_created ON sessions (flow, created_at, session_id)",
+    "DROP INDEX IF EXISTS sessions_list",
+    "DROP INDEX IF EXISTS sessions_due",
+    "DROP INDEX IF EXISTS sessions_expired",
+    "CREATE INDEX IF NOT EXISTS sessions_wake ON sessions (wake_at, session_id) "
+    "WHERE status = 'paused' AND wake_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS sessions_lease ON sessions (lease_until, session_id) "
+    "WHERE lease_until IS NOT NULL",
     *upkeep.SCHEMA,
     # Store-wide marks (SessionStore.mark), e.g. that a Runtime with a secret uses the store.
     "CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY)",
@@ -64,9 +84,6 @@ CREATE TABLE IF NOT EXISTS sessions (
     durability   TEXT NOT NULL DEFAULT 'pause',
     stop         TEXT
 );
-CREATE INDEX IF NOT EXISTS sessions_list ON sessions (status, flow, created_at);
-CREATE INDEX IF NOT EXISTS sessions_due ON sessions (status, wake_at);
-CREATE INDEX IF NOT EXISTS sessions_expired ON sessions (status, lease_until);
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
     seq        INTEGER NOT NULL,
@@ -116,6 +133,10 @@ _CONTINUES = (
 _INDEXED = tuple(_NAMES.index(n) for n in ("status", "flow", "created_at", "wake_at"))
 _SEEN = ", ".join(_NAMES[i] for i in _INDEXED)
 _ASSIGN_ALL = (False,) * len(_INDEXED)
+# What a save holds when the store saw nothing of the session (a resume of many tokens, another
+# store's session): its flow and creation time, which no save changes; a record that changes
+# them after all costs the second UPDATE above.
+_HOLD_UNSEEN = tuple(_NAMES[i] in ("flow", "created_at") for i in _INDEXED)
 
 
 @cache
@@ -193,24 +214,21 @@ _TOKEN_SESSION = (
     f"SELECT session_id, {_SEEN} FROM tokens LEFT JOIN sessions USING (session_id) "
     "WHERE tokens.token = ?"
 )
-# The index on (status, lease_until) serves a search by lease only once the statuses are named:
-# the recursive part lists the distinct statuses with one index seek each (a loose index scan),
-# so finding lapsed leases never reads the whole table, whatever statuses there are.
-_EXPIRED = f"""
-WITH RECURSIVE statuses(status) AS (
-    SELECT (SELECT MIN(status) FROM sessions)
-    UNION ALL
-    SELECT (SELECT MIN(status) FROM sessions WHERE status > statuses.status)
-    FROM statuses WHERE status IS NOT NULL
+# Lapsed leases of any status, by lease: a range of sessions_lease (which holds leased rows only).
+_DUE = (
+    f"{_SELECT} INDEXED BY sessions_wake WHERE status = 'paused' AND wake_at <= ? "
+    "ORDER BY wake_at, session_id LIMIT ?"
 )
-{_SELECT} WHERE status IN (SELECT status FROM statuses) AND lease_until <= ?
-AND (lease_until, session_id) > (?, ?)
-ORDER BY lease_until, session_id LIMIT ?
-"""
+_EXPIRED = (
+    f"{_SELECT} WHERE lease_until <= ? AND (lease_until, session_id) > (?, ?) "
+    "ORDER BY lease_until, session_id LIMIT ?"
+)
 # Due, free sessions (see SessionStore.claim_due), leased in the statement that finds them.
+# INDEXED BY (here and in `due`): without statistics, the planner would rather take the status
+# index and sort every paused session.
 _CLAIM_DUE = f"""
 UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
-    SELECT session_id FROM sessions
+    SELECT session_id FROM sessions INDEXED BY sessions_wake
     WHERE status = 'paused' AND wake_at <= ?3 AND (wake_at, session_id) > (?4, ?5)
     AND token IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?3)
     AND NOT EXISTS (SELECT 1 FROM tokens WHERE tokens.token = sessions.token AND used)
@@ -265,13 +283,14 @@ def _put_values_if_session(rows: int) -> str:
     )
 
 
-def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> None:
-    # OR IGNORE: a token already known keeps its owner and its used flag; re-registering
-    # must never make a consumed token live again.
-    db.execute(
-        "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)",
-        (token, session_id),
-    )
+_ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
+
+
+def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> bool:
+    """Register `token` for the session; whether it is new (then it is live and the session's).
+    OR IGNORE: a token already known keeps its owner and its used flag; re-registering must
+    never make a consumed token live again."""
+    return bool(db.execute(_ADD_TOKEN, (token, session_id)).rowcount == 1)
 
 
 def _prev(session_id: str | None, events: Sequence[Event]) -> int | None:

@@ -16,9 +16,9 @@ from tarry.snapshots.sqlite import waits as waits_
 from tarry.snapshots.sqlite.rows import ROWS, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import (
     _CLAIM_DUE,
+    _DUE,
     _EXPIRED,
     _RESUMING,
-    _SELECT,
     _TOKEN_SESSION,
     _TOKEN_VERSION,
     _USE_TOKEN,
@@ -123,11 +123,7 @@ class TokensAndLeases:
 
     # -- timers and leases -----------------------------------------------------------------
     def due(self, now: dt.datetime, limit: int = 100) -> builtins.list[SessionRecord]:
-        return self._select(
-            f"{_SELECT} WHERE status = 'paused' AND wake_at <= ? "
-            "ORDER BY wake_at, session_id LIMIT ?",
-            (micros(now), limit),
-        )
+        return self._select(_DUE, (micros(now), limit))
 
     def claim(self, session_id: str, owner: str, until: dt.datetime, now: dt.datetime) -> bool:
         with self._lock:

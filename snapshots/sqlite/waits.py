@@ -29,7 +29,14 @@ from tarry.snapshots.records import (
 )
 from tarry.snapshots.sql_common import MAIL_COLUMNS, WAIT_COLUMNS, check_tokens
 from tarry.snapshots.sqlite.rows import ROWS, from_micros, maybe_micros, micros
-from tarry.snapshots.sqlite.sql import _RESUMING, _insert, _not_continued, _prev, _Transaction
+from tarry.snapshots.sqlite.sql import (
+    _RESUMING,
+    _add_token,
+    _insert,
+    _not_continued,
+    _prev,
+    _Transaction,
+)
 from tarry.snapshots.store import MailGone
 
 #: Tables of schema version 2. The waits of paused sessions, one per live token of a waiting
@@ -99,7 +106,12 @@ _ADD_WAIT = (
     f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}, lane) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 "
     "WHERE EXISTS (SELECT 1 FROM tokens WHERE token = ?1 AND session_id = ?2 AND used = 0)"
 )
-_ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
+# The wait of a token this save registered: live, the session's, and with no wait row yet (a
+# wait row is only ever written for a registered token). One row of VALUES and no REPLACE, so
+# SQLite opens no statement journal for it: inside a save's transaction, a statement that may
+# write several rows (an INSERT ... SELECT, a REPLACE) first copies every page it is about to
+# change, and a start of 10,000 waiting branches copied 250 MB that way.
+_NEW_WAIT = f"INSERT INTO waits ({WAIT_COLUMNS}, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _TOKENS = "SELECT value FROM json_each(?)"
 # The first time of a session's waits: the first entry past the NULLs of its index range.
 _EARLIEST = "SELECT min(wake_at) FROM waits WHERE session_id = ? AND wake_at IS NOT NULL"
@@ -115,15 +127,16 @@ def save_waits(
     sid: str,
     status: str,
     token: str | None,
+    fresh: bool,
     waits: Sequence[WaitRecord],
     mail_done: Sequence[int] | None,
 ) -> None:
     """What a save does to a session's waits and claimed mail, inside its transaction (after
-    it registered the record's own `token`)."""
+    it registered the record's own `token`, which was new if `fresh`)."""
     for wait in waits:
-        if wait.token != token:  # the record's own token is registered already
-            db.execute(_ADD_TOKEN, (wait.token, sid))
-        db.execute(_ADD_WAIT, (*_wait_row(wait, sid), bytes(wait.lane)))
+        # The record's own token is registered already.
+        new = fresh if wait.token == token else _add_token(db, wait.token, sid)
+        db.execute(_NEW_WAIT if new else _ADD_WAIT, (*_wait_row(wait, sid), bytes(wait.lane)))
     if status == "paused":  # due at the earliest time of all its waits, parked ones too
         (earliest,) = db.execute(_EARLIEST, (sid,)).fetchone()
         if earliest is not None:

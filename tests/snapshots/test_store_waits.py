@@ -719,5 +719,36 @@ def test_an_sqlite_file_of_schema_3_keeps_its_mail_as_messages(tmp_path: Path) -
         newest = max(m.id for m in store.queued(key="job"))
         assert store.post("job", b"new", at(9)) > newest
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (5,)
+    assert db.execute("PRAGMA user_version").fetchone() == (6,)
+    db.close()
+
+
+def test_an_sqlite_file_of_schema_5_gets_the_indexes_of_schema_6(tmp_path: Path) -> None:
+    """Schema 5 indexed sessions by (status, ...) three times; schema 6 drops those and indexes
+    timers and leases partially. The sessions of the old file are found through the new ones."""
+    path = tmp_path / "old.db"
+    with SQLiteStore(path) as store:
+        paused(store, "timer", wait("t1", "timer"), wake_at=at(5))
+        paused(store, "keyed", wait("t2", "keyed", key="k"))
+        store.create(rec("leased", status="running", lease_owner="w", lease_until=at(3)))
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX sessions_wake")
+    db.execute("DROP INDEX sessions_lease")
+    db.execute("CREATE INDEX sessions_list ON sessions (status, flow, created_at)")
+    db.execute("CREATE INDEX sessions_due ON sessions (status, wake_at)")
+    db.execute("CREATE INDEX sessions_expired ON sessions (status, lease_until)")
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:
+        assert [r.session_id for r in store.due(at(9))] == ["timer"]
+        assert [r.session_id for r in store.claim_due(at(9), "w2", at(20))] == ["timer"]
+        assert [r.session_id for r in store.expired(at(9))] == ["leased"]
+        assert store.consume_token("t2", owner="w", until=at(30))
+        assert [r.session_id for r in store.expired(at(99))] == ["leased", "timer", "keyed"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (6,)
+    names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"sessions_wake", "sessions_lease"} <= names
+    assert not names & {"sessions_list", "sessions_due", "sessions_expired"}
     db.close()

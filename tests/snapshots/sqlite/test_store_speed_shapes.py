@@ -18,6 +18,7 @@ from tarry.snapshots import MemoryStore, SQLiteStore, TokenInfo
 from tarry.snapshots.memory.store import _decode_batch, _encode_batch
 from tarry.snapshots.records import encode_event
 from tarry.snapshots.sqlite import sql as sqlite_module
+from tarry.snapshots.sqlite import store as store_module
 
 
 def ev(seq: int, sid: str = "s1", **data: Any) -> Event:
@@ -225,7 +226,7 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         "resuming": (m._RESUMING, ("s", "w", 1, 3)),
         "save": (m._update((True, True, True, False)), (None,) * (len(m._NAMES) + 2)),
         "expired": (m._EXPIRED, (1, 0, "", 10)),
-        "due": (f"{m._SELECT} WHERE status = 'paused' AND wake_at <= ? LIMIT ?", (1, 10)),
+        "due": (m._DUE, (1, 10)),
         "claim due": (m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)),
         "events": ("SELECT blob FROM events WHERE session_id = ? AND seq > ?", ("s", 0)),
     }
@@ -234,12 +235,62 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         # No full scan of a table: every lookup goes through an index or the primary key.
         for table in ("sessions", "events", "tokens", "vals"):
             assert f"SCAN {table}" not in found, (name, found)
-    assert "INDEX sessions_expired (status=? AND lease_until>? AND lease_until<?)" in plan(
-        sqlite_store, m._EXPIRED, (1, 0, "", 10)
+    # Timers and leases walk their partial indexes in order: no sort of every paused session.
+    expired = plan(sqlite_store, m._EXPIRED, (1, 0, "", 10))
+    assert "INDEX sessions_lease ((lease_until,session_id)>(?,?) AND lease_until<?)" in expired
+    assert "TEMP B-TREE" not in expired
+    for sql, args in ((m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)), (m._DUE, (1, 10))):
+        found = plan(sqlite_store, sql, args)
+        assert "INDEX sessions_wake (" in found, found
+        assert "TEMP B-TREE" not in found, found
+
+
+@pytest.mark.parametrize(
+    ("status", "flow", "index"),
+    [
+        ("paused", None, "sessions_status_created (status=?)"),
+        ("failed", "f", "sessions_status_created (status=?)"),
+        (None, "f", "sessions_flow_created (flow=?)"),
+        (None, None, "sessions_created"),
+    ],
+)
+def test_sqlite_listings_walk_an_index_newest_first(
+    sqlite_store: SQLiteStore, status: str | None, flow: str | None, index: str
+) -> None:
+    sql, args = sqlite_module.LISTING.sql(
+        status=status,
+        flow=flow,
+        limit=10,
+        offset=0,
+        before=None,
+        since=None,
+        until=None,
+        search=None,
     )
-    assert "INDEX sessions_due (status=? AND wake_at>? AND wake_at<?)" in plan(
-        sqlite_store, m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)
+    found = plan(sqlite_store, sql, tuple(args))
+    assert f"INDEX {index}" in found, found
+    assert "TEMP B-TREE" not in found, found
+
+
+def test_sqlite_sessions_indexes_a_resume_leaves_alone(sqlite_store: SQLiteStore) -> None:
+    """Schema 6: no index of sessions leads with its status (whose entry would move at every
+    pause and resume); timers and leases have partial ones."""
+    indexes = dict(
+        sqlite_store._db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions' "
+            "AND sql IS NOT NULL"
+        ).fetchall()
     )
+    assert set(indexes) == {
+        "sessions_created",
+        "sessions_flow_created",
+        "sessions_status_created",
+        "sessions_ended",
+        "sessions_wake",
+        "sessions_lease",
+    }
+    assert "WHERE status = 'paused' AND wake_at IS NOT NULL" in indexes["sessions_wake"]
+    assert "WHERE lease_until IS NOT NULL" in indexes["sessions_lease"]
 
 
 def test_sqlite_expired_finds_leases_of_every_status(sqlite_store: SQLiteStore) -> None:
@@ -252,6 +303,12 @@ def test_sqlite_expired_finds_leases_of_every_status(sqlite_store: SQLiteStore) 
 
 def test_sqlite_checkpoints_rarely(sqlite_store: SQLiteStore) -> None:
     assert sqlite_store._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (10_000,)
+
+
+def test_sqlite_keeps_a_big_save_in_memory_until_it_commits(sqlite_store: SQLiteStore) -> None:
+    # Pages are spilled to the WAL mid-transaction only past SPILL_PAGES (then written twice).
+    spill = sqlite_store._db.execute("PRAGMA cache_spill").fetchone()[0]
+    assert spill == store_module.SPILL_PAGES
 
 
 # -- MemoryStore: one blob per write -------------------------------------------------------------
