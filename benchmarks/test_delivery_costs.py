@@ -22,12 +22,13 @@ tiny size (--benchmark-disable).
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from tarry import Flow, ForEach, Runtime, Wait
-from tarry.snapshots import SQLiteStore
+from tarry.snapshots import MemoryStore, SQLiteStore, dumps
 
 
 def _fan(n: int) -> Flow:
@@ -58,7 +59,7 @@ def _trickle(n: int) -> float:
 
 
 def test_trickling_results_to_one_wide_session(benchmark: Any, sizes: Any) -> None:
-    small = 100 if sizes.full else 10
+    small = 1_000 if sizes.full else 10
     timings: dict[str, float] = {}
 
     def run() -> None:
@@ -73,6 +74,96 @@ def test_trickling_results_to_one_wide_session(benchmark: Any, sizes: Any) -> No
         ratio=round(ratio, 1),
         target_ratio=12,
     )
+    if sizes.full:  # waiting branches are rows: each resume costs the same at any width
+        assert ratio <= 12
+
+
+class _Counting(MemoryStore):
+    """A MemoryStore that counts the bytes it hands out (snapshots, parked lanes, events) and
+    is given (snapshots, wait rows, events): what a durable store would read and write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = self.written = 0
+
+    def load(self, session_id: str) -> Any:
+        record = super().load(session_id)
+        self.read += 0 if record is None else len(record.state)
+        return record
+
+    def wait(self, token: str) -> Any:
+        found = super().wait(token)
+        self.read += 0 if found is None else len(found.lane) + len(found.payload)
+        return found
+
+    def waits(self, session_id: str, *, limit: int | None = None) -> Any:
+        found = super().waits(session_id, limit=limit)
+        self.read += sum(len(w.lane) + len(w.payload) for w in found)
+        return found
+
+    def save(self, record: Any, expected_version: int, **parts: Any) -> int:
+        self.written += len(record.state) + _sizes(parts)
+        return super().save(record, expected_version, **parts)
+
+    def consume_token(self, token: str, **parts: Any) -> bool:
+        self.written += _sizes(parts)
+        return super().consume_token(token, **parts)
+
+
+def _sizes(parts: dict[str, Any]) -> int:
+    events = parts.get("events") or ()
+    waits = parts.get("waits") or ()
+    return sum(len(dumps(e.data)) for e in events) + sum(len(w.lane) + 64 for w in waits)
+
+
+def _one_resume(n: int) -> tuple[int, int, int]:
+    """(bytes read, bytes written, SQLite WAL bytes) of delivering to one branch of a session
+    where n branches wait."""
+    store = _Counting()
+    rt = Runtime(store=store)
+    assert rt.run(_fan(n)).paused
+    store.read = store.written = 0
+    [out] = rt.deliver(f"t{n}/{n // 2}", 1)
+    assert out.paused
+    read, written = store.read, store.written
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.db"
+        sqlite = SQLiteStore(path)
+        rt = Runtime(store=sqlite)
+        assert rt.run(_fan(n)).paused
+        with sqlite._lock:
+            sqlite._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            sqlite._db.execute("PRAGMA wal_autocheckpoint = 0")
+        wal = Path(f"{path}-wal")
+        before = wal.stat().st_size if wal.exists() else 0
+        [out] = rt.deliver(f"t{n}/{n // 2}", 1)
+        assert out.paused
+        wal_bytes = wal.stat().st_size - before
+        sqlite.close()
+    return read, written, wal_bytes
+
+
+def test_a_resume_of_one_branch_costs_the_same_at_any_width(benchmark: Any, sizes: Any) -> None:
+    small, large = (100, 10_000) if sizes.full else (10, 200)
+    found: dict[str, tuple[int, int, int]] = {}
+
+    def run() -> None:
+        found["small"] = _one_resume(small)
+        found["large"] = _one_resume(large)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    (r1, w1, s1), (r2, w2, s2) = found["small"], found["large"]
+    ratios = (round(r2 / r1, 2), round(w2 / w1, 2), round(s2 / max(s1, 1), 2))
+    benchmark.extra_info.update(
+        branches=(small, large),
+        bytes_read=(r1, r2),
+        bytes_written=(w1, w2),
+        sqlite_wal_bytes=(s1, s2),
+        ratios=ratios,
+        target_ratio=1.5,
+    )
+    # Reads and writes follow what moves: the head, one wait row, the events of the resume.
+    assert ratios[0] <= 1.5 and ratios[1] <= 1.5
 
 
 def _queued(n: int) -> float:

@@ -108,6 +108,7 @@ class _Entry:
         "tokens",
         "tally",
         "waits",
+        "ordered",
         "wakes",
         "logs",
     )
@@ -121,6 +122,8 @@ class _Entry:
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
         self.waits: set[str] = set()  # the tokens of its live waits
+        #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order.
+        self.ordered: list[tuple[bytes, str]] = []
         #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
         self.wakes: list[tuple[Any, str]] = []
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any

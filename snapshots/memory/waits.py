@@ -119,11 +119,8 @@ class WaitsAndMail:
             entry = self._sessions.get(session_id)
             if entry is None or not entry.waits:
                 return []
-            found = [self._waits[t] for t in entry.waits]
-        if limit == 1:
-            return [min(found, key=_by_path)]
-        found.sort(key=_by_path)
-        return found if limit is None else found[:limit]
+            ordered = entry.ordered if limit is None else entry.ordered[:limit]
+            return [self._waits[t] for _, t in ordered]
 
     def waiting(
         self,
@@ -327,9 +324,10 @@ class WaitsAndMail:
     def _add_wait(self, entry: _Entry, wait: WaitRecord) -> None:
         token = wait.token
         if token in self._waits:
-            self._unindex(self._waits[token])
+            self._drop_wait(token)
         self._waits[token] = wait
         entry.waits.add(token)
+        bisect.insort(entry.ordered, _by_path(wait))
         if wait.wake_at is not None:
             heapq.heappush(entry.wakes, (wait.wake_at, token))
         bisect.insort(self._all_waits, token)
@@ -346,6 +344,7 @@ class WaitsAndMail:
         entry = self._sessions.get(wait.session_id)
         if entry is not None:
             entry.waits.discard(token)
+            _remove(entry.ordered, _by_path(wait))
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)
@@ -359,7 +358,7 @@ class WaitsAndMail:
                     del self._fifo[wait.key]
 
 
-def _remove(where: Any, token: str, name: str | None = None) -> None:
+def _remove(where: Any, token: Any, name: str | None = None) -> None:
     """Take `token` out of a sorted list (or, with `name`, out of the list under that name,
     dropping the list when it empties)."""
     tokens = where if name is None else where.get(name)
