@@ -798,6 +798,62 @@ def batch_waits(benches: list[Bench]) -> list[str]:
     return [*lines, ""]
 
 
+#: The benchmarks of benchmarks/test_delivery_costs.py and test_view_reads.py, by test name: a
+#: line each, what it measures, and the extra_info keys it shows.
+_DELIVERY_COSTS = (
+    (
+        "test_trickling_results_to_one_wide_session",
+        "trickle N results into one session, one `deliver` each: CPU seconds",
+        ("branches", "cpu_seconds", "ratio", "target_ratio"),
+    ),
+    (
+        "test_a_resume_of_one_branch_costs_the_same_at_any_width",
+        "deliver to one branch of N waiting",
+        ("branches", "bytes_read", "bytes_written", "sqlite_wal_bytes", "ratios", "target_ratio"),
+    ),
+    (
+        "test_queued_messages_are_taken_at_a_flat_cost",
+        "queued messages taken by Waits",
+        ("messages", "cpu_us_per_message", "ratio"),
+    ),
+    (
+        "test_sqlite_wal_bytes_per_delivery",
+        "SQLite WAL per delivery",
+        ("wal_bytes_per_delivery", "ratio_to_floor", "target_bytes"),
+    ),
+    (
+        "test_sqlite_bytes_written_by_a_wide_start",
+        "SQLite bytes written by a wide start",
+        ("branches", "data_bytes", "bytes_written", "ratio", "target_ratio"),
+    ),
+)
+
+
+def delivery_costs(benches: list[Bench]) -> list[str]:
+    """Issue 24's costs of delivery (benchmarks/test_delivery_costs.py): each as its figures."""
+    found = {b.name: b for b in benches}
+    lines = []
+    for name, title, keys in _DELIVERY_COSTS:
+        b = found.get(name)
+        if b is None:
+            continue
+        shown = "; ".join(f"{k}: {b.extra[k]}" for k in keys if k in b.extra)
+        lines.append(f"| {title} | {shown} |")
+    if not lines:
+        return []
+    return [
+        "### Delivery costs",
+        "",
+        "What moves, not what waits (`benchmarks/test_delivery_costs.py`, one run; see "
+        "docs/batch.md).",
+        "",
+        "| measure | figures |",
+        "|---|---|",
+        *lines,
+        "",
+    ]
+
+
 def peer_notes() -> list[str]:
     """How the peers measured in virtualenvs of their own (test_peers.py) do each workload."""
     return [
@@ -884,6 +940,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         *pg_workers(benches),
         *inflight(benches),
         *batch_waits(benches),
+        *delivery_costs(benches),
         "## How each workload is measured",
         "",
         "- **Step overhead**: tarry `Flow` of no-op steps and a `ForEach` over the items "

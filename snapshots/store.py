@@ -41,6 +41,21 @@ class MailGone(ConcurrentUpdate):
     Wait took it first. Nothing was written."""
 
 
+def kept_stop(stored: str | None, record: SessionRecord) -> str | None:
+    """The stop request a save leaves stored: kept while the session runs or waits, unless
+    the save honours it (`record.stop` names it: the drive stopped for it); cleared when the
+    session ends."""
+    if stored is None or stored == record.stop:
+        return None
+    return stored if record.status in ("running", "paused") else None
+
+
+def due_now(wake_at: dt.datetime | None, now: dt.datetime) -> dt.datetime:
+    """When a paused session that keeps a stop request is due: now, at the latest, so that a
+    worker's timers round honours the request (timers.py)."""
+    return now if wake_at is None or wake_at > now else wake_at
+
+
 def stale(session_id: str, found: tuple[int, str] | None, version: int) -> ConcurrentUpdate | None:
     """Why `consume_token(..., version=version)` must not use a token whose session is at
     `found` (its version and status; None: gone), or None when it may."""
@@ -88,8 +103,11 @@ class SessionStore(Protocol):
         """In one transaction: write `record` if the stored version is `expected_version`
         (else ConcurrentUpdate, nothing written), append `events`, put `values`
         (`(key, index, blob)`), and register `record.token` as a live token of the session.
-        The stored stop request is kept while `record.status` is "running" and cleared
-        otherwise (`record.stop` is ignored). Returns the new version (`expected_version + 1`).
+        The stored stop request (`request_stop`) is kept while `record.status` is "running" or
+        "paused", unless `record.stop` names it (the drive honoured it: cleared); an ended
+        session's is cleared. A paused session that keeps one is due at `record.updated_at`
+        at the latest, so that a worker honours it (a run that paused before it saw the
+        request). Returns the new version (`expected_version + 1`).
 
         `waits`: each becomes a wait of the session (`waits`, `waiting`) and its token a live
         token of it. A token already known keeps its used flag and is never made live again
@@ -212,7 +230,7 @@ class SessionStore(Protocol):
     ) -> bool:
         """Mark the token used. True for exactly one caller, ever; False if already used
         or unknown (and then nothing is written). In the same transaction, the winner sets
-        the session's status to "running" (clearing any stop request), takes its lease (when
+        the session's status to "running" (keeping any stop request, for its drive), takes its lease (when
         `owner` is given), appends `events` and drops the token's wait.
 
         `version`: use the token only while its session is still at that version and not
@@ -235,7 +253,7 @@ class SessionStore(Protocol):
         """Use many tokens, of one or several sessions, all or nothing, in one transaction.
 
         On success (`{}`): every token is marked used and its wait dropped; every session they
-        belong to is set "running" (its stop request cleared), leased to `owner` until `until`
+        belong to is set "running" (a stop request kept), leased to `owner` until `until`
         when `owner` is given, and gets `events[session_id]` appended (they must continue its
         log, as in `append_events`: else ConcurrentUpdate, nothing written; events of sessions
         no token belongs to are not written). Otherwise NOTHING is written and the result names

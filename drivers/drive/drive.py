@@ -63,6 +63,12 @@ LEASE_LOST = ErrorInfo(
 _NO_LOGS: dict[str, Any] = {}
 
 
+def _on_the_way(path: tuple[Any, ...], frames: dict[tuple[Any, ...], Any]) -> bool:
+    """Whether `path` leads to (or is) one of the containers a resumed run re-enters."""
+    n = len(path)
+    return any(at[:n] == path for at in frames)
+
+
 def _stopped(path: tuple[Any, ...]) -> bool:
     return True  # a checkpoint after the drive ended (none should come) stops
 
@@ -91,6 +97,8 @@ class Drive:
         "revived",
         "shown",
         "first",
+        "honoured",
+        "parked_now",
     )
 
     def __init__(
@@ -163,6 +171,11 @@ class Drive:
         self.shown: list[PauseState] | None = None
         #: The wait it paused again on when no wait began in it (see `record_pauses`).
         self.first: PauseState | None = None
+        #: The stored stop request this drive stopped for, which its last write clears (one
+        #: it did not see stays stored, and a worker honours it: see SessionStore.save).
+        self.honoured: str | None = None
+        #: How many lanes its last write parked (the outcome lists those without the store).
+        self.parked_now = 0
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -210,7 +223,13 @@ class Drive:
         """Asked by the engine before every iteration and child (`Execution.stop`): stop if an
         abort was requested (in this process, or stored by any) or the lease is lost. Writes
         the unwritten events after every step with durability="step", and once FLUSH_EVENTS
-        are unwritten otherwise; ticks once a TICK."""
+        are unwritten otherwise; ticks once a TICK.
+
+        Not on the way back into a container a resumed run stood in (one it has still to
+        re-enter, `Execution.restoring`): a stop there would record a pause outside the frames
+        the state holds. The first checkpoint past them stops it."""
+        if self.ex.restoring and _on_the_way(path, self.ex.restoring):
+            return False
         if self.aborts and self.ex.session_id in self.aborts:
             return True
         if self.lost:
@@ -348,6 +367,7 @@ class Drive:
                 # Asked in this process (a flag), or by any process (stored; read at a tick).
                 resumable = self.aborts.get(sid, self.stop != "cancel")
                 by = self._stop_actor(sid)
+                self.honoured = self.stop  # its write clears the stored request it honours
                 if resumable:
                     pause = PauseState("system", "aborted", value.path, awaits_value=False)
                     ex.emit(ev.RUN_PAUSED, value.path, {**pause_to_data(pause), **by})
@@ -367,7 +387,7 @@ class Drive:
             return outcome_of(ex.state, public, self.meta, read=ex.value)
         by_path = {w.path: tokens.token(w.token) for w in waits}
         shown = self.shown if self.shown is not None else all_pauses(ex.state)
-        if parked(ex.state) > sum(1 for w in waits if w.lane):
+        if parked(ex.state) > self.parked_now:
             # Lanes of earlier drives wait parked in the store: the outcome lists them when
             # its `pauses` are first looked at, and reads nothing for them before.
             first = shown[0] if shown else self.first
@@ -423,6 +443,7 @@ class Drive:
             times = [t for p in self.shown if (t := p.wake_at or p.expires_at) is not None]
             wake = min(times) if times else None
             waits = self._park([*waits, *self._orphans(waits)])
+            self.parked_now = sum(1 for w in waits if w.lane)
         blob = self._encode()
         if len(blob) > self.core.max_snapshot_bytes and state.status == "paused":
             self._fail(too_large(state, len(blob), self.core.max_snapshot_bytes))
@@ -440,6 +461,7 @@ class Drive:
                 blob = self._encode()
         rec = self.record
         record = next_record(self, blob, token, wake, None, None)
+        record.stop = self.honoured
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()

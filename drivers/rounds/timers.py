@@ -10,6 +10,7 @@ many of them come first in line, the ones behind still fire in the same round.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,7 @@ from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys
+from tarry.drivers.sessions.control import cancel_stopped
 from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
@@ -88,6 +90,8 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
     token = record.token
     if token is None:
         return None
+    if record.stop is not None:  # a stop request its run paused before it saw
+        return _honour_stop(core, record)
     flow = flow_of(core, record, round, "resume_due")
     if flow is None:
         return None
@@ -130,6 +134,23 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return settle(prepare(core, token, None, False, trigger="timeout", failure=error))
     except (TokenAlreadyUsed, UnknownToken, SessionNotResumable):
         return None  # resumed, cancelled or fired by someone else first
+
+
+def _honour_stop(core: Core, record: SessionRecord) -> Outcome | None:
+    """A paused session that keeps a stop request (stored while it ran; its run paused before
+    it saw it, so it is due now): a cancel cancels it; an abort asked it to stop, and it waits
+    already: the request is cleared, and it is due when its waits are."""
+    if record.stop == "cancel":
+        return cancel_stopped(core, record, None, None)
+    state = stored_state(core, record)
+    times = [t for p in all_pauses(state) if (t := p.wake_at or p.expires_at) is not None]
+    record.wake_at = min(times) if times else None  # (the store adds those of parked lanes)
+    record.lease_owner = record.lease_until = None
+    # (record.stop: the request it honours. Resumed or cancelled meanwhile: its drive, or
+    # the cancel, saw the request.)
+    with contextlib.suppress(ConcurrentUpdate):
+        core.store.save(record, record.version)
+    return None
 
 
 def _fire_lanes(

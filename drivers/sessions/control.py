@@ -79,7 +79,7 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
     for _ in range(CANCEL_TRIES):
         if record.status not in ("paused", "failed"):
             raise SessionNotResumable(sid, record.status, "cancel")
-        done = _cancel_stopped(core, record, key, actor)
+        done = cancel_stopped(core, record, key, actor)
         if done is not None:
             return done
         record = core.store.load(sid)  # a resume moved it on meanwhile: look again
@@ -96,7 +96,7 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
     raise ConcurrentUpdate(msg)
 
 
-def _cancel_stopped(
+def cancel_stopped(
     core: Core, record: SessionRecord, key: str | None, actor: str | None
 ) -> Outcome | None:
     """Cancel a paused or failed session as `record` shows it, or None when it moved on

@@ -33,7 +33,7 @@ from tarry.snapshots.memory.entry import (
 from tarry.snapshots.memory.tokens import TokensAndLeases
 from tarry.snapshots.memory.waits import WaitsAndMail
 from tarry.snapshots.records import SessionRecord, WaitRecord
-from tarry.snapshots.store import ENDED
+from tarry.snapshots.store import ENDED, due_now, kept_stop
 from tarry.snapshots.tally import Totals
 
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
@@ -113,7 +113,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
                 msg = f"session {record.session_id!r} is at version {found}, not {expected_version}"
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
-            stop = entry.record.stop if record.status == "running" else None
+            stop = kept_stop(entry.record.stop, record)
             entry.record = _keep(record, expected_version + 1)
             entry.record.stop = stop
             self.bytes_written += len(record.state)
@@ -122,6 +122,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
             self._save_waits(entry, record.status, waits, mail_done)
+            if stop is not None and record.status == "paused":
+                entry.record.wake_at = due_now(entry.record.wake_at, record.updated_at)
             if record.status == "paused" and entry.wakes:
                 earliest = self._earliest(entry)
                 wake = entry.record.wake_at

@@ -67,8 +67,7 @@ class TokensAndLeases:
                 self._check_unclaimed(mail)
             if entry is not None:
                 self._check_seq(entry, events)
-                entry.record.status = "running"
-                entry.record.stop = None
+                entry.record.status = "running"  # a stop request stays for the drive
                 if owner is not None:
                     entry.record.lease_owner = owner
                     entry.record.lease_until = until

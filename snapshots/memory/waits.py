@@ -94,8 +94,7 @@ class WaitsAndMail:
             for sid, entry in entries:
                 if entry is None:
                     continue
-                entry.record.status = "running"
-                entry.record.stop = None
+                entry.record.status = "running"  # a stop request stays for the drive
                 if owner is not None:
                     entry.record.lease_owner = owner
                     entry.record.lease_until = until

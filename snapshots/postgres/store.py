@@ -314,7 +314,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         ended = record.status != "paused" and record.status != "running"
         check_batch(events)
         sql, args = writes.save_args(
-            row, expected_version, events, encoded, values, waits, mail_done, ended
+            row, expected_version, events, encoded, values, waits, mail_done, ended, record.stop
         )
         try:
             with self._pool.connection() as conn:

@@ -130,7 +130,7 @@ _LOCK_SESSIONS = (
     "ORDER BY session_id FOR NO KEY UPDATE"
 )
 _RESUME = """
-UPDATE tarry_sessions SET status = 'running', stop = NULL,
+UPDATE tarry_sessions SET status = 'running',
     lease_owner = COALESCE(%(owner)s::text, lease_owner),
     lease_until = CASE WHEN %(owner)s::text IS NULL THEN lease_until
                        ELSE %(until)s::timestamptz END

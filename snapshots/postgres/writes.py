@@ -93,7 +93,7 @@ def consume_sql(events: bool, at_version: bool, mail: bool) -> str:
         f"{moved if at_version else ''} RETURNING session_id)",
         # From the row the token names: the session's row is locked after the token's, and
         # before any event is inserted (the order a save takes them in).
-        "resuming AS (UPDATE tarry_sessions SET status = 'running', stop = NULL, "
+        "resuming AS (UPDATE tarry_sessions SET status = 'running', "
         "lease_owner = COALESCE(%(owner)s::text, lease_owner), "
         "lease_until = CASE WHEN %(owner)s::text IS NULL THEN lease_until "
         "ELSE %(until)s::timestamptz END "
@@ -153,9 +153,12 @@ def consume_args(
     }
 
 
+# (And at once when it keeps a stop request: see SessionStore.save.)
 _WAKE = (
     "CASE WHEN %(status)s = 'paused' THEN LEAST(%(wake_at)s::timestamptz, (SELECT min(w.wake_at) "
-    "FROM tarry_waits AS w WHERE w.session_id = %(sid)s AND w.wake_at IS NOT NULL)) "
+    "FROM tarry_waits AS w WHERE w.session_id = %(sid)s AND w.wake_at IS NOT NULL), "
+    "CASE WHEN stop IS NOT NULL AND stop IS DISTINCT FROM %(honoured)s::text "
+    "THEN %(updated_at)s::timestamptz END) "
     "ELSE %(wake_at)s::timestamptz END"
 )
 
@@ -200,7 +203,8 @@ def save_sql(
     )
     parts.append(
         f"saved AS (UPDATE tarry_sessions SET {columns}, "
-        "stop = CASE WHEN %(status)s = 'running' THEN stop END "
+        "stop = CASE WHEN %(status)s IN ('running', 'paused') "
+        "AND stop IS DISTINCT FROM %(honoured)s::text THEN stop END "
         f"WHERE session_id = %(sid)s AND version = %(expected)s{after_tokens}{continues} "
         "RETURNING session_id)"
     )
@@ -265,8 +269,10 @@ def save_args(
     waits: Sequence[WaitRecord],
     mail_done: Sequence[int] | None,
     ended: bool,
+    honoured: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The statement of a save and its arguments. `row`: the session's columns by name."""
+    """The statement of a save and its arguments. `row`: the session's columns by name;
+    `honoured`: the stop request the save honours (SessionStore.save)."""
     sid = row["session_id"]
     token = row["token"]
     if ended:
@@ -275,6 +281,7 @@ def save_args(
     args: dict[str, Any] = {
         **row,
         "sid": sid,
+        "honoured": honoured,
         "expected": expected_version,
         "tokens": list(tokens),
     }

@@ -146,8 +146,10 @@ def _update(held: tuple[bool, ...]) -> str:
     kept = {i for i, h in zip(_INDEXED, held, strict=True) if h}
     sets = ", ".join(f"{n} = ?{i + 1}" for i, n in enumerate(_NAMES) if i and i not in kept)
     held = "".join(f"AND {_NAMES[i]} IS ?{i + 1} " for i in sorted(kept))
-    # ?3 is the new status: a stop request lasts while the session runs.
-    sets += ", stop = CASE WHEN ?3 = 'running' THEN stop END"
+    # ?3 is the new status: a stop request lasts while the session runs or waits, unless the
+    # save honours it (?{n+3}: the record's `stop`; see SessionStore.save).
+    n = len(_NAMES)
+    sets += f", stop = CASE WHEN ?3 IN ('running', 'paused') AND stop IS NOT ?{n + 3} THEN stop END"
     return (
         f"UPDATE sessions SET {sets} WHERE session_id = ?1 AND version = ?{len(_NAMES) + 1} "
         f"{held}AND {_CONTINUES.format(p=len(_NAMES) + 2)}"
@@ -199,7 +201,7 @@ _LOAD = f"{_SELECT} WHERE session_id = ?"
 _FOLLOWS = "SELECT 1 FROM sessions WHERE session_id = ?1 AND " + _CONTINUES.format(p=2)
 # A used token's session runs from then on; the lease is taken when an owner (?2) is given.
 _RESUMING = (
-    "UPDATE sessions SET status = 'running', stop = NULL, "
+    "UPDATE sessions SET status = 'running', "
     "lease_owner = COALESCE(?2, lease_owner), "
     "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
     "WHERE session_id = ?1 AND " + _CONTINUES.format(p=4)

@@ -23,7 +23,7 @@ from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, enc
 from tarry.snapshots.sqlite import logs as logs_
 from tarry.snapshots.sqlite import upkeep as upkeep
 from tarry.snapshots.sqlite import waits as waits_
-from tarry.snapshots.sqlite.rows import ROWS
+from tarry.snapshots.sqlite.rows import ROWS, micros
 from tarry.snapshots.sqlite.sql import (
     _ASSIGN_ALL,
     _FOLLOWS,
@@ -211,7 +211,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         row = ROWS.session_row(record, version=expected_version + 1)
         encoded = encode_events(events)
         prev = _prev(sid, events)
-        args = (*row, expected_version, prev)
+        args = (*row, expected_version, prev, record.stop)
         with self._write as db:
             seen, self._seen = self._seen, None
             held = _HOLD_UNSEEN
@@ -233,8 +233,18 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             written = len(record.state)
             written += _insert(db, sid, events, encoded)
             written += _put(db, sid, values, _put_values)
-            fresh = bool(record.token) and _add_token(db, record.token, sid)
-            waits_.save_waits(db, sid, record.status, record.token, fresh, waits, mail_done)
+            token = record.token
+            fresh = _add_token(db, token, sid) if token else False
+            waits_.save_waits(
+                db,
+                sid,
+                record.status,
+                record.token,
+                fresh,
+                waits,
+                mail_done,
+                micros(record.updated_at),
+            )
             if logs is not None and logs.records:
                 written += logs_.put_logs(db, sid, logs)
         self.bytes_written += written

@@ -114,7 +114,11 @@ _ADD_WAIT = (
 _NEW_WAIT = f"INSERT INTO waits ({WAIT_COLUMNS}, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _TOKENS = "SELECT value FROM json_each(?)"
 # The first time of a session's waits: the first entry past the NULLs of its index range.
-_EARLIEST = "SELECT min(wake_at) FROM waits WHERE session_id = ? AND wake_at IS NOT NULL"
+# And whether it keeps a stop request (due at once then: see SessionStore.save).
+_EARLIEST = (
+    "SELECT (SELECT min(wake_at) FROM waits WHERE session_id = ?1 AND wake_at IS NOT NULL), "
+    "(SELECT stop FROM sessions WHERE session_id = ?1)"
+)
 # Written only when it is earlier than the record's own (which the save just wrote).
 _WAKE_EARLIER = (
     "UPDATE sessions SET wake_at = ?1 WHERE session_id = ?2 AND (wake_at IS NULL OR wake_at > ?1)"
@@ -130,15 +134,19 @@ def save_waits(
     fresh: bool,
     waits: Sequence[WaitRecord],
     mail_done: Sequence[int] | None,
+    now: int = 0,
 ) -> None:
     """What a save does to a session's waits and claimed mail, inside its transaction (after
-    it registered the record's own `token`, which was new if `fresh`)."""
+    it registered the record's own `token`, which was new if `fresh`); `now`: the record's
+    `updated_at` (microseconds)."""
     for wait in waits:
         # The record's own token is registered already.
         new = fresh if wait.token == token else _add_token(db, wait.token, sid)
         db.execute(_NEW_WAIT if new else _ADD_WAIT, (*_wait_row(wait, sid), bytes(wait.lane)))
     if status == "paused":  # due at the earliest time of all its waits, parked ones too
-        (earliest,) = db.execute(_EARLIEST, (sid,)).fetchone()
+        earliest, stop = db.execute(_EARLIEST, (sid,)).fetchone()
+        if stop is not None:
+            earliest = now if earliest is None else min(earliest, now)
         if earliest is not None:
             db.execute(_WAKE_EARLIER, (earliest, sid))
     ended = status != "paused" and status != "running"

@@ -751,14 +751,24 @@ def test_a_save_that_ends_the_run_clears_the_stop_request(store: Any) -> None:
     assert store.stop_requested("s1") is None
 
 
-def test_using_a_token_marks_the_session_running_and_clears_its_stop(store: Any) -> None:
+def test_using_a_token_marks_the_session_running_and_keeps_its_stop(store: Any) -> None:
+    # A request the run paused before it saw stays for the next drive (or a worker's round).
     store.create(rec("s1"))
     store.request_stop("s1", "cancel")
-    store.save(rec("s1", status="paused", token="tk_1"), 0)
-    store.request_stop("s1", "cancel")  # refused: paused
+    store.save(rec("s1", status="paused", token="tk_1", updated_at=at(5)), 0)
+    assert store.stop_requested("s1") == "cancel"
+    assert store.load("s1").wake_at == at(5)  # due at once: a worker honours it
+    assert store.request_stop("s1", "abort") == "paused"  # refused: paused
     assert store.consume_token("tk_1", owner="w1", until=at(60), events=[ev(1)]) is True
     loaded = store.load("s1")
-    assert (loaded.status, loaded.stop, loaded.lease_owner) == ("running", None, "w1")
+    assert (loaded.status, loaded.stop, loaded.lease_owner) == ("running", "cancel", "w1")
+    # The drive that stops for it says so in its write, which clears it.
+    store.save(rec("s1", status="paused", stop="cancel"), 1)
+    assert store.stop_requested("s1") is None
+    store.create(rec("s3"))
+    store.request_stop("s3", "abort")
+    store.save(rec("s3", status="completed"), 0)  # an ended session keeps none
+    assert store.stop_requested("s3") is None
     store.create(rec("s2", status="failed", token="tk_2"))
     assert store.consume_token("tk_2") is True  # no owner: the lease is left as it was
     loaded = store.load("s2")
@@ -766,8 +776,9 @@ def test_using_a_token_marks_the_session_running_and_clears_its_stop(store: Any)
 
 
 def test_stop_requests_race_with_the_save_that_ends_the_run(store: Any) -> None:
-    # Whoever comes second decides: a request stored before the final save is cleared by it; a
-    # request after it finds the session paused and stores nothing. Never a stop left behind.
+    # Whoever comes second decides: a request stored before the save that pauses the run stays
+    # (the run did not honour it: a worker will); one after it finds the session paused and
+    # stores nothing. A save that ends the run clears it.
     for i in range(20):
         sid = f"s{i}"
         store.create(rec(sid))
@@ -780,7 +791,7 @@ def test_stop_requests_race_with_the_save_that_ends_the_run(store: Any) -> None:
             ),
         )
         assert results[0] in ("running", "paused")
-        assert store.stop_requested(sid) is None
+        assert store.stop_requested(sid) == ("abort" if results[0] == "running" else None)
 
 
 # -- retention ---------------------------------------------------------------------------------

@@ -183,6 +183,79 @@ def test_a_cancel_while_a_resume_runs_is_honoured_when_the_run_pauses(store) -> 
     assert view.status == "cancelled", [p.path for p in view.outcome.pauses]
 
 
+def test_a_cancel_from_another_process_is_honoured_after_the_run_paused(store) -> None:
+    """Another process (a second Runtime on the store) cancels the session while one of its
+    lanes runs a step; the run pauses (its other lanes wait) before it reads the stored
+    request. The request stays stored with the paused session, which is due at once: the
+    next worker round cancels it, every wait's token used."""
+    rt, other = Runtime(store=store), Runtime(store=store)
+    asked: list[tarry.Outcome] = []
+
+    def post(ctx: Any) -> Any:
+        if ctx.item == 2:
+            asked.append(in_thread(lambda: other.cancel(ctx.session_id)))
+        return ctx.prev
+
+    lanes = [Wait("lane", key=lambda ctx: f"x/{ctx.item}"), post]
+    flow = Flow("far", [ForEach("lanes", [0, 1, 2], lanes, concurrency=3)])
+    out = rt.run(flow)
+    [moved] = rt.deliver("x/2", "v2")
+    assert [o.meta for o in asked] == [{"stop_requested": "cancel"}]
+    assert moved.paused and len(moved.pauses) == 2  # it paused without seeing the request
+    [done] = other.resume_due()  # a worker's timers round
+    assert done.status == "error" and done.error.type == "cancelled"
+    assert rt.session(out.session_id).status == "cancelled"
+    with pytest.raises(tarry.TokenAlreadyUsed):
+        rt.resume(out.pauses[0].token, "late")
+
+
+def test_an_abort_from_another_process_leaves_the_paused_session_resumable(store) -> None:
+    """The same with an abort: the run paused anyway, so the worker round only clears the
+    request; a later resume goes on and is not aborted by it."""
+    rt, other = Runtime(store=store), Runtime(store=store)
+
+    def post(ctx: Any) -> Any:
+        if ctx.item == 1:
+            in_thread(lambda: other.abort(ctx.session_id))
+        return ctx.prev
+
+    lanes = [Wait("lane", key=lambda ctx: f"y/{ctx.item}"), post]
+    out = rt.run(Flow("aborted", [ForEach("lanes", [0, 1], lanes, concurrency=3)]))
+    [moved] = rt.deliver("y/1", "v1")
+    assert moved.paused and other.session(out.session_id).status == "paused"
+    assert other.resume_due() == []  # the request is cleared; nothing else is due
+    assert other.resume_due() == []
+    [last] = rt.deliver("y/0", "v0")
+    assert last.ok and last.output == ["v0", "v1"]
+
+
+def test_a_stop_a_resumed_run_finds_pending_stops_it_inside_its_containers(store) -> None:
+    """A stop request the run paused before it saw stays stored; the next drive (another
+    process resumes the session) reads it at once, but stops only past the containers it
+    re-enters: its pause lies inside the frames the state holds, so it resumes again."""
+    rt, other = Runtime(store=store), Runtime(store=store)
+
+    def mark(ctx: Any) -> Any:
+        if ctx.iteration == 0 and ctx.item == 0:
+            in_thread(lambda: other.abort(ctx.session_id))
+        return ctx.item
+
+    parts = tarry.ForEach("parts", [0, 1], [mark, tarry.Gate("ok")])
+    loop = tarry.Loop("rounds", [lambda ctx: 0, parts], until=lambda ctx: True, max_iterations=1)
+    flow = Flow("nested", [loop])
+    out = rt.run(flow)
+    assert out.paused and out.pause.path == ("rounds", 0, "parts", 0, "ok")
+    stopped = other.resume(out.token, True, flow=flow)  # other reads the stored request
+    assert stopped.paused and stopped.pause.reason == "aborted"
+    assert stopped.pause.path[:3] == ("rounds", 0, "parts")  # not at ("rounds",): outside
+    seen = [stopped.pause.path]
+    out = stopped
+    while out.paused:  # it goes on from there (a stop outside its frames would be refused)
+        out = other.resume(out.token, True if out.pause.reason != "aborted" else None)
+        seen.append(out.pause.path if out.paused else "done")
+    assert out.ok and ("rounds", 0, "parts", 1, "ok") in seen
+
+
 def test_deliver_to_a_running_session_is_queued_at_once(store) -> None:
     """A delivery to a lane of a session that is running (here: its process died and its lease
     still runs) is queued at once — never a wait for the session, never an error — and the

@@ -84,7 +84,7 @@ def test_sqlite_resume_and_pause_statements(sqlite_store: SQLiteStore) -> None:
         "INSERT OR IGNORE",
         # A paused session wakes for the earliest of its waits (one index probe; written
         # only when earlier than the record's own).
-        "SELECT min(wake_at) FROM",
+        "SELECT (SELECT min(wake_at)",
         "COMMIT",
     ]
 
@@ -224,7 +224,7 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
         "token": (m._TOKEN_SESSION, ("t",)),
         "follows": (m._FOLLOWS, ("s", 3)),
         "resuming": (m._RESUMING, ("s", "w", 1, 3)),
-        "save": (m._update((True, True, True, False)), (None,) * (len(m._NAMES) + 2)),
+        "save": (m._update((True, True, True, False)), (None,) * (len(m._NAMES) + 3)),
         "expired": (m._EXPIRED, (1, 0, "", 10)),
         "due": (m._DUE, (1, 10)),
         "claim due": (m._CLAIM_DUE, ("w", 2, 1, 0, "", 10)),
