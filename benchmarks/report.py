@@ -730,7 +730,8 @@ def batch_waits(benches: list[Bench]) -> list[str]:
         if b.workload in ("deliver_many", "deliver_many_mailbox", "deliver_many_branches")
     ]
     counted = [b for b in benches if b.workload == "deliver_many_statements"]
-    if not polls and not delivers and not counted:
+    herds = [b for b in benches if b.workload == "poll_workers"]
+    if not polls and not delivers and not counted and not herds:
         return []
     targets = {"sqlite": 0.050, "postgres": 0.200}
     lines = [
@@ -794,6 +795,38 @@ def batch_waits(benches: list[Bench]) -> list[str]:
             lines.append(
                 f"| {e['sessions']:,} | {e['statements']:,} | {e['statements_per_session']:.2f} "
                 f"| ≤ {target} | {met} | {human(b.median)} | {human(b.per_unit)} |"
+            )
+    if herds:
+        lines += [
+            "",
+            "Workers (threads, each with a Runtime and a store of its own) polling one bulk "
+            "adapter that answers every waiting session at once (`benchmarks/test_poll_workers.py`"
+            "): token attempts (`consume_token` calls and tokens given to `consume_tokens`) and "
+            "store calls (one statement each on PostgreSQL, one transaction on SQLite) per "
+            "resume. Before issue 24, every worker tried every ready token: 1.00 / 1.58 / 2.67 "
+            "/ 4.36 attempts and 5.0 / 8.4 / 14.9 / 27.1 statements per resume at 1 / 2 / 4 / 8 "
+            "workers on PostgreSQL (1.00 / 1.03 / 1.14 / 1.43 and 5.0 / 7.1 / 11.3 / 19.9 on "
+            "SQLite).",
+            "",
+            "| store | sessions | workers | token attempts per resume | statements per resume "
+            "| met (at most workers) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for b in sorted(herds, key=lambda b: b.variant or ""):
+            e = b.extra
+            attempts, statements = e["attempts_per_resume"], e["statements_per_resume"]
+            met = (
+                "yes"
+                if attempts[-1] <= e["target_attempts_per_resume"]
+                and statements[-1] <= e["target_statements_per_resume"]
+                else "**no**"
+            )
+            lines.append(
+                f"| {b.variant} | {e['sessions']:,} | {' / '.join(map(str, e['workers']))} "
+                f"| {' / '.join(f'{a:.2f}' for a in attempts)} "
+                f"| {' / '.join(f'{s:.2f}' for s in statements)} "
+                f"| {met} (targets {e['target_attempts_per_resume']:.2f} and "
+                f"≤ {e['target_statements_per_resume']:g}) |"
             )
     return [*lines, ""]
 

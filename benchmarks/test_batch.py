@@ -44,6 +44,7 @@ WRITES = frozenset(
         "consume_tokens",
         "request_stop",
         "claim",
+        "claim_waits",
         "release",
         "post",
         "claim_mail",

@@ -166,3 +166,24 @@ def test_statements_per_delivered_session_are_judged_against_their_target(tmp_pa
     assert row(text, "10,000 | 20,040") == [
         "10,000", "20,040", "2.00", "≤ 3", "yes", "20.00 s", "2.00 ms",
     ]  # fmt: skip
+
+
+def test_workers_polling_one_bulk_adapter_are_judged_at_the_most_workers(tmp_path: Path) -> None:
+    herd = entry(
+        "poll_workers",
+        "tarry",
+        7.0,
+        variant="sqlite",
+        per=1_000,
+        sessions=1_000,
+        workers=[1, 2, 4, 8],
+        attempts_per_resume=[1.0, 1.0, 1.0, 1.0],
+        statements_per_resume=[2.06, 2.12, 2.23, 2.47],
+        target_attempts_per_resume=1.0,
+        target_statements_per_resume=3.0,
+    )
+    text = run(tmp_path, [*RUN, herd], PEERS)
+    assert row(text, "sqlite | 1,000 | 1 / 2 / 4 / 8") == [
+        "sqlite", "1,000", "1 / 2 / 4 / 8", "1.00 / 1.00 / 1.00 / 1.00",
+        "2.06 / 2.12 / 2.23 / 2.47", "yes (targets 1.00 and ≤ 3)",
+    ]  # fmt: skip

@@ -356,12 +356,14 @@ class Runtime:
         `NOT_READY`), a bulk adapter once with all of them (`adapter.many(requests)`: {token or
         key: value}). Ready requests are resumed with their values; the outcomes are returned.
 
-        Writes nothing for a request that is not ready (no claim, no lease): of two pollers,
-        the token's single use decides which one resumes a ready request. An adapter that
-        raises, or a value the waiting element refuses, is logged, and the round goes on. Each
-        session is handled inside its own error boundary, as in `resume_due`. Between the two,
-        each wait whose key holds a queued message that did not reach it (the delivery and the
-        wait crossed in processes that died, or the session was busy) takes it.
+        Writes nothing for a request that is not ready (no claim, no lease). The sessions of
+        the ready ones are claimed (leased to this runtime, as due timers are) before they are
+        resumed, so that concurrent pollers resume different ones and try each token once;
+        the token's single use settles any other race. An adapter that raises, or a value the
+        waiting element refuses, is logged, and the round goes on. Each session is handled
+        inside its own error boundary, as in `resume_due`. Between the two, each wait whose key
+        holds a queued message that did not reach it (the delivery and the wait crossed in
+        processes that died, or the session was busy) takes it.
         """
         return polling.poll(self._core, limit)
 

@@ -387,6 +387,22 @@ class SessionStore(Protocol):
         another transaction holds are skipped, never waited for: concurrent claimants get
         disjoint sessions, and none queues behind another."""
 
+    def claim_waits(
+        self, tokens: Sequence[str], owner: str, until: dt.datetime, now: dt.datetime
+    ) -> dict[str, SessionRecord]:
+        """Claim the sessions of the live waits among `tokens`, for a round about to resume
+        them (an adapter's answers): {token: its session's record, with its new lease}, for
+        each of `tokens` that is a live wait of a session that is paused and free — no lease,
+        or one that ended at or before `now` (a lease of `owner`'s own is not free here, as
+        in `claim_due`). Each such session is leased to `owner` until `until` in the same
+        transaction. Tokens unknown or used, of sessions not paused (running, ended) or held by
+        another lease are left out, and their sessions are not written.
+
+        Rows that another transaction holds are skipped, never waited for: concurrent rounds
+        that found the same ready waits claim disjoint sessions, and each resumes only what it
+        claimed, so no token is tried twice. A claim that is not followed by a resume is given
+        back with `release`, or lapses at `until` (its worker died)."""
+
     def expired(
         self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None
     ) -> builtins.list[SessionRecord]:

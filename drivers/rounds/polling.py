@@ -4,15 +4,25 @@ inside its own error boundary (boundary.py).
 
 A poll writes nothing for a request that is not ready: the waiting requests are read through
 the store's index of live waits (`SessionStore.waiting`, a page at a time after the last token
-read), with no claim, lease or release around the question. Two pollers may ask about the same
-request; when it is ready, its token's single use settles which one resumes it. So a round that
-finds nothing ready costs reads of the waits and nothing else, and its writes grow with what is
-ready, never with what is waiting.
+read), with no claim, lease or release around the question. So a round that finds nothing
+ready costs reads of the waits and nothing else, and its writes grow with what is ready, never
+with what is waiting.
+
+Every poller (every worker) asks about the same requests and hears of the same ready ones. So
+that they do not all try the same tokens, a round claims what it resumes, as the timers do: the
+sessions of the ready waits, a page at a time, in one store call (`SessionStore.claim_waits`,
+which skips sessions another round holds and leases the rest to this runtime), then resumes
+only what it claimed — against the record the claim returned, so that a session with one ready
+wait costs the claim's share, its token's use and its drive's save. Another round passes over
+what this one holds; a claim that is not resumed is given back at once, and one whose worker
+died lapses with its lease. The token's single use still settles any race the claim does not
+see (a resume by token, a delivery, a timeout).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from tarry.drivers.adapters import NOT_READY, ResumeRequest, decoding_request, is_bulk
@@ -26,10 +36,14 @@ from tarry.drivers.rounds.timers import resume_due
 from tarry.engine.errors import InvalidResumeValue, NotSerializable, SnapshotError
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.snapshots.codec.pack import loads
-from tarry.snapshots.records import WaitRecord
+from tarry.snapshots.records import SessionRecord, WaitRecord
 
 #: Unknown tokens or keys an adapter's answer may name before the log stops listing them.
 LISTED = 3
+
+#: Sessions of ready waits claimed at a time: a round holds no more than it is about to resume,
+#: so that other workers' rounds find the rest free (as timers.PAGE).
+PAGE = 20
 
 #: token key -> (the wait, the adapter's answer)
 Ready = dict[str, tuple[WaitRecord, Any]]
@@ -176,27 +190,70 @@ def _ask_many(adapter: Any, requests: list[tuple[ResumeRequest, WaitRecord]]) ->
 
 
 def _resume_ready(core: Core, ready: Ready, round: Round) -> list[Outcome]:
-    """Resume the ready waits, one session at a time, each inside its own boundary."""
+    """Resume the ready waits, one session at a time, each inside its own boundary: the
+    sessions claimed PAGE at a time, and only those claimed resumed (see the module's
+    docstring). A session held by another round, running, or ended since is passed over: the
+    next round asks about it again if it still waits."""
     by_session: dict[str, Ready] = {}
     for token, (row, value) in ready.items():
         by_session.setdefault(row.session_id, {})[token] = (row, value)
-    outcomes = []
-    for sid, group in by_session.items():
+    groups = list(by_session.values())
+    outcomes: list[Outcome] = []
+    for start in range(0, len(groups), PAGE):
         if round.stopping():
             break
-        record = core.store.load(sid)
-        if record is None:
-            continue  # deleted since it was listed
-
-        def handle(record: Any = record, group: Ready = group) -> Outcome | None:
-            if flow_of(core, record, round, "poll") is None:
-                return None
-            return _resume(core, record.session_id, group)
-
-        outcome = guarded(core, "poll", record, round, handle, claimed=False)
-        if outcome is not None:
-            outcomes.append(outcome)
+        now = core.clock.now()
+        until = now + timedelta(seconds=core.lease)
+        page = groups[start : start + PAGE]
+        claimed = core.store.claim_waits(
+            [token for group in page for token in group], core.owner, until, now
+        )
+        held: list[tuple[SessionRecord, Ready]] = []
+        for group in page:
+            mine = {token: found for token, found in group.items() if token in claimed}
+            if mine:
+                held.append((claimed[next(iter(mine))], mine))
+        started = 0
+        try:
+            for record, mine in held:
+                if round.stopping():
+                    break
+                started += 1
+                outcome = guarded(
+                    core,
+                    "poll",
+                    record,
+                    round,
+                    lambda r=record, g=mine: _claimed(core, r, g, round),
+                    claimed=True,
+                )
+                if outcome is not None:
+                    outcomes.append(outcome)
+        finally:
+            # Claimed but not started (the round stops, or ends with an error): let other
+            # workers have them now rather than when the claims lapse.
+            _give_back(core, [record.session_id for record, _ in held[started:]])
     return outcomes
+
+
+def _claimed(core: Core, record: SessionRecord, group: Ready, round: Round) -> Outcome | None:
+    """Resume the ready waits `group` of the session this round claimed (`record`)."""
+    if flow_of(core, record, round, "poll") is None:
+        return None
+    if len(group) == 1:
+        # Claimed just now, so the resume need not read it again: it uses the token only while
+        # the session is still at this version (see resuming._prepare).
+        [token] = group
+        core.records.keep(token, record)
+    return _resume(core, record.session_id, group)
+
+
+def _give_back(core: Core, sids: list[str]) -> None:
+    for sid in sids:
+        try:
+            core.store.release(sid, core.owner)
+        except Exception:  # the store is away: the claims lapse after the lease instead
+            return
 
 
 def _resume(core: Core, sid: str, group: Ready) -> Outcome | None:

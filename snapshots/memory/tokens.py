@@ -10,7 +10,7 @@ from typing import Any
 
 from tarry.engine.state.events import Event
 from tarry.snapshots.memory.entry import _copy, _encode_batch, _Entry
-from tarry.snapshots.records import SessionRecord, TokenInfo
+from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 from tarry.snapshots.store import stale
 
 
@@ -21,6 +21,7 @@ class TokensAndLeases:
     _sessions: dict[str, _Entry]
     _tokens: dict[str, str]
     _used: set[str]
+    _waits: dict[str, WaitRecord]
     _marks: set[str]
     _check_seq: Any
     _append: Any
@@ -153,6 +154,34 @@ class TokensAndLeases:
                 rec.lease_owner = owner
                 rec.lease_until = until
             return [_copy(r) for r in claimed]
+
+    def claim_waits(
+        self, tokens: Sequence[str], owner: str, until: dt.datetime, now: dt.datetime
+    ) -> dict[str, SessionRecord]:
+        with self._lock:
+            claimed: dict[str, SessionRecord] = {}
+            held: dict[str, SessionRecord | None] = {}  # by session: its copy, or None
+            for token in tokens:
+                wait = self._waits.get(token)
+                if wait is None:
+                    continue  # unknown or used
+                sid = wait.session_id
+                if sid not in held:
+                    entry = self._sessions.get(sid)
+                    rec = entry.record if entry is not None else None
+                    held[sid] = None
+                    if (
+                        rec is not None
+                        and rec.status == "paused"
+                        and (rec.lease_until is None or rec.lease_until <= now)
+                    ):
+                        rec.lease_owner = owner
+                        rec.lease_until = until
+                        held[sid] = _copy(rec)
+                found = held[sid]
+                if found is not None:
+                    claimed[token] = found
+            return claimed
 
     def expired(
         self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None

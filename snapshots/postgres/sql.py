@@ -81,6 +81,27 @@ CLAIM_DUE_AFTER = _CLAIM_DUE_SQL.format(
         after="AND (c.wake_at, c.session_id) > (%(after_at)s, %(after_id)s)"
     )
 )
+# The sessions of live waits (see SessionStore.claim_waits) that are paused and free, leased in
+# the statement that finds them, each returned with its tokens among those asked. SKIP LOCKED,
+# as in CLAIM_DUE: rounds that found the same ready waits take disjoint sessions, and none
+# waits for another (or for a resumer saving one). Only session rows are locked, in id order.
+# Index scans only, whatever the statistics say: a probe of the waits' primary key per token
+# (LIMIT 1 keeps the planner from making it a join, which it runs as a scan of a small waits
+# table), the sessions through theirs (as an array of ids, for the reason given at CLAIM_DUE).
+CLAIM_WAITS = (
+    "WITH live AS (SELECT w.token, w.session_id FROM unnest(%(tokens)s::text[]) AS t(token), "
+    "LATERAL (SELECT token, session_id FROM tarry_waits "
+    "WHERE tarry_waits.token = t.token LIMIT 1) AS w), "
+    "claimed AS (UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
+    "WHERE session_id = ANY(ARRAY("
+    "SELECT c.session_id FROM tarry_sessions AS c "
+    "WHERE c.session_id = ANY(ARRAY(SELECT DISTINCT session_id FROM live)) "
+    "AND c.status = 'paused' AND (c.lease_until IS NULL OR c.lease_until <= %(now)s) "
+    "ORDER BY c.session_id FOR NO KEY UPDATE SKIP LOCKED)) "
+    "RETURNING " + COLUMNS + ", stop) "
+    "SELECT claimed.*, ARRAY(SELECT token FROM live WHERE live.session_id = claimed.session_id) "
+    "FROM claimed"
+)
 RENEW = (
     "UPDATE tarry_sessions SET lease_owner = %(owner)s, lease_until = %(until)s "
     f"WHERE session_id = %(sid)s AND {_FREE}"

@@ -18,6 +18,7 @@ from tarry.snapshots.postgres.sql import (
     CLAIM,
     CLAIM_DUE,
     CLAIM_DUE_AFTER,
+    CLAIM_WAITS,
     RENEW,
     ROWS,
     SELECT,
@@ -168,6 +169,20 @@ class TokensAndLeases:
         records = [ROWS.session(row) for row in rows]
         records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
         return records
+
+    def claim_waits(
+        self, tokens: Sequence[str], owner: str, until: dt.datetime, now: dt.datetime
+    ) -> dict[str, SessionRecord]:
+        if not tokens:
+            return {}
+        args = {"tokens": list(tokens), "owner": owner, "until": until, "now": now}
+        with self._pool.connection() as conn:
+            rows = conn.execute(CLAIM_WAITS, args).fetchall()
+        claimed: dict[str, SessionRecord] = {}
+        for row in rows:
+            record = ROWS.session(row[:-1])
+            claimed.update(dict.fromkeys(row[-1], record))
+        return claimed
 
     def expired(
         self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None

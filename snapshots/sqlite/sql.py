@@ -237,6 +237,17 @@ UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
     ORDER BY wake_at, session_id LIMIT ?6
 ) RETURNING {COLUMNS}, stop
 """
+# The sessions of live waits (SessionStore.claim_waits) that are paused and free, leased in the
+# statement that finds them: each wait through its primary key, each session through its own
+# (the unary `+`s keep the planner off the status index, which would walk every paused session).
+# `_LIVE_WAITS` then reads which of the tokens are whose, in the same write transaction.
+_CLAIM_WAITS = f"""
+UPDATE sessions SET lease_owner = ?2, lease_until = ?3 WHERE session_id IN (
+    SELECT session_id FROM waits WHERE token IN (SELECT value FROM json_each(?1))
+) AND +status = 'paused' AND (+lease_until IS NULL OR +lease_until <= ?4)
+RETURNING {COLUMNS}, stop
+"""
+_LIVE_WAITS = "SELECT token, session_id FROM waits WHERE token IN (SELECT value FROM json_each(?))"
 
 
 def _triples(rows: int, first: int, lead: str = "") -> str:

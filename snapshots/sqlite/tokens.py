@@ -16,8 +16,10 @@ from tarry.snapshots.sqlite import waits as waits_
 from tarry.snapshots.sqlite.rows import ROWS, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import (
     _CLAIM_DUE,
+    _CLAIM_WAITS,
     _DUE,
     _EXPIRED,
+    _LIVE_WAITS,
     _RESUMING,
     _TOKEN_SESSION,
     _TOKEN_VERSION,
@@ -161,6 +163,20 @@ class TokensAndLeases:
         records = [ROWS.session(row) for row in rows]
         records.sort(key=lambda r: (r.wake_at, r.session_id))  # RETURNING has no order
         return records
+
+    def claim_waits(
+        self, tokens: Sequence[str], owner: str, until: dt.datetime, now: dt.datetime
+    ) -> dict[str, SessionRecord]:
+        if not tokens:
+            return {}
+        asked = json.dumps(list(tokens))
+        # One write transaction: no other claimant (thread or process) leases the same
+        # sessions, and no token is used, between the claim and the read of the waits.
+        with self._write as db:
+            rows = db.execute(_CLAIM_WAITS, (asked, owner, micros(until), micros(now))).fetchall()
+            live = db.execute(_LIVE_WAITS, (asked,)).fetchall() if rows else []
+        records = {record.session_id: record for record in map(ROWS.session, rows)}
+        return {token: records[sid] for token, sid in live if sid in records}
 
     def expired(
         self, now: dt.datetime, limit: int = 100, *, after: tuple[dt.datetime, str] | None = None

@@ -612,6 +612,91 @@ def test_concurrent_claims_take_each_message_once(store: Any) -> None:
     assert sorted(t[0] for t in taken) == ids
 
 
+# -- claims of ready waits (a poll's round) ----------------------------------------------------
+
+
+def leases(store: Any, *sids: str) -> list[tuple[str | None, Any]]:
+    return [(r.lease_owner, r.lease_until) for r in map(store.load, sids)]
+
+
+def test_claim_waits_leases_the_sessions_of_live_waits(store: Any) -> None:
+    v1 = paused(store, "s1", wait("tk_a", lane=b"lane a"), wait("tk_b", index=1))
+    paused(store, "s2", wait("tk_c", "s2"))
+    paused(store, "s3", wait("tk_d", "s3"))
+    store.consume_token("tk_d")
+    got = store.claim_waits(["tk_a", "tk_b", "tk_c", "tk_d", "tk_nope"], "w1", at(30), at(1))
+    assert sorted(got) == ["tk_a", "tk_b", "tk_c"]  # a used token and an unknown one: left out
+    assert got["tk_a"].session_id == got["tk_b"].session_id == "s1"
+    assert got["tk_c"].session_id == "s2"
+    for record in got.values():
+        assert (record.lease_owner, record.lease_until) == ("w1", at(30))
+        assert record.status == "paused" and record == store.load(record.session_id)
+    assert got["tk_a"].version == v1 and got["tk_a"].state == b"state of s1"
+    assert leases(store, "s1", "s2") == [("w1", at(30))] * 2
+    assert store.load("s3").lease_owner is None  # running, not claimed: not written
+    # The waits are as they were: a claim is not a use (a parked lane stays in its row).
+    assert tokens_of(store.waiting()) == ["tk_a", "tk_b", "tk_c"]
+    assert store.wait("tk_a").lane == b"lane a"
+
+
+def test_claim_waits_of_nothing_is_nothing(store: Any) -> None:
+    paused(store, "s1", wait("tk_a"))
+    assert store.claim_waits([], "w1", at(30), at(1)) == {}
+    assert store.claim_waits(["tk_nope"], "w1", at(30), at(1)) == {}
+    assert leases(store, "s1") == [(None, None)]
+
+
+def test_claim_waits_skips_sessions_another_lease_holds_until_it_lapses(store: Any) -> None:
+    paused(store, "s1", wait("tk_a"))
+    paused(store, "s2", wait("tk_b", "s2"))
+    assert sorted(store.claim_waits(["tk_a"], "w1", at(30), at(1))) == ["tk_a"]
+    # w2 finds s1 held (and w1 too: its own lease is not free here, as in claim_due).
+    assert sorted(store.claim_waits(["tk_a", "tk_b"], "w2", at(31), at(2))) == ["tk_b"]
+    assert store.claim_waits(["tk_a"], "w1", at(32), at(3)) == {}
+    assert leases(store, "s1", "s2") == [("w1", at(30)), ("w2", at(31))]
+    # A lease that ended (its worker died) is free; so is one given back.
+    assert sorted(store.claim_waits(["tk_a"], "w3", at(60), at(30))) == ["tk_a"]
+    store.release("s2", "w2")
+    assert sorted(store.claim_waits(["tk_b"], "w3", at(60), at(30))) == ["tk_b"]
+    assert leases(store, "s1", "s2") == [("w3", at(60))] * 2
+
+
+def test_claim_waits_takes_only_paused_sessions(store: Any) -> None:
+    paused(store, "s1", wait("tk_a"), wait("tk_b", index=1))
+    store.consume_token("tk_a")  # s1 runs: its other wait is not claimed
+    assert store.claim_waits(["tk_b"], "w1", at(30), at(1)) == {}
+    paused(store, "s2", wait("tk_c", "s2"))
+    store.save(rec("s2", status="completed"), 1)  # ended: its waits went with it
+    assert store.claim_waits(["tk_c"], "w1", at(30), at(1)) == {}
+    assert leases(store, "s2") == [(None, None)]
+
+
+def test_a_claimed_wait_is_resumed_at_the_version_claimed(store: Any) -> None:
+    version = paused(
+        store, "s1", wait("tk_a", lane=b"lane a"), wait("tk_b", index=1), wake_at=at(0)
+    )
+    [record, _] = store.claim_waits(["tk_a", "tk_b"], "w1", at(30), at(1)).values()
+    assert record.version == version  # a claim is not a save: the version stays
+    assert store.claim_due(at(1), "w2", at(31)) == []  # timers pass over it while it is held
+    assert store.wait("tk_a").lane == b"lane a"
+    assert store.consume_token("tk_a", owner="w1", until=at(40), version=record.version)
+    assert store.load("s1").status == "running"
+    assert leases(store, "s1") == [("w1", at(40))]
+    assert tokens_of(store.waits("s1")) == ["tk_b"]
+
+
+def test_concurrent_claims_of_the_same_waits_are_disjoint(store: Any) -> None:
+    sids = [f"s{i:02}" for i in range(24)]
+    for sid in sids:
+        paused(store, sid, wait(f"tk_{sid}", sid))
+    tokens = [f"tk_{sid}" for sid in sids]
+    got = race(THREADS, lambda i: store.claim_waits(tokens, f"w{i}", at(30), at(1)))
+    claimed = [r.session_id for found in got for r in found.values()]
+    assert sorted(claimed) == sids  # each session claimed once, by one of them
+    owners = {r.session_id: r.lease_owner for found in got for r in found.values()}
+    assert leases(store, *sids) == [(owners[sid], at(30)) for sid in sids]
+
+
 # -- sessions paused before waits existed ------------------------------------------------------
 
 
@@ -675,6 +760,22 @@ def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
             assert "SCAN" not in found, found  # every lookup through an index or the key
         assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
         assert "TEMP B-TREE" not in " ".join(plans[:4])  # pages come in token order, unsorted
+
+
+def test_sqlite_claims_of_ready_waits_use_keys(tmp_path: Path) -> None:
+    from tarry.snapshots.sqlite.sql import _CLAIM_WAITS, _LIVE_WAITS
+
+    def plan(sql: str, *args: Any) -> str:
+        return " | ".join(r[3] for r in store._db.execute(f"EXPLAIN QUERY PLAN {sql}", args))
+
+    with SQLiteStore(tmp_path / "s.db") as store:
+        claim = plan(_CLAIM_WAITS, '["t1"]', "w", 2, 1)
+        live = plan(_LIVE_WAITS, '["t1"]')
+    for found in (claim, live):
+        assert "SCAN sessions" not in found and "SCAN waits" not in found, found
+        assert "waits USING PRIMARY KEY (token=?)" in found, found
+    # Each session through its key, not every paused one through the status index.
+    assert "sessions USING INDEX sqlite_autoindex_sessions_1 (session_id=?)" in claim, claim
 
 
 @pytest.mark.parametrize("spoiled", [b"\xc1", b"\x01"])  # not msgpack; not an array

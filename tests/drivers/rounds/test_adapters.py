@@ -282,6 +282,7 @@ class Counting:
             "consume_tokens",
             "request_stop",
             "claim",
+            "claim_waits",
             "release",
             "post",
             "claim_mail",
@@ -330,6 +331,9 @@ def test_poll_writes_nothing_for_requests_that_are_not_ready(store) -> None:
     ready = ready_now
     done = rt.poll()
     assert sorted(o.output["answer"] for o in done) == ["seven", "two"]
+    # The ready ones' sessions were claimed (one call for the page) and resumed: nothing given
+    # back, and no other session claimed or written.
+    assert counting.writes.count("claim_waits") == 1
     assert "claim" not in counting.writes and "release" not in counting.writes
     for i, out in enumerate(outs):
         if i not in (2, 7):

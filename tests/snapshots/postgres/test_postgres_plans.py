@@ -1,6 +1,6 @@
-"""The plans PostgreSQL makes for the timers' statements and a delivery's look-ups: index scans
-only, on a store with many rows, so that a claim or a page of look-ups costs the same however
-many sessions the store holds.
+"""The plans PostgreSQL makes for the timers' statements, a poll's claims and a delivery's
+look-ups: index scans only, on a store with many rows, so that a claim or a page of look-ups
+costs the same however many sessions the store holds.
 
 Each statement is the one the store sends (captured from its connection), explained twice: with
 its values (a custom plan) and as a prepared statement under `plan_cache_mode =
@@ -156,6 +156,14 @@ LOOKUPS = {
     "load_many": lambda s: s.load_many([f"s{i}" for i in PAGE]),
 }
 
+#: A poll's claim of a page of ready waits (polling.PAGE sessions): a probe of an index per wait
+#: and per session, however many wait.
+CLAIMS = {
+    "claim_waits": lambda s: s.claim_waits(
+        [f"t{i}" for i in range(1, 21)], "w", NOW + dt.timedelta(minutes=5), NOW
+    ),
+}
+
 
 @pytest.mark.parametrize("call", list(LOOKUPS))
 def test_a_deliverys_lookups_scan_only_indexes(store: Any, call: str) -> None:
@@ -168,6 +176,14 @@ def test_a_deliverys_lookups_scan_only_indexes(store: Any, call: str) -> None:
 @pytest.mark.parametrize("call", list(CALLS))
 def test_the_timers_statements_scan_only_indexes(store: Any, call: str) -> None:
     query, args = sent(store, CALLS[call])
+    for kind, plan in plans(store, query, args).items():
+        assert "Seq Scan" not in plan, f"{call}, {kind} plan:\n{plan}"
+        assert "Index" in plan, f"{call}, {kind} plan:\n{plan}"
+
+
+@pytest.mark.parametrize("call", list(CLAIMS))
+def test_a_polls_claims_scan_only_indexes(store: Any, call: str) -> None:
+    query, args = sent(store, CLAIMS[call])
     for kind, plan in plans(store, query, args).items():
         assert "Seq Scan" not in plan, f"{call}, {kind} plan:\n{plan}"
         assert "Index" in plan, f"{call}, {kind} plan:\n{plan}"
