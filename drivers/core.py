@@ -15,6 +15,7 @@ from typing import Any
 
 from tarry.drivers.adapters import is_bulk
 from tarry.drivers.clock import Clock, SystemClock, clock_ns
+from tarry.drivers.drive.executors import Executors
 from tarry.drivers.drive.local_drives import Running
 from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, StateCache
 from tarry.drivers.drive.values import value_check, value_take
@@ -68,6 +69,7 @@ class Core:
         "retain_at",
         "reported",
         "logs",
+        "executors",
     )
 
     def __init__(
@@ -87,6 +89,8 @@ class Core:
         log_level: int | str = INFO,
         max_logs: int = MAX_LOGS,
         mail_ttl: timedelta = MAIL_TTL,
+        max_threads: int | None = None,
+        executor: Any = None,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -152,6 +156,8 @@ class Core:
         self.reported = Reported()
         #: What of the `logging` records its steps emit a session keeps (see logs.py).
         self.logs = LogSettings(log_level, max_logs)
+        #: Where the sync steps of concurrent lanes run (executors.py).
+        self.executors = Executors(max_threads, executor)
 
 
 def _takes_version(store: SessionStore) -> bool:

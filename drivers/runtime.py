@@ -28,6 +28,8 @@ from tarry.snapshots.log_records import LogRecord
 from tarry.snapshots.store import SessionStore
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from tarry.drivers.reading import inspecting, paging
     from tarry.drivers.reading.paging import SessionPage
     from tarry.drivers.reading.stats import Stats
@@ -68,8 +70,12 @@ class Runtime:
     container's gathered output too), `max_snapshot_bytes` (largest state a session holds,
     checked at every node), `retention` (a timedelta: workers prune sessions that ended longer
     ago, see `prune`), `log_level` (the least level of the `logging` records its steps emit
-    that a session keeps, a number or a name; INFO) and `max_logs` (how many of them a session
-    keeps, its last ones; 1000, 0 to capture none). See docs/guarantees.md, docs/monitor.md.
+    that a session keeps, a number or a name; INFO), `max_logs` (how many of them a session
+    keeps, its last ones; 1000, 0 to capture none), `max_threads` (the size of the thread pool
+    that the sync steps of concurrent lanes run on; 32) or `executor` (any
+    `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
+    client's `get_executor()`; the caller's, never shut down by tarry). See docs/guarantees.md,
+    docs/monitor.md, docs/concepts.md ("Where sync steps run").
     """
 
     def __init__(
@@ -89,6 +95,8 @@ class Runtime:
         log_level: int | str = INFO,
         max_logs: int = MAX_LOGS,
         mail_ttl: timedelta = MAIL_TTL,
+        max_threads: int | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self._core = Core(
             store,
@@ -105,6 +113,8 @@ class Runtime:
             log_level=log_level,
             max_logs=max_logs,
             mail_ttl=mail_ttl,
+            max_threads=max_threads,
+            executor=executor,
         )
 
     def register(self, flow: Flow) -> Flow:

@@ -182,6 +182,26 @@ class PayloadTooLarge(NotSerializable):
         self.type_name = ""
 
 
+class NotSendable(TarryError):
+    """A sync step of a concurrent lane cannot run on the Runtime's executor, which runs steps
+    in other processes (`Runtime(executor=ProcessPoolExecutor(...))`, a Dask cluster): its
+    function, its `ctx` or its output does not pickle, or it used what only the driving process
+    has (`ctx.outputs`). Never retried: sending it again fails again."""
+
+    def __init__(self, path: tuple[Any, ...], what: str, reason: str) -> None:
+        #: The step's path, what could not be sent (or used), and why.
+        self.path = tuple(path)
+        self.what = what
+        self.reason = reason
+        super().__init__(
+            f"step {'/'.join(map(str, self.path))} cannot run on an executor in another "
+            f"process: {what} {reason}"
+        )
+
+    def __reduce__(self) -> Any:  # raised in a worker process, it travels back pickled
+        return (NotSendable, (self.path, self.what, self.reason))
+
+
 class ReadOnlyView(TarryError, TypeError):
     """A step tried to change a large value it read from `ctx` (`input`, `item`, `prev`,
     `outputs[...]`), which it is handed as a read-only view (see engine/read_only_views.py). Also a

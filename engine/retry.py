@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from tarry.engine.errors import InvalidFlow
+from tarry.engine.errors import InvalidFlow, NotSendable
 
 if TYPE_CHECKING:
     import random
@@ -56,7 +56,8 @@ class Retry:
             raise InvalidFlow(msg)
 
     def retries(self, exc: BaseException) -> bool:
-        return isinstance(exc, self.on)
+        # A step its executor cannot take fails again however often it is sent.
+        return isinstance(exc, self.on) and not isinstance(exc, NotSendable)
 
     def delay(self, failed_attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after attempt number `failed_attempt` (1-based) failed."""

@@ -183,6 +183,7 @@ class Drive:
         try:
             gen = self.flow._run(self.ex)
             sleep, asleep = sleepers(self.core.clock)
+            start = self.core.executors.start  # where the sync steps of concurrent lanes run
 
             def backoff(seconds: float) -> None:
                 # A short back-off in a sync run, on the Runtime's clock; the lease is kept.
@@ -192,9 +193,9 @@ class Drive:
 
             if self.logs is not None:  # the drive runs with its capture watching (logs.py)
                 return self.logs.around(
-                    drive, gen, self._finish, backoff, asleep, self.asynchronous
+                    drive, gen, self._finish, backoff, asleep, self.asynchronous, start
                 )
-            return drive(gen, self._finish, backoff, asleep, self.asynchronous)
+            return drive(gen, self._finish, backoff, asleep, self.asynchronous, start)
         except BaseException:
             self._ended()
             raise

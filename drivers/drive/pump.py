@@ -10,19 +10,18 @@ called `pump`: `sleep` in a sync run, `asleep` (an `asyncio.sleep`) in an async 
 Checkpoints never reach the pump unless the run stops there: the engine asks the driver at
 each one (`Execution.stop`) and yields a `Checkpoint` only to stop.
 
-A sync step of a concurrent container's lane asks for its call to start on the process's
-thread pool (`Offload`), and is answered at once with its future; the container then yields a
-`Select` of what its lanes wait for, those futures and async steps' `Await`s. A sync run waits
-for the threads in place; the first `Await` among them makes the run async, and then
-everything in flight is awaited together on the event loop. The threads and the event loop
-are the driver's: the engine owns neither.
+A sync step of a concurrent container's lane asks for its call to start on the Runtime's
+executor (`Offload`, answered by `start`: see executors.py) and is answered at once with its
+future; the container then yields a `Select` of what its lanes wait for, those futures and
+async steps' `Await`s. A sync run waits for the futures in place; the first `Await` among them
+makes the run async, and then everything in flight is awaited together on the event loop. The
+executor and the event loop are the driver's: the engine owns neither.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Generator
-from contextvars import copy_context
 from typing import Any, TypeAlias, TypeVar
 
 from tarry.drivers.drive.outcome import Outcome
@@ -30,7 +29,7 @@ from tarry.engine.context import Interrupted
 from tarry.engine.errors import AsyncInSyncContext
 from tarry.engine.failure import NodeFailure
 from tarry.engine.is_awaitable import is_awaitable
-from tarry.engine.observed import WATCHER, await_in_lane, call_in_lane
+from tarry.engine.observed import WATCHER, await_in_lane
 from tarry.engine.signals import Await, Backoff, Checkpoint, Offload, Pause, PauseMany, Select
 
 T = TypeVar("T")
@@ -41,15 +40,8 @@ Result = tuple[str, Any]
 
 
 Wanted = Await | Backoff | Offload | Select
-
-#: Threads of the process-wide pool that sync steps of concurrent lanes run on (as many as
-#: asyncio's default executor may have). A container never has more calls on it than its
-#: `concurrency` (its lanes in flight), so a container with a bound of N uses at most N of
-#: them; the pool is shared so that threads are started once per process, not once per
-#: container run (a thread start costs far more than a short step). Steps that wait on I/O
-#: by the hundred are better written `async def`: they then all overlap on the event loop.
-MAX_THREADS = 32
-_pool: Any = None
+#: Starts a lane's sync step (`Executors.start`): the future of its result.
+Start = Callable[[Offload], Any]
 
 
 def pump(
@@ -83,40 +75,29 @@ def drive(
     finish: Callable[[Result], T],
     sleep: Callable[[float], None],
     asleep: Callable[[float], Awaitable[None]],
-    asynchronous: bool = False,
+    asynchronous: bool,
+    start: Start,
 ) -> AwaitableOrValue[T]:
     """Run `gen` to a result and return `finish(result)`; an awaitable of it as soon as an
     async step is met (or a back-off, when the caller is `asynchronous`: it then waits with
-    `asleep` rather than blocking its event loop)."""
+    `asleep` rather than blocking its event loop). `start` starts the sync steps of concurrent
+    lanes on the Runtime's executor."""
     result = pump(gen, None)
     while True:
         kind = type(result)
         if kind is Offload:
-            result = pump(gen, _start(result))
+            result = pump(gen, start(result))
         elif kind is Backoff and not asynchronous:
             sleep(result.seconds)
             result = pump(gen, None)
         elif kind is Select and _threads_only(result):
-            # Sync steps of a concurrent container, on the pool: waited for in place.
+            # Sync steps of a concurrent container, on the executor: waited for in place.
             result = pump(gen, _wait_threads(result.items))
         else:
             break
     if kind is Await or kind is Backoff or kind is Select:
-        return _pump_async(gen, result, finish, asleep)
+        return _pump_async(gen, result, finish, asleep, start)
     return finish(result)
-
-
-def _start(offload: Offload) -> Any:
-    """Start a lane's sync step on the pool; its `concurrent.futures.Future`."""
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor  # only concurrent lanes need it
-
-        _pool = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="tarry")
-    if WATCHER.get() is None:
-        return _pool.submit(offload.fn, offload.ctx)
-    # Logs are captured: the call runs in a copy of the drive's context, and says whose it is.
-    return _pool.submit(copy_context().run, call_in_lane, offload.fn, offload.ctx)
 
 
 def _threads_only(select: Select) -> bool:
@@ -156,6 +137,7 @@ async def _pump_async(
     signal: Wanted,
     finish: Callable[[Result], T],
     asleep: Callable[[float], Awaitable[None]],
+    start: Start,
 ) -> T:
     # The tasks of a concurrent container's Select, by the identity of what they wait for: a
     # Select asks again for what is still in flight, which must not be awaited twice.
@@ -163,7 +145,7 @@ async def _pump_async(
     while True:
         kind = type(signal)
         if kind is Offload:
-            result = pump(gen, _start(signal))
+            result = pump(gen, start(signal))
         elif kind is Backoff:
             await asleep(signal.seconds)
             result = pump(gen, None)
@@ -183,7 +165,7 @@ async def _pump_async(
 
 
 async def _select(select: Select, tasks: dict[int, Any]) -> list[tuple[int, bool, Any]]:
-    """Wait until at least one of the select's items (`Await`s, calls on the pool) has
+    """Wait until at least one of the select's items (`Await`s, calls on the executor) has
     finished."""
     import asyncio
 
@@ -194,7 +176,7 @@ async def _select(select: Select, tasks: dict[int, Any]) -> list[tuple[int, bool
         if task is None:
             if type(item) is Await:
                 task = asyncio.ensure_future(_awaited(item, select.paths[i]))
-            else:  # a call on the pool
+            else:  # a call on the executor
                 task = asyncio.wrap_future(item)
             tasks[id(item)] = task
         mine.append(task)

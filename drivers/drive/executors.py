@@ -1,0 +1,293 @@
+"""Where the sync steps of concurrent lanes run: the Runtime's executor (`Runtime(executor=...)`,
+or a thread pool of `Runtime(max_threads=...)` threads), and how a step is sent to one that
+runs it in another process.
+
+The engine asks for a lane's sync step to start (`Offload`); `Executors.start` answers with a
+`concurrent.futures.Future` of its result, which the pump waits for beside the lane's siblings.
+The executor only computes: the step's events, its retries and the container's concurrency
+bound stay with the drive, in this process, whatever the executor.
+
+- A `ThreadPoolExecutor` (the default, or one given) runs the step here, with its live `ctx`.
+- Any other executor is taken to run it elsewhere (a `ProcessPoolExecutor`, a Dask cluster's
+  `Client.get_executor()`): tarry pickles the step's function with a `RemoteContext` (see
+  engine/remote_context.py) itself, before submitting, so that a step that cannot be sent (a
+  lambda, a closure) fails at once with `NotSendable`, never retried, whichever executor it is;
+  the executor carries bytes there and back. In the worker, the step's result, or its
+  exception with its traceback's text, and what it did to its `ctx` are pickled back the same
+  way. Its `logging` records stay in the worker's process.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from contextvars import copy_context
+from typing import Any
+
+from tarry.engine.context import Interrupted
+from tarry.engine.describe import describe
+from tarry.engine.errors import InvalidArgument, NotSendable
+from tarry.engine.observed import WATCHER, call_in_lane
+from tarry.engine.signals import Offload
+
+#: Threads of a Runtime's default pool (as many as asyncio's default executor may have). A
+#: container never has more calls on it than its `concurrency`; the pool bounds what all the
+#: Runtime's containers run at once. Steps that wait on I/O by the hundred are better written
+#: `async def`: they then all overlap on the event loop, with no thread each.
+MAX_THREADS = 32
+
+# What the worker sends back (`run_sent`): the step returned, raised or interrupted.
+_RETURNED, _RAISED, _INTERRUPTED = 0, 1, 2
+
+
+class Executors:
+    """One Runtime's executor for the sync steps of concurrent lanes. Its default thread pool
+    is started at the first such step and ends with the Runtime (its idle threads exit when the
+    pool is collected); an executor given is the caller's, never shut down by tarry."""
+
+    __slots__ = ("max_threads", "executor", "remote", "_lock", "_names")
+
+    def __init__(self, max_threads: int | None = None, executor: Any = None) -> None:
+        if max_threads is not None and executor is not None:
+            msg = (
+                "give Runtime either max_threads= (the size of its own thread pool) or "
+                f"executor= (one of yours), not both (got max_threads={max_threads!r} and "
+                f"executor={executor!r})"
+            )
+            raise InvalidArgument(msg)
+        if max_threads is not None and (type(max_threads) is not int or max_threads < 1):
+            msg = f"max_threads must be an int >= 1 (got {describe(max_threads)})"
+            raise InvalidArgument(msg)
+        #: The default pool's size.
+        self.max_threads = MAX_THREADS if max_threads is None else max_threads
+        #: The executor steps run on: the one given, or the default pool once started.
+        self.executor = executor
+        #: Whether it runs steps in other processes (anything but a thread pool).
+        self.remote = False
+        if executor is not None:
+            self.remote = not _is_thread_pool(executor)
+        self._lock = threading.Lock()
+        #: What to pickle for a step's function, by function (see `_sendable`).
+        self._names: dict[Any, Any] = {}
+
+    def start(self, offload: Offload) -> Any:
+        """Start a lane's sync step on the executor; a `concurrent.futures.Future` of its
+        result (already failed with `NotSendable` when it cannot be sent)."""
+        executor = self.executor
+        if executor is None:
+            executor = self._pool()
+        if self.remote:
+            return self._send(executor, offload)
+        if WATCHER.get() is None:
+            return executor.submit(offload.fn, offload.ctx)
+        # Logs are captured: the call runs in a copy of the drive's context, and says whose it is.
+        return executor.submit(copy_context().run, call_in_lane, offload.fn, offload.ctx)
+
+    def _pool(self) -> Any:
+        with self._lock:  # two drives of one Runtime may start their first lanes at once
+            if self.executor is None:
+                from concurrent.futures import ThreadPoolExecutor  # only concurrent lanes need it
+
+                self.executor = ThreadPoolExecutor(
+                    max_workers=self.max_threads, thread_name_prefix="tarry"
+                )
+            return self.executor
+
+    def _send(self, executor: Any, offload: Offload) -> Any:
+        """Pickle the step and its `RemoteContext` and submit them to `executor`; a future
+        that gets the step's result, or its exception, once its effects are on its `ctx`."""
+        import pickle
+        from concurrent.futures import Future
+
+        from tarry.engine.remote_context import remote_context
+
+        ctx = offload.ctx
+        answer: Future[Any] = Future()
+        try:
+            fn = self._sendable(offload.fn)
+            blob = pickle.dumps((fn, remote_context(ctx)), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            answer.set_exception(_not_sendable(ctx.path, offload.fn, exc))
+            return answer
+        sent = executor.submit(run_sent, blob)
+        sent.add_done_callback(lambda done: _received(done, answer, ctx))
+        return answer
+
+    def _sendable(self, fn: Any) -> Any:
+        """What to pickle for `fn`: `fn`, or the step that a module-level `@step` made of it
+        (pickle finds a function by its module and name, and there it finds the Step)."""
+        try:
+            found = self._names.get(fn, _MISSING)
+        except TypeError:  # an unhashable callable object: pickled as it is
+            return fn
+        if found is _MISSING:
+            found = fn
+            owner = _by_name(fn)
+            if owner is not fn and getattr(owner, "fn", None) is fn:
+                found = _Named(fn.__module__, fn.__qualname__)
+            self._names[fn] = found
+        return found
+
+
+_MISSING = object()
+
+
+def _is_thread_pool(executor: Any) -> bool:
+    """Whether `executor` runs steps in this process: a `ThreadPoolExecutor` (or a subclass).
+    Anything else must be a `concurrent.futures.Executor`, and is taken to run them elsewhere."""
+    from concurrent.futures import Executor, ThreadPoolExecutor  # only when one is given
+
+    if isinstance(executor, ThreadPoolExecutor):
+        return True
+    if not isinstance(executor, Executor):
+        msg = (
+            f"executor must be a concurrent.futures.Executor, e.g. a ProcessPoolExecutor or a "
+            f"Dask client's get_executor() (got {describe(executor)})"
+        )
+        raise InvalidArgument(msg)
+    return False
+
+
+def _by_name(fn: Any) -> Any:
+    """What `fn`'s module holds under `fn`'s qualified name (None if nothing)."""
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    qualname = getattr(fn, "__qualname__", None)
+    if module is None or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
+class _Named:
+    """A module-level step, pickled by its module and name: the worker imports it from there."""
+
+    __slots__ = ("module", "qualname")
+
+    def __init__(self, module: str, qualname: str) -> None:
+        self.module = module
+        self.qualname = qualname
+
+    def __reduce__(self) -> Any:
+        return (_named, (self.module, self.qualname))
+
+
+def _named(module: str, qualname: str) -> Any:
+    """In the worker: what `module` holds under `qualname` (the Step, called as its function)."""
+    import importlib
+
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def _not_sendable(path: tuple[Any, ...], fn: Any, exc: Exception) -> NotSendable:
+    """Why a step could not be pickled: its function, or what its `ctx` holds."""
+    import pickle
+
+    why = f"({type(exc).__name__}: {exc})"
+    try:
+        pickle.dumps(fn)
+    except Exception:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        return NotSendable(
+            path,
+            f"its function {name!r}",
+            f"does not pickle {why}; make it a function defined at the top level of a "
+            f"module, or run the step on a thread pool (Runtime(executor=None))",
+        )
+    return NotSendable(path, "its ctx", f"does not pickle {why}")
+
+
+def run_sent(blob: bytes) -> bytes:
+    """In the executor's process: run the step pickled in `blob` with its `RemoteContext`;
+    what happened, pickled (see `_received`)."""
+    import pickle
+
+    fn, ctx = pickle.loads(blob)
+    try:
+        result = fn(ctx)
+    except Interrupted as signal:
+        reply: tuple[Any, ...] = (
+            _INTERRUPTED,
+            (signal.kind, signal.reason, signal.payload),
+            ctx.effects(),
+        )
+    except Exception as exc:
+        reply = (_RAISED, exc, _traceback(exc), ctx.effects())
+    else:
+        reply = (_RETURNED, result, ctx.effects())
+    try:
+        return pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        kind = reply[0]
+        if kind == _RAISED:  # the exception itself does not pickle: its text does
+            error = reply[1]
+            substitute = RemoteError(
+                f"{type(error).__qualname__}: {error} (the exception itself could not be "
+                f"sent back: {type(exc).__name__}: {exc})"
+            )
+            reply = (_RAISED, substitute, reply[2], reply[3])
+        else:
+            what = "its output" if kind == _RETURNED else "its interrupt's payload"
+            reply = (
+                _RAISED,
+                NotSendable(ctx.path, what, f"does not pickle ({type(exc).__name__}: {exc})"),
+                "",
+                {},
+            )
+        return pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
+
+
+def _traceback(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(exc))
+
+
+def _received(done: Any, answer: Any, ctx: Any) -> None:
+    """The step's reply arrived (or the executor failed it): apply what it did to its live
+    `ctx` and settle `answer` with its result or exception. Never raises: it runs as a
+    future's callback, whose errors would be logged and lost, leaving `answer` unsettled."""
+    try:
+        import pickle
+
+        from tarry.engine.remote_context import apply_effects
+
+        error = done.exception()
+        if error is not None:  # the executor's own failure (a broken pool, a cancel)
+            answer.set_exception(error)
+            return
+        reply = pickle.loads(done.result())
+        kind = reply[0]
+        apply_effects(ctx, reply[-1])
+        if kind == _RETURNED:
+            answer.set_result(reply[1])
+        elif kind == _INTERRUPTED:
+            answer.set_exception(Interrupted(*reply[1]))
+        else:
+            exc = reply[1]
+            if reply[2]:  # the worker's traceback, as the cause: kept in the step's error
+                exc.__cause__ = RemoteTraceback(reply[2])
+            answer.set_exception(exc)
+    except BaseException as exc:  # noqa: BLE001 - any failure here is the step's
+        if not answer.done():
+            answer.set_exception(exc)
+
+
+class RemoteTraceback(Exception):  # noqa: N818 - shown as the cause, as concurrent.futures does
+    """The traceback of a step's exception in the process that ran it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+class RemoteError(Exception):
+    """A step's exception that could not be pickled back from the process that ran it: its
+    type and message, as text."""

@@ -1,0 +1,322 @@
+"""Where sync steps run: `Runtime(max_threads=N)` sizes the thread pool of concurrent lanes;
+`Runtime(executor=...)` runs them on any executor, processes included, with the same events,
+retries and exactly-once recording — through the public API."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import remote_steps
+from tarry import Flow, ForEach, InvalidArgument, Parallel, Retry, Runtime, step
+from tarry.snapshots import SQLiteStore
+
+
+def consistent(rt: Runtime, sid: str) -> None:
+    view = rt.session(sid)
+    assert view.derive_state() == view.state
+    seqs = [e.seq for e in view.events()]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+@pytest.fixture(scope="module")
+def processes() -> Iterator[ProcessPoolExecutor]:
+    """Two worker processes for the module, started by a fork server (no fork of this
+    process's threads); the steps they run come from `remote_steps`, imported by name."""
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("forkserver"))
+    yield pool
+    pool.shutdown()
+
+
+# -- the thread pool ---------------------------------------------------------------------------
+
+
+class Peak:
+    """Counts the calls running at once; each waits at a barrier of `parties`, so that that
+    many must run at once (or the barrier breaks) and the peak shows any more."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+
+    def __call__(self, ctx: Any) -> int:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        self.barrier.wait()
+        with self.lock:
+            self.now -= 1
+        return ctx.item
+
+
+@pytest.mark.parametrize(("max_threads", "peak"), [(4, 4), (None, 32)])
+def test_max_threads_caps_the_sync_calls_running_at_once(max_threads: Any, peak: int) -> None:
+    work = Peak(peak)
+    n = peak * 4
+    flow = Flow("peak", [ForEach("fe", list(range(n)), step(work, "work"), concurrency=100)])
+    out = Runtime(max_threads=max_threads).run(flow)
+    assert out.ok, out.error
+    assert out.output == list(range(n))
+    assert work.most == peak  # concurrency=100, but no more threads than the pool has
+
+
+def test_max_threads_bounds_all_the_containers_of_a_runtime() -> None:
+    work = Peak(3)
+    body = ForEach("fe", list(range(6)), step(work, "work"), concurrency=10)
+    flow = Flow("two", [Parallel("par", {"a": body, "b": body})])
+    out = Runtime(max_threads=3).run(flow)
+    assert out.ok, out.error
+    assert work.most == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_threads": 0},
+        {"max_threads": -1},
+        {"max_threads": 2.0},
+        {"max_threads": "4"},
+        {"max_threads": True},
+        {"executor": object()},
+        {"executor": "threads"},
+        {"max_threads": 4, "executor": ThreadPoolExecutor(1)},
+    ],
+)
+def test_bad_executor_settings_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        Runtime(**kwargs)
+
+
+def test_a_thread_pool_given_is_used_and_left_running() -> None:
+    names: list[str] = []
+
+    def where(ctx: Any) -> int:
+        names.append(threading.current_thread().name)
+        ctx.state[f"s{ctx.item}"] = ctx.item  # the live ctx: in this process
+        return ctx.item * 2
+
+    with ThreadPoolExecutor(2, thread_name_prefix="mine") as pool:
+        rt = Runtime(executor=pool)
+        flow = Flow("mine", [ForEach("fe", list(range(6)), where, concurrency=4)])
+        out = rt.run(flow)
+        assert out.ok, out.error
+        assert out.output == [0, 2, 4, 6, 8, 10]
+        assert len(names) == 6 and all(name.startswith("mine") for name in names)
+        assert rt.session(out.session_id).state.shared == {f"s{i}": i for i in range(6)}
+        assert pool.submit(int, "7").result() == 7  # tarry did not shut it down
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+def test_a_process_pool_runs_steps_in_other_processes(processes: ProcessPoolExecutor) -> None:
+    rt = Runtime(executor=processes)
+    flow = Flow("procs", [ForEach("fe", [10, 20, 30, 40], remote_steps.pid, concurrency=4)])
+    out = rt.run(flow, {"model": "m"})
+    assert out.ok, out.error
+    assert [o["item"] for o in out.output] == [10, 20, 30, 40]  # item order
+    assert [o["index"] for o in out.output] == [0, 1, 2, 3]
+    assert all(o["pid"] != os.getpid() for o in out.output)
+    assert all(o["input"] == {"model": "m"} and o["session"] == out.session_id for o in out.output)
+    assert out.output[1]["path"] == ["fe", 1, "pid"]
+    assert len({o["key"] for o in out.output}) == 4  # each position its own idempotency key
+    consistent(rt, out.session_id)
+    types = [e.type for e in rt.session(out.session_id).events()]
+    assert types.count("node.started") == 4 + 1 and types.count("node.completed") == 4 + 1
+
+
+def test_a_module_level_step_object_is_sent_by_name(processes: ProcessPoolExecutor) -> None:
+    flow = Flow("named", [ForEach("fe", [1, 2], remote_steps.decorated, concurrency=2)])
+    out = Runtime(executor=processes).run(flow)
+    assert out.ok, out.error
+    assert out.output == [2, 3]
+
+
+def test_a_step_exception_comes_back_with_its_traceback(processes: ProcessPoolExecutor) -> None:
+    flow = Flow("boom", [ForEach("fe", [1, 2, 3], remote_steps.boom, concurrency=3)])
+    rt = Runtime(executor=processes)
+    out = rt.run(flow)
+    assert out.failed
+    error = out.error
+    assert error.type == "ValueError" and error.message.startswith("no 2 in pid ")
+    assert int(error.message.rsplit(" ", 1)[1]) != os.getpid()
+    assert error.path == ("fe", 1, "boom") and error.retryable
+    assert "remote_steps.py" in error.traceback and "in boom" in error.traceback
+    consistent(rt, out.session_id)
+
+
+def test_the_retry_policy_applies_to_a_step_in_another_process(
+    processes: ProcessPoolExecutor,
+) -> None:
+    retry = Retry(attempts=2, initial=0, jitter=False)
+    flow = Flow(
+        "flaky", [ForEach("fe", [1, 2], step(remote_steps.fail_first, retry=retry), concurrency=2)]
+    )
+    rt = Runtime(executor=processes)
+    out = rt.run(flow)
+    assert out.ok, out.error
+    assert out.output == [102, 202]
+    types = [e.type for e in rt.session(out.session_id).events()]
+    assert types.count("node.failed") == 2 and types.count("node.retrying") == 2
+
+
+@pytest.mark.parametrize("retry", [None, Retry(attempts=5, initial=0)])
+def test_a_step_that_does_not_pickle_fails_at_once_typed_and_not_retried(
+    processes: ProcessPoolExecutor, retry: Any
+) -> None:
+    factor = 3
+
+    def closure(ctx: Any) -> int:
+        return ctx.item * factor
+
+    for fn in (lambda ctx: ctx.item, closure):
+        flow = Flow("local", [ForEach("fe", [1, 2], step(fn, "local", retry=retry), concurrency=2)])
+        rt = Runtime(executor=processes)
+        out = rt.run(flow)
+        assert out.failed
+        error = out.error
+        assert error.type == "NotSendable" and not error.retryable and error.attempts == 1
+        assert error.path[0] == "fe" and error.path[2] == "local"
+        assert "fe/" in error.message and "does not pickle" in error.message
+        assert fn.__qualname__ in error.message
+        types = [e.type for e in rt.session(out.session_id).events()]
+        assert "node.retrying" not in types
+        consistent(rt, out.session_id)
+
+
+def test_what_only_the_driver_has_or_an_output_that_does_not_pickle_fails_typed(
+    processes: ProcessPoolExecutor,
+) -> None:
+    rt = Runtime(executor=processes)
+    flow = Flow(
+        "outs",
+        [
+            step(lambda ctx: 1, "first"),  # sequential: runs in place
+            ForEach("fe", [1], remote_steps.reads_outputs, concurrency=2),
+        ],
+    )
+    out = rt.run(flow)
+    assert out.failed and out.error.type == "NotSendable" and not out.error.retryable
+    assert "ctx.outputs" in out.error.message
+    flow = Flow("back", [ForEach("fe", [1], remote_steps.unsendable_output, concurrency=2)])
+    out = rt.run(flow)
+    assert out.failed and out.error.type == "NotSendable" and "its output" in out.error.message
+
+
+def test_state_writes_and_metrics_of_a_remote_step_are_recorded(
+    processes: ProcessPoolExecutor,
+) -> None:
+    def seed(ctx: Any) -> None:
+        ctx.state["seed"] = 100
+        ctx.state["drop"] = True
+
+    flow = Flow(
+        "effects",
+        [step(seed, "seed"), ForEach("fe", [1, 2, 3], remote_steps.effects, concurrency=3)],
+    )
+    rt = Runtime(executor=processes)
+    out = rt.run(flow)
+    assert out.ok, out.error
+    assert out.output == [100, 100, 100]
+    view = rt.session(out.session_id)
+    assert view.state.shared == {"seed": 100, "item1": 101, "item2": 102, "item3": 103}
+    assert rt.stats().metrics["weight"] == 6
+    consistent(rt, out.session_id)
+
+
+def test_an_interrupt_in_another_process_pauses_and_resumes(
+    processes: ProcessPoolExecutor, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    flow = Flow("ask", [ForEach("fe", [1, 2], remote_steps.ask, concurrency=2)])
+    out = Runtime(store=store, executor=processes).run(flow)
+    assert out.paused and len(out.pauses) == 2
+    assert sorted(p.reason for p in out.pauses) == ["ok 1?", "ok 2?"]
+    assert sorted(p.payload["item"] for p in out.pauses) == [1, 2]
+    # Another Runtime (as in another process) resumes each branch, on the same executor.
+    other = Runtime(store=store, executor=processes, flows=[flow])
+    by_item = {p.payload["item"]: p.token for p in out.pauses}
+    first = other.resume(by_item[1], "yes")
+    assert first.paused and len(first.pauses) == 1
+    done = other.resume(by_item[2], "no")
+    assert done.ok, done.error
+    assert [(o["item"], o["answer"]) for o in done.output] == [(1, "yes"), (2, "no")]
+    assert all(o["pid"] != os.getpid() for o in done.output)
+    consistent(other, out.session_id)
+
+
+class Crash(BaseException):
+    """The process dies here (escapes the step's error handling, as a kill would)."""
+
+
+def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
+    processes: ProcessPoolExecutor, tmp_path: Path
+) -> None:
+    died: list[bool] = []
+
+    def make(crash: bool) -> Flow:
+        def hook(ctx: Any) -> None:
+            if crash and not died:
+                died.append(True)
+                raise Crash
+
+        return Flow(
+            "rec",
+            [
+                ForEach("a", [1, 2, 3], remote_steps.pid, concurrency=3),
+                step(hook, "hook"),
+                ForEach("b", [4, 5], remote_steps.pid, concurrency=2),
+            ],
+        )
+
+    from tarry import ManualClock
+
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "r.db")
+    rt = Runtime(store=store, durability="step", clock=clock, executor=processes)
+    with pytest.raises(Crash):
+        rt.run(make(True))
+    clock.advance(3600)
+    other = Runtime(
+        store=store, durability="step", clock=clock, executor=processes, flows=[make(False)]
+    )
+    [out] = other.recover()
+    assert out.ok, out.error
+    assert [o["item"] for o in out.output] == [4, 5]
+    view = other.session(out.session_id)
+    started = [e.path for e in view.events() if e.type == "node.started" and len(e.path) == 3]
+    assert sorted(started) == sorted(
+        [("a", i, "pid") for i in range(3)] + [("b", i, "pid") for i in range(2)]
+    )  # each item's step ran once: the completed ForEach was not run again
+    assert view.derive_state() == view.state
+
+
+# -- a Dask cluster ----------------------------------------------------------------------------
+
+
+def test_a_dask_cluster_runs_steps_on_its_workers() -> None:
+    distributed = pytest.importorskip("distributed", reason="Dask's distributed is not installed")
+    try:
+        cluster = distributed.LocalCluster(
+            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+        )
+    except Exception as exc:  # no sockets, no processes: nothing of tarry's to test
+        pytest.skip(f"a local Dask cluster cannot start here: {exc!r}")
+    with cluster, distributed.Client(cluster) as client:
+        rt = Runtime(executor=client.get_executor())
+        flow = Flow("dask", [ForEach("fe", [1, 2, 3, 4], remote_steps.pid, concurrency=4)])
+        out = rt.run(flow)
+        assert out.ok, out.error
+        assert [o["item"] for o in out.output] == [1, 2, 3, 4]
+        assert all(o["pid"] != os.getpid() for o in out.output)
+        flow = Flow("dask_boom", [ForEach("fe", [1, 2], remote_steps.boom, concurrency=2)])
+        out = rt.run(flow)
+        assert out.failed and out.error.type == "ValueError" and "in boom" in out.error.traceback
+        consistent(rt, out.session_id)
