@@ -144,7 +144,8 @@ def node_completed(
     if "state" in data or "metrics" in data or "state_deleted" in data:
         _merge_effects(fields, data, owned)
     if stack:
-        top = _top(scope, key, owned)
+        # _top(scope, key, owned), inlined when owned: every step in a container.
+        top = stack[-1].__dict__ if owned else _top(scope, key, owned)
         outs = top["child_outputs"]
         if not owned:
             outs = top["child_outputs"] = dict(outs)
