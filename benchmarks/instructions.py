@@ -7,7 +7,10 @@ Each KIND runs 1,000 elements once and four times in a process of its own under
 imports cancelled out. The cyclic collector is off: a collection that lands in one count and not
 the other would be noise here. Kinds: `noop` (the chain benchmark's no-op step), `scalar` (each
 step reads `ctx.prev` and returns an int), `dict` (each step reads `ctx.prev` and returns a
-small dict: what the copies of values.py cost), `foreach` (a ForEach of 1,000 no-op items).
+small dict: what the copies of values.py cost), `foreach` (a ForEach of 1,000 no-op items),
+`nested` (`noop`'s 1,000 steps inside one nested Flow: what a step costs inside one, against
+`noop`), `nested_foreach` (a ForEach of 1,000 items whose body is a nested Flow of one no-op
+step: what entering and leaving a nested Flow costs, against `foreach`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 N = 1000
-KINDS = ("noop", "scalar", "dict", "foreach")
+KINDS = ("noop", "scalar", "dict", "foreach", "nested", "nested_foreach")
 
 
 def workload(kind: str, rounds: int) -> None:
@@ -38,6 +41,11 @@ def workload(kind: str, rounds: int) -> None:
 
     if kind == "foreach":
         flow = Flow("batch", [ForEach("items", list(range(N)), noop)])
+    elif kind == "nested_foreach":
+        inner = Flow("inner", [step(noop, "noop")])
+        flow = Flow("batch", [ForEach("items", list(range(N)), [inner])])
+    elif kind == "nested":
+        flow = Flow("chain", [Flow("inner", [step(noop, f"s{i}") for i in range(N)])])
     else:
         fn = {"noop": noop, "scalar": scalar, "dict": small_dict}[kind]
         flow = Flow("chain", [step(fn, f"s{i}") for i in range(N)])

@@ -1,15 +1,30 @@
-"""Flow: the root element, its fingerprint, and lookup of elements by path."""
+"""Flow: the root element, its fingerprint, lookup of elements by path; and a flow nested in
+another flow's body, which runs inline as a container."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Any
 
-from tarry.engine.context import ROOT
+from tarry.engine.bounds import frame_bytes
+from tarry.engine.context import ROOT, Scope
 from tarry.engine.elements.body import as_body
-from tarry.engine.elements.element import Element, Signal, check_name, resume_prev, run_body, unwrap
+from tarry.engine.elements.element import (
+    Element,
+    Route,
+    Signal,
+    check_name,
+    resume_prev,
+    run_body,
+    unwrap,
+)
+from tarry.engine.errors import InvalidFlow
 from tarry.engine.execution import Execution
+from tarry.engine.failure import completed
 from tarry.engine.short_hash import short_hash
+from tarry.engine.state import events as ev
+
+_STARTED = {"kind": "flow"}
 
 
 def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
@@ -17,11 +32,25 @@ def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(p for p in path if isinstance(p, str))
 
 
-class Flow:
+class Flow(Element):
     """The root of a workflow: runs `body` in order; its output is the last element's output.
 
     `version` is part of the fingerprint: bump it to mark a change of meaning that keeps the
     same structure, so that sessions started by the old flow refuse to resume on the new one.
+
+    **A flow inside a flow.** A Flow may appear in another flow's body (or a container's) like
+    any container: it runs inline, in the same session, under its own name, which prefixes the
+    paths of its elements (`("inner", "s1")`, `("items", 3, "inner", "ok")`). Its first element
+    gets the element before it as `ctx.prev`, as a container's body does; `ctx.input` inside it
+    stays the session's input, and `ctx.item`, `ctx.index` and `ctx.iteration` those of the
+    enclosing containers. Its output is its last element's output (a `Route` its last element
+    returns is passed on, so a Flow used as a Graph node routes like a step). It is recorded as
+    a container of kind "flow" (`node.started`, then `node.completed` with its output), and its
+    pauses, failures, aborts and resumes are those of any container. Only the outermost flow
+    is a session's flow: an inner one is not registered, and its `version` only counts in the
+    outer flow's fingerprint (bump it to refuse sessions started before its meaning changed).
+    A body is fixed when its flow is built; a flow that contains itself (a body changed
+    afterwards to close a cycle) raises InvalidFlow when a flow around it is built.
     """
 
     kind = "flow"
@@ -33,20 +62,38 @@ class Flow:
         self._index: dict[tuple[str, ...], Element] = {}
         #: Each element's (and each Parallel branch's) place in the tree, in order.
         self._places: dict[tuple[str, ...], int] = {}
-        self._build_index(self.body, ())
-        description = ("flow", self.name, version, tuple(e._describe() for e in self.body))
-        self.fingerprint = short_hash(repr(description))
+        self._build_index(self.body, (), (self,))
+        self.fingerprint = short_hash(repr(self._describe()))
 
-    def _build_index(self, body: tuple[Element, ...], base: tuple[str, ...]) -> None:
+    def _build_index(
+        self, body: tuple[Element, ...], base: tuple[str, ...], within: tuple[Element, ...]
+    ) -> None:
+        """Index `body` (at `base`, inside the containers `within`, outermost first), refusing
+        a container found inside itself: the walk would never end."""
         for element in body:
             key = base + (element.name,)
             self._index[key] = element
             self._places[key] = len(self._places)
-            for label, child_body in element._bodies():
+            bodies = element._bodies()
+            if not bodies:
+                continue
+            if any(element is outer for outer in within):
+                names = "/".join(e.name for e in within + (element,))
+                msg = f"{element.kind} {element.name!r} contains itself ({names})"
+                raise InvalidFlow(msg)
+            for label, child_body in bodies:
                 # A Parallel's branch name is part of its elements' paths.
                 inner = key + (label,) if element.labelled else key
                 self._places.setdefault(inner, len(self._places))
-                self._build_index(child_body, inner)
+                self._build_index(child_body, inner, within + (element,))
+
+    def _bodies(self) -> Iterable[tuple[str, tuple[Element, ...]]]:
+        return (("body", self.body),)
+
+    def _describe(self) -> tuple[Any, ...]:
+        # The root's description, unchanged since before flows nested: the fingerprints of
+        # existing sessions' flows stay what they were.
+        return ("flow", self.name, self.version, tuple(e._describe() for e in self.body))
 
     def find(self, path: tuple[Any, ...]) -> Element | None:
         """The element at a run path (iteration indexes are ignored), or None."""
@@ -65,7 +112,20 @@ class Flow:
                 key.append(part)
         return tuple(key)
 
-    def _run(self, ex: Execution) -> Generator[Signal, Any, Any]:
+    def _run(
+        self,
+        ex: Execution,
+        path: tuple[Any, ...] = (),
+        prev: Any = None,
+        scope: Scope = ROOT,
+    ) -> Generator[Signal, Any, Any]:
+        """The session's generator tree when this is its flow (`path` empty: the driver calls
+        `flow._run(execution)`), else this flow's run as an element of another one."""
+        if path:
+            return self._inline(ex, path, prev, scope)
+        return self._root(ex)
+
+    def _root(self, ex: Execution) -> Generator[Signal, Any, Any]:
         state = ex.state
         start = len(state.outputs)
         # A large input or output kept out of line (state.OutOfLine) is handed on as its
@@ -74,6 +134,28 @@ class Flow:
         prev = resume_prev(self.body, start, state.outputs, state.input)
         result = yield from run_body(ex, self.body, (), start, prev, ROOT)
         return unwrap(result)
+
+    def _inline(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, Any]:
+        """Run as a container of one body: its frame (kind "flow") holds its position and the
+        outputs of its elements, so a resume fast-forwards into it as into a Branch's side."""
+        body = self.body
+        frame = ex.take_frame(path)
+        if frame is None:
+            ex.room -= frame_bytes(path)  # checked with what the container adds next
+            ex.emit(ev.NODE_STARTED, path, _STARTED)
+            child, first = 0, prev
+        else:
+            child = frame.child
+            first = resume_prev(body, child, frame.child_outputs, prev)
+        result = yield from run_body(ex, body, path, child, first, scope)
+        if type(result) is Route:  # a Graph routes by it (see graph.py)
+            out = result.value
+            completed(ex, path, out, ex.size_of(out), {"action": result.action})
+            return result
+        completed(ex, path, result, ex.size_of(result))
+        return result
 
     def __repr__(self) -> str:
         return f"Flow({self.name!r}, version={self.version!r})"

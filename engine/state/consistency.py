@@ -189,6 +189,8 @@ def _inside(element: Element, frame: ContainerFrame) -> tuple[str | None, Path, 
         else:
             return f"its side {side!r} is neither 'then' nor 'otherwise'", (), None
         base, started = frame.path, True  # a Branch's one iteration begins as it starts
+    elif isinstance(element, Flow):
+        body, base, started = element.body, frame.path, True  # its one body, no iterations
     elif isinstance(element, ForEach):
         body, started = element.body, frame.started
         size = frame.size or 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph", "parallel"})
+CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph", "parallel", "flow"})
 #: The kind of the frame of one in-flight iteration (or branch) of a concurrent container.
 LANE = "lane"
 STATUSES = ("running", "paused", "completed", "failed", "cancelled")

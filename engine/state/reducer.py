@@ -144,7 +144,8 @@ def node_completed(
     if "state" in data or "metrics" in data or "state_deleted" in data:
         _merge_effects(fields, data, owned)
     if stack:
-        top = _top(scope, key, owned)
+        # _top(scope, key, owned), inlined when owned: every step in a container.
+        top = stack[-1].__dict__ if owned else _top(scope, key, owned)
         outs = top["child_outputs"]
         if not owned:
             outs = top["child_outputs"] = dict(outs)
@@ -191,12 +192,15 @@ def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
 def _node_started(
     fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
 ) -> None:
-    """A step starts: nothing moves. A container starts: open its frame (with lanes when it
-    runs its iterations concurrently)."""
+    """A step starts: nothing moves. A container (a nested Flow included) starts: open its
+    frame (with lanes when it runs its iterations concurrently)."""
     kind = data.get("kind")
     if kind in CONTAINER_KINDS:
         scope, key = _scope(fields, path, owned)
-        frame = ContainerFrame(node=path[-1], kind=kind, path=path, size=data.get("size"))
+        # A nested Flow's one body begins as it starts: no iteration event says so.
+        frame = ContainerFrame(
+            node=path[-1], kind=kind, path=path, size=data.get("size"), started=kind == "flow"
+        )
         if kind == "parallel" or data.get("concurrency", 1) != 1:
             frame.__dict__["lanes"] = {}
         scope[key] = scope[key] + (_copy(frame),)

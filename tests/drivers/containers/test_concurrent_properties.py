@@ -1,7 +1,7 @@
 """Property tests of the resume invariants with concurrent containers and many pauses.
 
-Random trees mixing `ForEach(concurrency=1..4 or None)`, `Parallel`, sequential ForEach, Loop
-and Branch, with sync and async steps, Gates, Waits and `ctx.interrupt` in random places, and
+Random trees mixing `ForEach(concurrency=1..4 or None)`, `Parallel`, sequential ForEach, Loop,
+Branch and nested Flows, with sync and async steps, Gates, Waits and `ctx.interrupt` in random places, and
 aborts requested at random moments, are run and resumed in random orders: one token at a
 time (`resume`) or random subsets of `out.pauses` at once (`resume_many`). At every pause and
 at the end:
@@ -74,6 +74,7 @@ def descriptions(depth: int) -> st.SearchStrategy[tuple[Any, ...]]:
         st.tuples(st.just("parallel"), concurrency, st.lists(bodies, min_size=1, max_size=3)),
         st.tuples(st.just("loop"), st.integers(1, 2), bodies),
         st.tuples(st.just("branch"), st.booleans(), bodies, bodies),
+        st.tuples(st.just("flow"), bodies),  # a Flow nested inline
     )
     named = containers.map(lambda t: (*t, _name(t[0][:2])))
     return st.one_of(descriptions(0), named, named)  # containers twice as likely as leaves
@@ -123,6 +124,8 @@ class Harness:
                 until=lambda ctx, n=n: ctx.iteration + 1 >= n,
                 max_iterations=3,
             )
+        if kind == "flow":
+            return Flow(name, [self.build(d, sequential) for d in desc[1]])
         _, taken, then, otherwise, _ = desc
         return Branch(
             name,
@@ -198,6 +201,9 @@ def concurrency_by_path(body: list[tuple[Any, ...]]) -> dict[str, int | None]:
                 walk(d)
         elif kind == "branch":
             for d in (*desc[2], *desc[3]):
+                walk(d)
+        elif kind == "flow":
+            for d in desc[1]:
                 walk(d)
 
     for d in body:

@@ -1,6 +1,6 @@
 """Property tests of the resume invariants over random flows.
 
-For random trees of ForEach / Loop / Branch / Graph / Gate / interrupting steps / steps that
+For random trees of ForEach / Loop / Branch / Graph / nested Flow / Gate / interrupting steps / steps that
 fail and are retried (in place, or after a back-off that pauses the session until
 `resume_due`), with aborts requested at random moments, every pause and the end satisfy: the state equals the fold of
 the event log, seq is gap-free, no element completes twice, and the output equals that of the
@@ -112,6 +112,7 @@ def elements(h: Harness, depth: int) -> st.SearchStrategy[Any]:
             lambda t: Branch(_name("br"), when=lambda ctx, b=t[0]: b, then=t[1], otherwise=t[2])
         ),
         st.tuples(elements(h, depth - 1), elements(h, depth - 1)).map(lambda t: _graph(t[0], t[1])),
+        bodies.map(lambda body: Flow(_name("fl"), body)),  # a Flow nested inline
     )
 
 

@@ -1,8 +1,8 @@
 """A snapshot that cannot be continued is refused before its token is used.
 
 Corrupt bytes, wrong types, and positions the flow does not have (a frame of no container, a
-child past the end of its body, an iteration past the items, a Graph node or Branch side that
-does not exist, a pause where the run does not stand) raise SnapshotError from `resume`,
+child past the end of its body (a nested Flow's too), an iteration past the items, a Graph node
+or Branch side that does not exist, a pause where the run does not stand) raise SnapshotError from `resume`,
 `resume_due` and `recover` — never IndexError, KeyError or TypeError — and the session stays
 exactly as it was: its token unused, its snapshot, events and lease untouched. Restoring the
 snapshot shows nothing was lost. Every test runs on memory, SQLite and PostgreSQL.
@@ -74,12 +74,18 @@ def deep() -> Flow:
     return Flow("deep", [ForEach("outer", [1, 2], inner)])
 
 
-FLOWS = {"nest": nest, "branchy": branchy, "graphy": graphy, "deep": deep}
+def nested() -> Flow:
+    """Paused at outer/0/inner/g: a nested Flow's frame inside a ForEach frame."""
+    return Flow("nested", [ForEach("outer", [1, 2], Flow("inner", [Gate("g")]))])
+
+
+FLOWS = {"nest": nest, "branchy": branchy, "graphy": graphy, "deep": deep, "nested": nested}
 DONE = {
     "nest": [{"approved": True}] * 3,
     "branchy": {"approved": True},
     "graphy": {"approved": True},
     "deep": [{"approved": True}, {"approved": True}],
+    "nested": [{"approved": True}, {"approved": True}],
 }
 
 
@@ -135,6 +141,13 @@ INCONSISTENT = {
         "outer/1/inner",
     ),
     "nested frame of a container not begun": ("deep", frame(0, started=False), "no iteration"),
+    "nested flow's child past its body": ("nested", frame(1, child=9), "child 9"),
+    "nested flow's frame of another kind": ("nested", frame(1, kind="loop"), "has a flow"),
+    "nested flow's frame in another iteration": (
+        "nested",
+        frame(1, path=["outer", 1, "inner"]),
+        "outer/1/inner",
+    ),
 }
 
 #: (flow, change of the snapshot's bytes)
