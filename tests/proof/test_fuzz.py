@@ -66,7 +66,7 @@ def test_the_decoder_checker_catches_an_unregistered_class_restored() -> None:
 def test_a_hang_is_interrupted() -> None:
     start = time.perf_counter()
     got = fuzz.probe(lambda: time.sleep(5), hang=0.05)
-    assert isinstance(got.error, fuzz.Hang) and time.perf_counter() - start < 2
+    assert isinstance(got.error, fuzz.Hang) and time.perf_counter() - start < 4.5  # not the 5 s
 
 
 class Lenient(Runtime):
