@@ -43,9 +43,16 @@ def test_the_decoder_checker_catches_an_untyped_error() -> None:
     assert found and "raised KeyError" in found[0].message
 
 
+def _spin(seconds: float) -> None:
+    """Work the CPU for `seconds` of this process's CPU time (what the campaign measures)."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 def test_the_decoder_checker_catches_a_slow_input() -> None:
     tally = fuzz.Tally("decoder", 0, 1, time_limit=0.005)
-    found = planted_decoders(tally, lambda data: time.sleep(0.01))
+    found = planted_decoders(tally, lambda data: _spin(0.02))
     assert found and all("took" in v.message for v in found)
 
 
@@ -66,7 +73,7 @@ def test_the_decoder_checker_catches_an_unregistered_class_restored() -> None:
 def test_a_hang_is_interrupted() -> None:
     start = time.perf_counter()
     got = fuzz.probe(lambda: time.sleep(5), hang=0.05)
-    assert isinstance(got.error, fuzz.Hang) and time.perf_counter() - start < 2
+    assert isinstance(got.error, fuzz.Hang) and time.perf_counter() - start < 4.5  # not the 5 s
 
 
 class Lenient(Runtime):

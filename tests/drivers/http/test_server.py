@@ -580,7 +580,7 @@ def test_session_stream_starts_after_the_given_seq_and_sees_other_processes(tmp_
         started = time.monotonic()
         resumed = other.resume(out.token, True)
         [first] = stream.events(1)
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 20  # polled every 0.2 s: a loaded machine is slow
         assert first["data"]["seq"] == last + 1 and first["data"]["type"] == "run.resumed"
         stream.close()
     assert resumed.paused and resumed.token not in json.dumps(first)

@@ -157,8 +157,9 @@ def test_stop_from_another_thread_wakes_a_long_wait() -> None:
     time.sleep(0.1)
     started = time.monotonic()
     worker.stop()
-    thread.join(5)
-    assert not thread.is_alive() and time.monotonic() - started < 2
+    thread.join(30)
+    # Woken, not waiting out its 60 s interval (however loaded the machine).
+    assert not thread.is_alive() and time.monotonic() - started < 20
 
 
 # --- batches, stopping ---------------------------------------------------------------------------

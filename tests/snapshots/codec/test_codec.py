@@ -653,18 +653,18 @@ def test_every_encodable_value_round_trips_with_its_types(value: Any) -> None:
 
 
 def assert_refused(data: Any, match: str | None = None) -> SnapshotError:
-    started = time.perf_counter()
+    started = time.process_time()  # CPU: the work done, whatever else loads the machine
     with pytest.raises(SnapshotError, match=match) as info:
         loads(data)
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
     return info.value
 
 
 def decode_or_refuse(data: Any) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     with contextlib.suppress(SnapshotError):
         loads(data)
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 @settings(max_examples=400, deadline=500)

@@ -298,7 +298,7 @@ def test_a_claim_passes_over_a_locked_message_without_waiting(postgres: Any, sch
             started = time.monotonic()
             assert store.claim_mail("job", "s1") == (second, b"b")
             assert store.claim_mail("job", "s2") is None  # the only one left is held
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 10  # (a call that waited would hang here)
         assert store.claim_mail("job", "s2") == (first, b"a")  # free again with the lock
 
 
@@ -594,7 +594,7 @@ def test_a_renewal_waits_for_a_row_lock_instead_of_failing(postgres: Any, schema
             # Another claimant does not wait: the row is locked, and the lease is not its.
             started = time.monotonic()
             assert store.claim("s1", "b", until=until, now=T0 + dt.timedelta(seconds=40)) is False
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 10  # (a call that waited would hang here)
             # The owner's renewal waits for the lock to go, then succeeds.
             threading.Timer(0.3, locker.commit).start()
             later = T0 + dt.timedelta(seconds=60)
