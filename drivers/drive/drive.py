@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from tarry.drivers.clock import sleepers
 from tarry.drivers.drive.ledger import StoreLedger
-from tarry.drivers.drive.outcome import ERROR, Outcome, all_pauses, outcome_of, stored_pauses
+from tarry.drivers.drive.outcome import (
+    ERROR,
+    Outcome,
+    all_pauses,
+    outcome_of,
+    pause_of,
+    stored_pauses,
+)
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
 from tarry.engine.elements.flow import Flow
@@ -20,7 +27,7 @@ from tarry.engine.failure import fail, record_failure
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog
-from tarry.engine.state.lanes import concurrent, park, parked, restore, scope_of
+from tarry.engine.state.lanes import concurrent, park, parked, restore
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState, pause_to_data
 from tarry.engine.state.reducer import error_to_data
 from tarry.snapshots.codec.pack import loads
@@ -591,24 +598,10 @@ def record_pauses(
     # The first of its stored waits (one row, whatever the number parked); a failed session
     # resumed has none: the first wait its state holds then.
     stored = core.store.waits(ex.session_id, limit=1)
-    if stored:
-        first = stored[0]
-        pause = decode_lane(first.lane).pause if first.lane else None
-        if pause is None:
-            pause = pause_at(ex.state, first.path)
-    else:
-        first, pause = None, all_pauses(ex.state)[0]
+    first = stored[0] if stored else None
+    pause = None if first is None else pause_of(first, ex.state)
+    if pause is None:
+        pause = all_pauses(ex.state)[0]
     ex.emit(ev.RUN_PAUSED, pause.path, pause_to_data(pause))
     drive.first = pause
     return waits, first
-
-
-def pause_at(state: SessionState, path: tuple[Any, ...]) -> PauseState:
-    """The wait the state holds at `path`: a lane's, or the session's own."""
-    scope = scope_of(state, path)
-    pause = scope.pause if scope is not state else None
-    if pause is not None and pause.path == path:
-        return pause
-    if state.pause is not None:
-        return state.pause
-    return all_pauses(state)[0]

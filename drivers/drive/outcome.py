@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from tarry.engine.state.lanes import concurrent, pauses, scope_of
+from tarry.engine.state.lanes import concurrent, pause_at, pauses
 from tarry.engine.state.records import ErrorInfo, OutOfLine, PauseState, SessionState
-from tarry.snapshots.records import decode_lane
+from tarry.snapshots.records import WaitRecord, decode_lane
 
 OK, PAUSED, ERROR = "ok", "paused", "error"
 
@@ -246,14 +246,9 @@ def stored_pauses(
     infos: list[PauseInfo] = []
     own = state.pause
     for wait in store.waits(state.session_id):
-        if wait.lane:
-            pause = decode_lane(wait.lane).pause
-        else:
-            pause = own if own is not None and own.path == wait.path else _held(state, wait.path)
-        if pause is None:
-            continue
-        info = pause_info(pause, partial, tokens.token(wait.token))
-        infos.append(info)
+        pause = pause_of(wait, state)
+        if pause is not None:
+            infos.append(pause_info(pause, partial, tokens.token(wait.token)))
     if order is not None:
         infos.sort(key=lambda info: order(info.path))
     lead = first if first is not None else None if own is None else own.path
@@ -264,7 +259,9 @@ def stored_pauses(
     return tuple(infos)
 
 
-def _held(state: SessionState, path: tuple[Any, ...]) -> PauseState | None:
-    scope = scope_of(state, path)
-    pause = scope.pause if scope is not state else state.pause
-    return pause if pause is not None and pause.path == path else None
+def pause_of(wait: WaitRecord, state: SessionState) -> PauseState | None:
+    """The wait a wait row stands for: its parked lane's, or the one `state` holds at its path
+    (None when neither has it)."""
+    if wait.lane:
+        return decode_lane(wait.lane).pause
+    return pause_at(state, wait.path)

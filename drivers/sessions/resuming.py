@@ -31,7 +31,7 @@ from tarry.engine.errors import (
     UnknownToken,
 )
 from tarry.engine.state import events as ev
-from tarry.engine.state.lanes import concurrent, restore, scope_of, unpark
+from tarry.engine.state.lanes import concurrent, pause_at, restore, unpark
 from tarry.engine.state.records import ErrorInfo, PauseState, SessionState
 from tarry.engine.state.reducer import fold
 from tarry.snapshots.records import SessionRecord, decode_lane
@@ -103,11 +103,9 @@ def wait_of(
         except SnapshotError as exc:
             msg = f"session {state.session_id!r}: its wait {key[:12]} cannot be read: {exc}"
             raise SnapshotError(msg) from exc
-    scope = scope_of(state, wait.path)
-    found = scope.pause if scope is not state else state.pause
-    lane = wait.lane or None
-    if found is not None and found.path == wait.path:
-        return state, found, lane
+    found = pause_at(state, wait.path)
+    if found is not None:
+        return state, found, wait.lane or None
     return state, state.pause, None
 
 

@@ -107,24 +107,21 @@ def park(state: SessionState, path: tuple[Any, ...]) -> ContainerFrame | None:
     """Take out of `state` (a run's own, changed in place) the lane whose own wait is at
     `path`, counting it as parked in its container; None when the wait at `path` is not a
     lane's (the session's own wait, or a lane that holds a waiting lane of its own)."""
-    container = None
-    scope: SessionState | ContainerFrame = state
-    stack = state.container_stack
-    while stack:
-        top = stack[-1]
-        lanes = top.lanes
-        if lanes is None:
-            break
-        n = len(top.path)
-        lane = lanes.get(path[n]) if len(path) > n else None
-        if lane is None:
-            break
-        container, scope, stack = top, lane, lane.stack
-    if container is None or scope.pause is None or scope.pause.path != path:
+    chain = chain_of(state, path)
+    lane = chain[-1]
+    if len(chain) < 2 or lane.pause is None or lane.pause.path != path:
         return None
-    del container.lanes[scope.path[-1]]  # type: ignore[union-attr]
+    container = stack_of(chain[-2])[-1]
+    del container.lanes[lane.path[-1]]  # type: ignore[union-attr]
     container.__dict__["parked"] += 1
-    return scope  # type: ignore[return-value]
+    return lane  # type: ignore[return-value]
+
+
+def pause_at(state: SessionState, path: tuple[Any, ...]) -> PauseState | None:
+    """The wait the state holds at `path` (its innermost lane's, or its own), or None."""
+    scope = scope_of(state, path)
+    pause = scope.pause
+    return pause if pause is not None and pause.path == path else None
 
 
 def unpark(state: SessionState, lane: ContainerFrame) -> SessionState:
@@ -165,19 +162,9 @@ def restore(state: SessionState, lanes: Iterable[ContainerFrame]) -> SessionStat
     container parked."""
     for lane in lanes:
         at = lane.path[:-1]
-        stack = state.container_stack
-        container = None
-        while stack:
-            top = stack[-1]
-            if top.lanes is None or len(top.path) > len(at):
-                break
-            if top.path == at:
-                container = top
-                break
-            inner = top.lanes.get(at[len(top.path)])
-            if inner is None:
-                break
-            stack = inner.stack
+        scope = scope_of(state, at)
+        stack = stack_of(scope)
+        container = stack[-1] if stack and stack[-1].path == at else None
         if container is None or container.parked < 1 or lane.path[-1] in container.lanes:
             msg = f"session {state.session_id!r} has no parked lane at {list(lane.path)!r}"
             raise SnapshotError(msg)
