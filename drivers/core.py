@@ -47,6 +47,7 @@ class Core:
 
     __slots__ = (
         "store",
+        "wake_parent",
         "clock",
         "ns",
         "durability",
@@ -158,6 +159,14 @@ class Core:
         self.logs = LogSettings(log_level, max_logs)
         #: Where the sync steps of concurrent lanes run (executors.py).
         self.executors = Executors(max_threads, executor)
+        #: wake_parent(core, end key): the parent waiting on a child's end just queued takes it
+        #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
+        #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
+        self.wake_parent: Callable[[Core, str], Any] = _no_parent
+
+
+def _no_parent(core: Core, key: str) -> None:
+    return None
 
 
 def _takes_version(store: SessionStore) -> bool:

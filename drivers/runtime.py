@@ -116,6 +116,8 @@ class Runtime:
             max_threads=max_threads,
             executor=executor,
         )
+        # A child's end wakes its parent through the delivery road (loaded when first used).
+        self._core.wake_parent = _wake_parent
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a
@@ -582,3 +584,7 @@ class Runtime:
         function that unsubscribes. Runs already in progress keep the subscribers they
         started with; a callback that raises is logged and does not disturb the run."""
         return self._core.hub.subscribe(callback, session_id)
+
+
+def _wake_parent(core: Core, key: str) -> Any:
+    return delivering.wake_parent(core, key)
