@@ -321,6 +321,7 @@ class Runtime:
         at: tuple[Any, ...] | None = None,
         session_id: str | None = None,
         flow: Flow | None = None,
+        meta: dict[str, Any] | None = None,
         actor: str | None = None,
     ) -> Outcome:
         """Start a new session from the state session `original` had after its event `at_seq`
@@ -336,7 +337,9 @@ class Runtime:
         `session_id`: the new session's id (a new one when None; SessionExists if taken).
         `flow`: the flow it goes on with, by default the registered one whose fingerprint the
         original ran with then; a changed flow of its name is accepted if it fits where the
-        session stood (else FlowMismatch). UnknownSession for an unknown or pruned original;
+        session stood (else FlowMismatch). `meta`: keys to set in the new session's meta, a
+        copy of the original's; `actor`: who forks, recorded in the fork's `run.resumed`
+        event. UnknownSession for an unknown or pruned original;
         InvalidArgument (nothing written) for both or neither of `at_seq` and `at`, an
         `at_seq` below 1 or past the log, or a path `at` at which nothing ever started.
         See docs/fork.md."""
@@ -347,6 +350,7 @@ class Runtime:
             at=at,
             new_id=session_id,
             flow=flow,
+            meta=meta,
             actor=actor,
             resume=prepare,
         )

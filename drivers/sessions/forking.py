@@ -61,13 +61,15 @@ def fork(
     at: Any = None,
     new_id: str | None = None,
     flow: Flow | None = None,
+    meta: dict[str, Any] | None = None,
     asynchronous: bool = False,
     actor: str | None = None,
     resume: Resume,
 ) -> AwaitableOrValue[Outcome]:
     """Start a new session from the state of `session_id` after its event `at_seq` (or just
     before the element at path `at` first started) and drive it from there; see the module
-    docstring. `resume`: how the new session's waits are resumed (resuming.prepare)."""
+    docstring. `meta`: keys to set in the new session's meta (which starts as a copy of the
+    original's). `resume`: how the new session's waits are resumed (resuming.prepare)."""
     check_actor(actor)
     core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     if (at_seq is None) == (at is None):
@@ -117,7 +119,10 @@ def fork(
         validate(sid, fingerprint, state, flow)
     else:
         more = []
-    meta = {**view.meta, FORKED_FROM: origin}
+    if meta is not None and not isinstance(meta, dict):
+        msg = f"meta must be a dict (got {describe(meta)})"
+        raise InvalidArgument(msg)
+    meta = {**view.meta, **(meta or {}), FORKED_FROM: origin}
     core.check(meta, "meta")
     core.flows.register(flow)
     ended = state.status == "completed"  # forked at its very end: nothing to run
@@ -170,13 +175,23 @@ def _path(at: Any) -> tuple[Any, ...]:
 
 
 def _before(view: SessionView, path: tuple[Any, ...]) -> int:
-    """The seq of the event just before the element at `path` first started; InvalidArgument
-    when it never started."""
+    """The seq of the event just before the element at `path` first started — or the
+    iteration: a ForEach's or Loop's by its index (`("tickets", 3)`), a Parallel's branch by
+    its name; InvalidArgument when it never started."""
     after = 0
+    container, last = path[:-1], path[-1]
+    by = "index" if type(last) is int else "item"
     while True:
         page = view.events(after, PAGE)
         for event in page:
             if event.type == ev.NODE_STARTED and event.path == path:
+                return event.seq - 1
+            if (
+                event.type == ev.ITERATION_STARTED
+                and event.path == container
+                and event.data.get(by) == last
+                and type(event.data.get(by)) is type(last)
+            ):
                 return event.seq - 1
         if len(page) < PAGE:
             break
