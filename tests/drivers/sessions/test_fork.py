@@ -384,3 +384,52 @@ def test_a_pruned_session_cannot_be_forked(store: Any) -> None:
     with pytest.raises(UnknownSession):
         rt.fork("orig", at_seq=3)
     assert count_sessions(rt) == 0
+
+
+# -- more points ------------------------------------------------------------------------------
+
+
+def test_fork_right_after_a_resume_keeps_its_value(store: Any) -> None:
+    flow = Flow("waiting", [counted("a"), Wait("w"), counted("b")])
+    rt = Runtime(store=store)
+    out = rt.run(flow, session_id="orig")
+    rt.resume(out.token, 41)
+    RUNS.clear()
+    at = seq_of(rt, "orig", "run.resumed", ("w",))
+    forked = rt.fork("orig", at_seq=at)
+    assert forked.ok and Counter({"b": 1}) == RUNS
+    assert rt.session(forked.session_id).state.outputs["w"] == 41
+
+
+def test_fork_of_a_cancelled_session_goes_on(store: Any) -> None:
+    flow = Flow("gated", [counted("a"), Gate("ok"), counted("b")])
+    rt = Runtime(store=store)
+    out = rt.run(flow, session_id="orig")
+    rt.cancel("orig")
+    last = rt.session("orig").events()[-1]
+    assert last.type == "run.cancelled"
+    forked = rt.fork("orig", at_seq=last.seq)
+    assert forked.paused and forked.pause.path == ("ok",) and forked.meta["trigger"] == "fork"
+    assert rt.session("orig").status == "cancelled"
+    assert out.token != forked.token
+
+
+def test_fork_at_a_parallel_branch_and_a_large_input(store: Any) -> None:
+    from tarry import Parallel
+
+    big = {"text": "x" * 200_000}
+    flow = Flow(
+        "both",
+        [
+            Parallel("p", {"left": counted("l"), "right": counted("r")}, concurrency=1),
+            counted("after"),
+        ],
+    )
+    rt = Runtime(store=store, durability="step")
+    rt.run(flow, big, session_id="orig")
+    RUNS.clear()
+    forked = rt.fork("orig", at=("p", "right"))
+    assert forked.ok and Counter({"r": 1, "after": 1}) == RUNS
+    view = rt.session(forked.session_id)
+    assert view.state.input == big and view.durability == "step"
+    assert view.state.outputs["p"] == {"left": 1, "right": 1}
