@@ -433,3 +433,32 @@ def test_fork_at_a_parallel_branch_and_a_large_input(store: Any) -> None:
     view = rt.session(forked.session_id)
     assert view.state.input == big and view.durability == "step"
     assert view.state.outputs["p"] == {"left": 1, "right": 1}
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_fork_mid_foreach_of_a_session_that_never_stored_its_values(
+    store: Any, concurrency: int
+) -> None:
+    """A run that completed without a pause never wrote its ForEach's items and results to
+    the store: the fork takes them from the original's events."""
+
+    @step(name="sq")
+    def sq(ctx: Any) -> int:
+        RUNS[f"sq{ctx.item}"] += 1
+        return ctx.item * ctx.item
+
+    flow = Flow("squares", [ForEach("xs", lambda ctx: list(range(6)), sq, concurrency=concurrency)])
+    rt = Runtime(store=store)
+    assert rt.run(flow, session_id="orig").output == [0, 1, 4, 9, 16, 25]
+    RUNS.clear()
+    at = next(
+        e.seq
+        for e in rt.session("orig").events()
+        if e.type == "container.iteration_completed" and e.data["index"] == 2
+    )
+    forked = rt.fork("orig", at_seq=at)
+    assert forked.ok and forked.output == [0, 1, 4, 9, 16, 25]
+    done = {e.data["index"] for e in rt.session("orig").events()[:at]
+            if e.type == "container.iteration_completed"}  # fmt: skip
+    assert set(RUNS) == {f"sq{i}" for i in range(6) if i not in done}
+    assert all(n == 1 for n in RUNS.values())
