@@ -85,6 +85,9 @@ def fork(
             f"valid UTF-8 (got {describe(new_id)})"
         )
         raise InvalidArgument(msg)
+    if meta is not None and not isinstance(meta, dict):
+        msg = f"meta must be a dict (got {describe(meta)})"
+        raise InvalidArgument(msg)
     view = view_of(core, session_id)  # UnknownSession: none, or pruned
     if path is not None:
         at_seq = _before(view, path)
@@ -119,9 +122,6 @@ def fork(
         validate(sid, fingerprint, state, flow)
     else:
         more = []
-    if meta is not None and not isinstance(meta, dict):
-        msg = f"meta must be a dict (got {describe(meta)})"
-        raise InvalidArgument(msg)
     meta = {**view.meta, **(meta or {}), FORKED_FROM: origin}
     core.check(meta, "meta")
     core.flows.register(flow)
@@ -142,6 +142,8 @@ def fork(
     )
     written = [*copied, *more]
     core.store.create(record, events=written)  # SessionExists: nothing changed
+    # Before it runs (a crash in between leaves a session whose ForEach fails with
+    # SnapshotError when reached, resumably; stores create no values with a session).
     if values:
         core.store.put_values(sid, values)
     if ended:
@@ -218,7 +220,9 @@ def _identity(view: SessionView, fingerprint: str) -> SessionRecord:
 
 def _fingerprint(fingerprint: str, events: list[Event]) -> str:
     """The fingerprint of the flow the session ran with at the fork point: the last changed
-    flow a resume recorded by then (`allow_changed=True`), else the one it runs with now."""
+    flow a resume recorded by then (`allow_changed=True`), else the one it runs with now.
+    (That is the one it started with unless a resume changed its flow after the fork point:
+    the log does not say which it started with, and `validate` checks that it fits.)"""
     for event in reversed(events):
         changed = event.data.get("flow") if event.type == ev.RUN_RESUMED else None
         if type(changed) is dict and type(changed.get("fingerprint")) is str:
