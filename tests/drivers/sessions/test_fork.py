@@ -345,6 +345,7 @@ def test_fork_with_a_changed_flow(store: Any) -> None:
         {"at": ("b", 1.5)},
         {"at_seq": 3, "session_id": ""},
         {"at_seq": 3, "session_id": 7},
+        {"at_seq": 3, "meta": "x"},
     ],
 )
 def test_bad_input_raises_and_writes_nothing(store: Any, kwargs: dict[str, Any]) -> None:
