@@ -124,6 +124,13 @@ class SessionView:
             after = page[-1].seq
 
     @property
+    def forked_from(self) -> dict[str, Any] | None:
+        """Where a session made by `Runtime.fork` came from: `{"session_id": ..., "seq": ...}`
+        (the original and the seq of its last event the fork holds); None for any other."""
+        found = self._record.meta.get("forked_from")
+        return dict(found) if isinstance(found, dict) else None
+
+    @property
     def created_at(self) -> datetime:
         return self._record.created_at
 
