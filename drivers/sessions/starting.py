@@ -214,7 +214,10 @@ def _waiting_mail(core: Core, drive: Drive, sid: str) -> list[tuple[str, MailRec
     """(token key, message) for each wait of the session that a queued message is for."""
     found: list[tuple[str, MailRecord]] = []
     taken: set[int] = set()
-    for key, token in drive.keyed.items():
+    keyed = drive.keyed
+    if len(keyed) > 1:  # one lookup for them all (a wide pause registers thousands)
+        keyed = {key: keyed[key] for key in core.store.queued_keys(list(keyed))}
+    for key, token in keyed.items():
         for message in core.store.queued(key=key, limit=1):
             found.append((token, message))
             taken.add(message.id)
