@@ -169,6 +169,17 @@ def deliver_importing(
                 raise
 
 
+def recover_importing(runtime: Runtime, tried: set[str] | None = None) -> list[Outcome]:
+    """`recover()`, importing the flow of a stale session that the runtime does not know
+    from the `MODULE:FLOW` its meta records (each reference once per `tried`): what
+    `tarry recover` does without a session id."""
+    tried = set() if tried is None else tried
+    round = Round(
+        import_flow=lambda record: bool(register_recorded_flows(runtime, [record], tried))
+    )
+    return recovery.recover(_core(runtime), round)
+
+
 # --- the loop --------------------------------------------------------------------------------
 
 #: Seconds between a stopping worker's requests to stop the session it has in hand, while that

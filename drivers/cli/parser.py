@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     drive_opts.add_argument(
         "--lease",
         type=float,
-        default=30.0,
+        default=10.0,
         help="seconds before another process may recover a run that died",
     )
     progress = argparse.ArgumentParser(add_help=False)
@@ -124,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("token")
     p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
+
+    p = command(
+        "recover",
+        driving.recover,
+        "take over sessions whose process died (stale: their lease lapsed)",
+        as_json,
+        drive_opts,
+    )
+    p.add_argument("session", nargs="?", metavar="ID", help="only this session")
 
     p = command(
         "deliver",

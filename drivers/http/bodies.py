@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -13,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from tarry.drivers.reading.jsonable import dumps, session_to_dict
-from tarry.drivers.reading.views import SessionView
+from tarry.drivers.reading.views import STALE, SessionView
 from tarry.engine.errors import (
     ConcurrentUpdate,
     FlowMismatch,
@@ -61,15 +62,21 @@ class BadRequest(Exception):
 # --- JSON in and out ---------------------------------------------------------------------------
 
 
-def session_json(view: SessionView) -> dict[str, Any]:
+def session_json(view: SessionView, now: datetime | None = None) -> dict[str, Any]:
     """A session for the API: where it stands, and what may be done with it next. The token is
-    included: only callers who passed the guard get here."""
+    included: only callers who passed the guard get here. At `now`, a running session whose
+    lease lapsed shows as "stale" (its process died; `recover` takes it over)."""
     data = session_to_dict(view)
+    data["lease_until"] = view.lease_until
+    stale = now is not None and view.stale(now)
+    if stale:
+        data["status"] = STALE
     token, status = data["token"], data["status"]
     data["actions"] = {
         "resume": token is not None and status in ("paused", "failed"),
-        "cancel": status in ("paused", "failed", "running"),
-        "abort": status == "running",
+        "cancel": status in ("paused", "failed", "running", STALE),
+        "abort": status in ("running", STALE),
+        "recover": stale,
         "skip": token is not None and status == "failed",
     }
     # The diagram of the very version it runs (GET it: 404 when this server lacks it).

@@ -57,7 +57,8 @@ TIME_PARAM = {"type": "string", "description": "ISO 8601 (no offset: UTC) or epo
 SINCE = _query("since", TIME_PARAM, "only sessions created at this time or later")
 UNTIL = _query("until", TIME_PARAM, "only sessions created before this time")
 FLOW = _query("flow", _STR, "only sessions of this flow (its name)")
-STATUS_ENUM = ["running", "paused", "completed", "failed", "cancelled"]
+#: "stale" is shown, never stored: a running session whose lease lapsed (its process died).
+STATUS_ENUM = ["running", "paused", "completed", "failed", "cancelled", "stale"]
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
@@ -113,6 +114,10 @@ SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "wake_at": {"type": ["string", "null"]},
+            "lease_until": {
+                "type": ["string", "null"],
+                "description": "when the lease of a running session ends (stale after it)",
+            },
         },
     ),
     "SessionsPage": _obj(
@@ -130,6 +135,7 @@ SCHEMAS: dict[str, Any] = {
             "session_id": _STR,
             "flow": _STR,
             "status": {"enum": STATUS_ENUM},
+            "lease_until": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
             "meta": {"type": "object"},
@@ -149,6 +155,7 @@ SCHEMAS: dict[str, Any] = {
                     "resume": _BOOL,
                     "cancel": _BOOL,
                     "abort": _BOOL,
+                    "recover": _BOOL,
                     "skip": _BOOL,
                 },
             ),

@@ -75,7 +75,8 @@ class SessionRoutes:
 
     async def get_session(self, request: Request) -> Response:
         view = await self._view(request)
-        return json_response(await run_in_threadpool(session_json, view))
+        now = self.rt.clock.now()  # a running session whose lease lapsed shows as stale
+        return json_response(await run_in_threadpool(session_json, view, now))
 
     async def list_events(self, request: Request) -> Response:
         after = int_param(request, "after", 0, 0, None)
