@@ -306,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a login to the page lasts (default: 12)",
     )
     p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="proxies trusted to set X-Forwarded-For/-Proto (comma-separated addresses or "
+        "networks, or *); by default those headers are ignored",
+    )
+    p.add_argument(
         "--flow",
         "--flows",
         dest="flows",

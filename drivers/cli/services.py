@@ -7,7 +7,15 @@ import logging
 import signal
 from typing import Any
 
-from tarry.drivers.cli.common import EXIT_OK, SERVER_EXTRA, StoreError, UsageError, err, runtime_of
+from tarry.drivers.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    SERVER_EXTRA,
+    StoreError,
+    UsageError,
+    err,
+    runtime_of,
+)
 from tarry.drivers.cli.text import summary
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.stores import open_store
@@ -75,7 +83,11 @@ def serve(args: argparse.Namespace) -> int:
             token=args.token,
             users=users,
             session_hours=args.session_hours,
+            forwarded_allow_ips=args.forwarded_allow_ips,
         )
+    except OSError as exc:  # the address is in use, or not this machine's: bound before serving
+        err(f"tarry: {exc.strerror or exc}")
+        return EXIT_ERROR
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
             raise

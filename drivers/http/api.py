@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import settle
 from tarry.drivers.http.bodies import (
+    MAX_QUERY_INT,
     BadRequest,
     body_object,
     error_response,
@@ -296,7 +297,7 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
     # -- streams -----------------------------------------------------------------------------
     async def stream_session(self, request: Request) -> Response:
         given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        if not (given.isascii() and given.isdigit()):
+        if not (given.isascii() and given.isdigit() and int(given[:20]) <= MAX_QUERY_INT):
             raise BadRequest(
                 "BadRequest",
                 f"Last-Event-ID or ?after= must be an event seq, an int >= 0 (got {given!r})",
