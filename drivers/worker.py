@@ -235,6 +235,8 @@ class Worker:
         )
         #: Sessions this worker asked to stop at a checkpoint, to hand back after the round.
         self._stopped: set[str] = set()
+        #: The sessions it handed back (paused at a checkpoint, due at once for any worker).
+        self.handed_back: list[str] = []
 
     @property
     def stopping(self) -> bool:
@@ -311,7 +313,8 @@ class Worker:
         while self._stopped:
             sid = self._stopped.pop()
             try:
-                timers.hand_back(core, sid)
+                if timers.hand_back(core, sid):
+                    self.handed_back.append(sid)
             except Exception:  # it stays paused, for a resume by hand; the others go on
                 log.exception("tarry worker: could not hand back session %s", sid)
 

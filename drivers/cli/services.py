@@ -63,7 +63,11 @@ def worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     err(f"tarry worker: store {args.store}, a round every {args.interval:g} s")
     worker.run_forever()
-    err("tarry worker: stopped (a session in progress was paused and handed back)")
+    if worker.handed_back:
+        ids = ", ".join(worker.handed_back)
+        err(f"tarry worker: stopped (the session in progress, {ids}, was paused and handed back)")
+    else:
+        err("tarry worker: stopped")
     return EXIT_OK
 
 

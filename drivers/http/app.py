@@ -78,6 +78,7 @@ def create_app(
             raise ValueError(msg)
     known = Users(named, session_seconds=float(session_hours) * 3600)
     api = Api(runtime, users=known, poll=float(poll_interval), heartbeat=float(heartbeat))
+    api.login_html = login_page(api.login_html, users=bool(users), token=token is not None)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -137,6 +138,23 @@ def create_app(
     #: Ends every open event stream; `serve` calls it when the server begins to shut down.
     app.state.close_streams = api.streams.close_all
     return app
+
+
+def login_page(html: str, *, users: bool, token: bool) -> str:
+    """The login page, saying which token it asks for: a user's own (named users: `--users`,
+    `$TARRY_USERS`), the server's single one (`--token`, `$TARRY_TOKEN`), or either."""
+    mine = "your own token (the one your name has in this server's users file)"
+    single = (
+        "the server's token (the one given with <code>--token</code> or <code>TARRY_TOKEN</code>)"
+    )
+    if users and token:
+        how = f"This server asks for {mine}, or {single}."
+    elif users:
+        how = f"This server asks for {mine}."
+    else:
+        how = f"This server asks for {single}."
+    start, end = html.index("<!--how-->"), html.index("<!--/how-->") + len("<!--/how-->")
+    return html[:start] + how + html[end:]
 
 
 def serve(
