@@ -22,7 +22,7 @@ from tarry.drivers.http.bodies import (
     read_json,
     session_json,
 )
-from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS
+from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS, root_of, rooted
 from tarry.drivers.http.journal import Journal, journal_feed
 from tarry.drivers.http.mail_routes import MailRoutes
 from tarry.drivers.http.reading import ReadingRoutes, find_flow
@@ -67,15 +67,16 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
 
     # -- the page ----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
-        return HTMLResponse(self.page_html, headers=PAGE_HEADERS)
+        return HTMLResponse(rooted(self.page_html, request.scope), headers=PAGE_HEADERS)
 
     async def login(self, request: Request) -> Response:
         """`{"token": ...}`: set the login cookie of the user whose token it is. At most
         LoginLimit.failures wrong tokens a minute per client address, then 429."""
         if not self.users:  # nothing to log in to
-            return RedirectResponse("/", 303) if request.method == "GET" else Response(None, 204)
+            home = root_of(request.scope) + "/"
+            return RedirectResponse(home, 303) if request.method == "GET" else Response(None, 204)
         if request.method == "GET":
-            return HTMLResponse(self.login_html, headers=PAGE_HEADERS)
+            return HTMLResponse(rooted(self.login_html, request.scope), headers=PAGE_HEADERS)
         client = request.client.host if request.client else "?"
         wait = self.login_limit.retry_after(client)
         if wait:
