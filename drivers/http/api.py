@@ -29,6 +29,7 @@ from tarry.drivers.http.reading import ReadingRoutes, find_flow
 from tarry.drivers.http.session_routes import SessionRoutes
 from tarry.drivers.http.sse import EventStreamResponse, Streams, Wakeup, session_feed
 from tarry.drivers.http.users import LoginLimit, Users
+from tarry.drivers.limits import valid_session_id
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import deliver_importing, register_recorded_flows
 from tarry.engine.elements.waits import Gate
@@ -193,6 +194,21 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
                 partial(self.rt.cancel, request.path_params["sid"], actor=request.state.user)
             )
         )
+
+    async def recover_session(self, request: Request) -> Response:
+        """Take over a stale session (running, its lease lapsed: its process died), importing
+        its flow from the MODULE:FLOW it recorded if this server lacks it: its outcome."""
+        await read_body(request, set())
+        sid = request.path_params["sid"]
+
+        def recover() -> Outcome:
+            record = self.rt.store.load(sid) if valid_session_id(sid) else None
+            if record is not None and self.rt.flows.get(record.flow) is None:
+                register_recorded_flows(self.rt, [record])
+            [outcome] = self.rt.recover(session_id=sid)
+            return outcome
+
+        return json_response(await run_in_threadpool(recover))
 
     async def resume_token(self, request: Request) -> Response:
         body = await read_body(request, {"token", "value"})

@@ -280,6 +280,16 @@ PATHS: dict[str, Any] = {
         },
         [SID],
     ),
+    "/api/sessions/{sid}/recover": _post(
+        "Take over a stale session (running, its lease lapsed: its process died)",
+        None,
+        {
+            "200": _json(_ref("Outcome"), "its outcome once recovered"),
+            "404": _NOT_FOUND,
+            "409": _CONFLICT,
+        },
+        [SID],
+    ),
     "/api/resume": _post(
         "Resume by token",
         _obj(["token"], {"token": _STR, "value": _ANY}, additionalProperties=False),

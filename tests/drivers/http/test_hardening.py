@@ -82,6 +82,7 @@ NUL_REQUESTS = [
     ("POST", "/api/sessions/a%00b/abort", {}),
     ("POST", "/api/sessions/a%00b/cancel", {}),
     ("POST", "/api/sessions/a%00b/skip", {}),
+    ("POST", "/api/sessions/a%00b/recover", {}),
     ("POST", "/api/resume", {"token": NUL, "value": 1}),
     ("POST", "/api/deliver", {"key": NUL, "value": 1}),
     ("POST", "/api/deliver", {"key": "k", "value": [NUL]}),

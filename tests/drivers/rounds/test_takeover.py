@@ -225,3 +225,22 @@ def test_a_live_session_is_not_stale_in_the_http_api_and_a_dead_one_is(tmp_path)
     assert [
         s["session_id"] for s in client.get("/api/sessions?status=stale").json()["sessions"]
     ] == [sid]
+
+
+def test_the_http_api_recovers_a_stale_session(tmp_path) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+    from tarry.drivers.http.app import create_app
+
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    store = SQLiteStore(tmp_path / "r.db")
+    sid = crashed(store, clock)
+    rt = Runtime(store=store, clock=clock, flows=[crashing([], None)])
+    client = TestClient(create_app(rt), base_url="http://127.0.0.1:8765", client=("127.0.0.1", 1))
+    early = client.post(f"/api/sessions/{sid}/recover")
+    assert early.status_code == 409 and early.json()["error"] == "SessionNotResumable"
+    clock.advance(10)
+    done = client.post(f"/api/sessions/{sid}/recover")
+    assert done.status_code == 200 and done.json()["status"] == "ok"
+    assert client.get(f"/api/sessions/{sid}").json()["status"] == "completed"
+    assert client.post("/api/sessions/nope/recover").status_code == 404
