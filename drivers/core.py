@@ -16,6 +16,7 @@ from typing import Any
 from tarry.drivers.adapters import is_bulk
 from tarry.drivers.clock import Clock, SystemClock, clock_ns
 from tarry.drivers.drive.executors import Executors
+from tarry.drivers.drive.lease_keeper import LeaseKeeper
 from tarry.drivers.drive.local_drives import Running
 from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, StateCache
 from tarry.drivers.drive.values import value_check, value_take
@@ -71,6 +72,7 @@ class Core:
         "reported",
         "logs",
         "executors",
+        "keeper",
     )
 
     def __init__(
@@ -99,8 +101,9 @@ class Core:
         if not (isinstance(lease, int | float) and lease > 0):
             msg = f"lease must be a positive number of seconds (got {lease!r})"
             raise InvalidArgument(msg)
-        #: Seconds a running session's lease lasts; renewed at checkpoints. `recover()` in
-        #: another process takes over sessions whose lease ran out.
+        #: Seconds a running session's lease lasts; renewed every third of it (at checkpoints,
+        #: or by the lease keeper during a long step). `recover()` in another process takes
+        #: over sessions whose lease ran out.
         self.lease = float(lease)
         #: This runtime's name on the leases it holds.
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -159,6 +162,8 @@ class Core:
         self.logs = LogSettings(log_level, max_logs)
         #: Where the sync steps of concurrent lanes run (executors.py).
         self.executors = Executors(max_threads, executor)
+        #: Renews the leases of this runtime's drives while a long step runs (lease_keeper.py).
+        self.keeper = LeaseKeeper(self.lease)
         #: wake_parent(core, end key): the parent waiting on a child's end just queued takes it
         #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
         #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.

@@ -66,7 +66,7 @@ class Runtime:
     each session continues with the one whose fingerprint started it), `clock`, `adapters` ({pause kind: adapter}), `durability`
     ("pause" or "step"), `secret` (str or bytes of 16+ bytes, or a list for rotation: signs
     tokens so that a store's contents cannot resume its sessions; a store once used with a
-    secret is refused without one: `SecretRequired`), `lease` (seconds),
+    secret is refused without one: `SecretRequired`), `lease` (seconds a running session is presumed alive without a sign of life; 10),
     `retry` (the default Retry), `max_value_bytes` (largest value one event carries, a
     container's gathered output too), `max_snapshot_bytes` (largest state a session holds,
     checked at every node), `retention` (a timedelta: workers prune sessions that ended longer
@@ -88,7 +88,7 @@ class Runtime:
         adapters: dict[str, Any] | None = None,
         durability: str = "pause",
         secret: str | bytes | None = None,
-        lease: float = 30.0,
+        lease: float = 10.0,
         retry: Retry | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
         max_snapshot_bytes: int = MAX_SNAPSHOT_BYTES,
@@ -424,7 +424,7 @@ class Runtime:
         """
         return polling.poll(self._core, limit)
 
-    def recover(self) -> list[Outcome]:
+    def recover(self, *, session_id: str | None = None) -> list[Outcome]:
         """Continue the sessions whose worker died mid-run (their lease expired), from their
         last written point: with durability="step", the last completed step (the step in
         flight runs again, with the same `ctx.idempotency_key`); with "pause", the last pause.
@@ -438,7 +438,15 @@ class Runtime:
         have) is logged once and left as it is, its lease not taken, for a Runtime that can;
         one whose recovery raised after the run went on is failed with a typed error. Async
         steps are driven on a private loop.
+
+        `session_id`: recover that one session only, and return its outcome (a list of one).
+        Its trouble is raised instead of logged, and changes nothing: `UnknownSession`;
+        `SessionNotResumable` when it is not running, its lease still holds (a process may be
+        driving it) or another process took it over first; `UnknownFlow`, `FlowMismatch` or
+        `SnapshotError` when this runtime cannot continue it.
         """
+        if session_id is not None:
+            return [recovery.recover_session(self._core, session_id)]
         return recovery.recover(self._core)
 
     # -- control -------------------------------------------------------------------------------

@@ -169,6 +169,17 @@ def deliver_importing(
                 raise
 
 
+def recover_importing(runtime: Runtime, tried: set[str] | None = None) -> list[Outcome]:
+    """`recover()`, importing the flow of a stale session that the runtime does not know
+    from the `MODULE:FLOW` its meta records (each reference once per `tried`): what
+    `tarry recover` does without a session id."""
+    tried = set() if tried is None else tried
+    round = Round(
+        import_flow=lambda record: bool(register_recorded_flows(runtime, [record], tried))
+    )
+    return recovery.recover(_core(runtime), round)
+
+
 # --- the loop --------------------------------------------------------------------------------
 
 #: Seconds between a stopping worker's requests to stop the session it has in hand, while that
@@ -224,6 +235,8 @@ class Worker:
         )
         #: Sessions this worker asked to stop at a checkpoint, to hand back after the round.
         self._stopped: set[str] = set()
+        #: The sessions it handed back (paused at a checkpoint, due at once for any worker).
+        self.handed_back: list[str] = []
 
     @property
     def stopping(self) -> bool:
@@ -300,7 +313,8 @@ class Worker:
         while self._stopped:
             sid = self._stopped.pop()
             try:
-                timers.hand_back(core, sid)
+                if timers.hand_back(core, sid):
+                    self.handed_back.append(sid)
             except Exception:  # it stays paused, for a resume by hand; the others go on
                 log.exception("tarry worker: could not hand back session %s", sid)
 

@@ -79,7 +79,7 @@ def runtime_of(args: argparse.Namespace) -> Runtime:
         return Runtime(
             store=store,
             durability=getattr(args, "durability", "pause"),
-            lease=getattr(args, "lease", 30.0),
+            lease=getattr(args, "lease", 10.0),
             secret=os.environ.get("TARRY_SECRET") or None,
             retention=getattr(args, "retention", None),
         )

@@ -24,19 +24,29 @@ BATCH = 1000
 
 
 class Tally:
-    """What a `tarry deliver` did: sessions resumed, keys whose messages stay queued, lines refused."""
+    """What a `tarry deliver` did: sessions resumed, keys whose messages stay queued, lines refused.
+
+    A session that several batches move on (its waits' keys spread over the file) is one
+    session: `outcomes` holds its latest outcome, at the place it was first moved."""
 
     def __init__(self) -> None:
-        self.delivered = 0
         self.kept = 0
         self.errors: list[tuple[int | None, str]] = []
-        self.outcomes: list[Any] = []
+        self.by_session: dict[str, Any] = {}
 
-    def add(self, done: Delivery, keep_outcomes: bool) -> None:
-        self.delivered += len(done.outcomes)
+    @property
+    def delivered(self) -> int:
+        """How many sessions the deliveries moved on (each once, however many batches)."""
+        return len(self.by_session)
+
+    @property
+    def outcomes(self) -> list[Any]:
+        return list(self.by_session.values())
+
+    def add(self, done: Delivery) -> None:
         self.kept += len(done.queued)
-        if keep_outcomes:
-            self.outcomes.extend(done.outcomes)
+        for out in done.outcomes:
+            self.by_session[out.session_id] = out
 
     def refused(self, line: int | None, problem: str) -> None:
         self.errors.append((line, problem))
@@ -55,7 +65,7 @@ def deliver(args: argparse.Namespace) -> int:
     tally = Tally()
     if args.key is not None:
         value = json_arg(args.value, "--value")
-        tally.add(deliver_importing(rt, {args.key: value}, actor=args.actor), keep_outcomes=True)
+        tally.add(deliver_importing(rt, {args.key: value}, actor=args.actor))
     else:
         _deliver_file(rt, args, tally)
     return _report(args, tally)
@@ -142,13 +152,13 @@ def _flush(
     if not batch:
         return 0
     try:
-        tally.add(deliver_importing(rt, batch, tried, actor=actor), keep_outcomes=False)
+        tally.add(deliver_importing(rt, batch, tried, actor=actor))
         return len(batch)
     except TarryError:
         pass
     for key, value in batch.items():
         try:
-            tally.add(deliver_importing(rt, {key: value}, tried, actor=actor), keep_outcomes=False)
+            tally.add(deliver_importing(rt, {key: value}, tried, actor=actor))
         except TarryError as exc:
             tally.refused(lines[key], f"key {key!r}: {exc}")
     return len(batch)

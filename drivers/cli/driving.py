@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-from tarry.drivers.cli.common import UsageError, err, json_arg, runtime_of
+from tarry.drivers.cli.common import EXIT_OK, UsageError, err, json_arg, runtime_of
 from tarry.drivers.cli.progress import show_progress
-from tarry.drivers.cli.text import print_outcome
+from tarry.drivers.cli.text import print_outcome, summary
 from tarry.drivers.drive.pump import settle
+from tarry.drivers.limits import valid_session_id
+from tarry.drivers.reading.jsonable import dumps
 from tarry.drivers.runtime import Runtime
-from tarry.drivers.worker import FLOW_REF, load_flow
+from tarry.drivers.worker import FLOW_REF, load_flow, recover_importing, register_recorded_flows
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import TokenAlreadyUsed, UnknownToken
 
@@ -110,6 +112,29 @@ def at_path(text: str) -> tuple[Any, ...]:
             raise UsageError(f"--at must be a JSON array or a/b/c (got {text!r})")
         return tuple(found)
     return tuple(int(part) if part.isdigit() else part for part in text.split("/"))
+
+
+def recover(args: argparse.Namespace) -> int:
+    """Take over sessions whose process died (their lease lapsed: `stale` in `tarry ls`): one
+    by id, printed as `run` prints its outcome (exit 3 when it paused), or all of them, one
+    line each. Their flows are imported from the MODULE:FLOW they recorded."""
+    rt = runtime_of(args)
+    if args.session is not None:
+        sid = args.session
+        record = rt.store.load(sid) if valid_session_id(sid) else None
+        if record is not None:
+            register_recorded_flows(rt, [record])
+        with _pause_on_ctrl_c(rt, sid):
+            [out] = rt.recover(session_id=sid)
+        return print_outcome(out, args)
+    outcomes = recover_importing(rt)
+    if args.json:
+        print(dumps(outcomes))
+    elif not outcomes:
+        print("nothing to recover: no running session's lease has lapsed")
+    for out in outcomes if not args.json else ():
+        print(f"recovered {out.session_id}: {summary(out)}")
+    return EXIT_OK
 
 
 def _ref(args: argparse.Namespace) -> dict[str, str] | None:

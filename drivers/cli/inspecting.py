@@ -73,13 +73,23 @@ def children(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    view = runtime_of(args).session(args.session)
+    rt = runtime_of(args)
+    view = rt.session(args.session)
     state = view.state
     out = view.outcome
     if args.json:
         print(dumps(session_to_dict(view)))
         return EXIT_OK
-    print(f"session {view.session_id}  flow {view.flow}  status {view.status}")
+    stale = view.stale(rt.clock.now())
+    print(
+        f"session {view.session_id}  flow {view.flow}  status {'stale' if stale else view.status}"
+    )
+    if stale:
+        assert view.lease_until is not None
+        print(
+            f"  its process stopped renewing its lease at {view.lease_until:%Y-%m-%d %H:%M:%S}"
+            f" (died or stalled): tarry recover {view.session_id}"
+        )
     if view.meta.get(FLOW_REF):
         print(f"  flow_ref {view.meta[FLOW_REF]}")
     if view.parent:

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     drive_opts.add_argument(
         "--lease",
         type=float,
-        default=30.0,
+        default=10.0,
         help="seconds before another process may recover a run that died",
     )
     progress = argparse.ArgumentParser(add_help=False)
@@ -143,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the state just before the element at PATH first started (tickets/3/triage)",
     )
     p.add_argument("--session-id", help="the new session's id (default: a new one)")
+
+    p = command(
+        "recover",
+        driving.recover,
+        "take over sessions whose process died (stale: their lease lapsed)",
+        as_json,
+        drive_opts,
+    )
+    p.add_argument("session", nargs="?", metavar="ID", help="only this session")
 
     p = command(
         "deliver",
@@ -322,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=12.0,
         help="how long a login to the page lasts (default: 12)",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="proxies trusted to set X-Forwarded-For/-Proto (comma-separated addresses or "
+        "networks, or *); by default those headers are ignored",
     )
     p.add_argument(
         "--flow",

@@ -7,7 +7,15 @@ import logging
 import signal
 from typing import Any
 
-from tarry.drivers.cli.common import EXIT_OK, SERVER_EXTRA, StoreError, UsageError, err, runtime_of
+from tarry.drivers.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    SERVER_EXTRA,
+    StoreError,
+    UsageError,
+    err,
+    runtime_of,
+)
 from tarry.drivers.cli.text import summary
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.stores import open_store
@@ -55,7 +63,11 @@ def worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     err(f"tarry worker: store {args.store}, a round every {args.interval:g} s")
     worker.run_forever()
-    err("tarry worker: stopped (a session in progress was paused and handed back)")
+    if worker.handed_back:
+        ids = ", ".join(worker.handed_back)
+        err(f"tarry worker: stopped (the session in progress, {ids}, was paused and handed back)")
+    else:
+        err("tarry worker: stopped")
     return EXIT_OK
 
 
@@ -75,7 +87,11 @@ def serve(args: argparse.Namespace) -> int:
             token=args.token,
             users=users,
             session_hours=args.session_hours,
+            forwarded_allow_ips=args.forwarded_allow_ips,
         )
+    except OSError as exc:  # the address is in use, or not this machine's: bound before serving
+        err(f"tarry: {exc.strerror or exc}")
+        return EXIT_ERROR
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in SERVER_EXTRA:
             raise

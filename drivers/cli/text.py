@@ -49,6 +49,12 @@ def describe_outcome(out: Outcome, store_hint: str = "") -> list[str]:
                 f"token {out.token}",
                 f"or resume it now: tarry resume {out.token}{store_hint}",
             ]
+        elif out.token and p.kind == "system":
+            # An abort (or a back-off): it takes no value, it just goes on.
+            lines += [
+                f"token {out.token}",
+                f"resume with: tarry resume {out.token}{store_hint}",
+            ]
         elif out.token:
             lines += [
                 f"token {out.token}",

@@ -193,6 +193,8 @@ class Drive:
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
         self.core.running.started(self.ex.session_id, self.ex)
+        # Its lease is kept while a step runs longer than a third of it (lease_keeper.py).
+        self.core.keeper.add(self)
         try:
             gen = self.flow._run(self.ex)
             sleep, asleep = sleepers(self.core.clock)
@@ -216,6 +218,7 @@ class Drive:
     def _ended(self) -> None:
         # An abort that arrived too late to stop this drive must not stop the next one.
         self.core.running.ended(self.ex.session_id, self.ex)
+        self.core.keeper.discard(self)
         if self.logs is not None:
             self.logs.close()
         # The Execution calls back into this Drive at checkpoints, and this Drive holds it: a
@@ -298,6 +301,20 @@ class Drive:
         self.ex.watch = True
         return False
 
+    def keep_lease(self) -> None:
+        """Renew the lease from the lease keeper's thread, while a step runs (no checkpoint
+        comes): as `_renew`, without touching the Execution's clock cache, which belongs to
+        the drive's thread. A lease found taken stops the drive at its next checkpoint."""
+        core = self.core
+        now = core.clock.now()
+        until = now + timedelta(seconds=core.lease)
+        self.renew_at = time.monotonic() + core.lease / 3
+        if core.store.claim(self.ex.session_id, core.owner, until, now):
+            self.until = until
+        else:
+            self.lost = True
+            self.ex.watch = True
+
     def _mailbox(self, key: str) -> Any:
         """What a keyed Wait finds when reached (`Execution.mailbox`): the oldest message
         queued on `key`, claimed for this session (no other takes it), or NO_MAIL. The write
@@ -372,6 +389,8 @@ class Drive:
         kind, value = result
         token: str | None = None
         waits: list[WaitRecord] = []
+        # Before the last write, which ends the lease (or keeps it, lost): no renewal after it.
+        self.core.keeper.discard(self)
         if self.lost:  # another worker owns the session now: write nothing
             self._ended()
             return Outcome(ERROR, sid, error=LEASE_LOST)

@@ -13,6 +13,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import settle
 from tarry.drivers.http.bodies import (
+    MAX_QUERY_INT,
     BadRequest,
     body_object,
     error_response,
@@ -21,13 +22,14 @@ from tarry.drivers.http.bodies import (
     read_json,
     session_json,
 )
-from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS
+from tarry.drivers.http.guard import COOKIE, PAGE_HEADERS, root_of, rooted
 from tarry.drivers.http.journal import Journal, journal_feed
 from tarry.drivers.http.mail_routes import MailRoutes
 from tarry.drivers.http.reading import ReadingRoutes, find_flow
 from tarry.drivers.http.session_routes import SessionRoutes
 from tarry.drivers.http.sse import EventStreamResponse, Streams, Wakeup, session_feed
 from tarry.drivers.http.users import LoginLimit, Users
+from tarry.drivers.limits import valid_session_id
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.worker import deliver_importing, register_recorded_flows
 from tarry.engine.elements.waits import Gate
@@ -66,15 +68,16 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
 
     # -- the page ----------------------------------------------------------------------------
     async def page(self, request: Request) -> Response:
-        return HTMLResponse(self.page_html, headers=PAGE_HEADERS)
+        return HTMLResponse(rooted(self.page_html, request.scope), headers=PAGE_HEADERS)
 
     async def login(self, request: Request) -> Response:
         """`{"token": ...}`: set the login cookie of the user whose token it is. At most
         LoginLimit.failures wrong tokens a minute per client address, then 429."""
         if not self.users:  # nothing to log in to
-            return RedirectResponse("/", 303) if request.method == "GET" else Response(None, 204)
+            home = root_of(request.scope) + "/"
+            return RedirectResponse(home, 303) if request.method == "GET" else Response(None, 204)
         if request.method == "GET":
-            return HTMLResponse(self.login_html, headers=PAGE_HEADERS)
+            return HTMLResponse(rooted(self.login_html, request.scope), headers=PAGE_HEADERS)
         client = request.client.host if request.client else "?"
         wait = self.login_limit.retry_after(client)
         if wait:
@@ -218,6 +221,21 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
             )
         )
 
+    async def recover_session(self, request: Request) -> Response:
+        """Take over a stale session (running, its lease lapsed: its process died), importing
+        its flow from the MODULE:FLOW it recorded if this server lacks it: its outcome."""
+        await read_body(request, set())
+        sid = request.path_params["sid"]
+
+        def recover() -> Outcome:
+            record = self.rt.store.load(sid) if valid_session_id(sid) else None
+            if record is not None and self.rt.flows.get(record.flow) is None:
+                register_recorded_flows(self.rt, [record])
+            [outcome] = self.rt.recover(session_id=sid)
+            return outcome
+
+        return json_response(await run_in_threadpool(recover))
+
     async def resume_token(self, request: Request) -> Response:
         body = await read_body(request, {"token", "value"})
         token = body.get("token")
@@ -322,7 +340,7 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes):
     # -- streams -----------------------------------------------------------------------------
     async def stream_session(self, request: Request) -> Response:
         given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        if not (given.isascii() and given.isdigit()):
+        if not (given.isascii() and given.isdigit() and int(given[:20]) <= MAX_QUERY_INT):
             raise BadRequest(
                 "BadRequest",
                 f"Last-Event-ID or ?after= must be an event seq, an int >= 0 (got {given!r})",

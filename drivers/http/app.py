@@ -10,7 +10,10 @@ pauses or ends, while the streams show its events as they are stored.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,7 +23,14 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 from tarry.drivers.http.api import Api
-from tarry.drivers.http.bodies import BadRequest, on_bad_request, on_error, on_http_error
+from tarry.drivers.http.bodies import (
+    BadRequest,
+    on_bad_request,
+    on_crash,
+    on_error,
+    on_http_error,
+)
+from tarry.drivers.http.edge import Edge
 from tarry.drivers.http.guard import Guard, is_loopback_host
 from tarry.drivers.http.reading import NoSuchFlow, on_unknown_flow
 from tarry.drivers.http.users import ADMIN, Users, parse_users
@@ -68,6 +78,7 @@ def create_app(
             raise ValueError(msg)
     known = Users(named, session_seconds=float(session_hours) * 3600)
     api = Api(runtime, users=known, poll=float(poll_interval), heartbeat=float(heartbeat))
+    api.login_html = login_page(api.login_html, users=bool(users), token=token is not None)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -94,6 +105,7 @@ def create_app(
         Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),
         Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
         Route("/api/sessions/{sid}/fork", api.fork_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/recover", api.recover_session, methods=["POST"]),
         Route("/api/resume", api.resume_token, methods=["POST"]),
         Route("/api/deliver", api.deliver, methods=["POST"]),
         Route("/api/mail", api.list_mail, methods=["GET"]),
@@ -103,10 +115,19 @@ def create_app(
         Route("/api/stats/timeline", api.stats_timeline, methods=["GET"]),
         Route("/api/events/stream", api.stream_all, methods=["GET"]),
     ]
+    handlers: dict[Any, Any] = {}
+    psycopg = sys.modules.get("psycopg")  # loaded when the store is PostgreSQL
+    if psycopg is not None:  # a value PostgreSQL refuses is the caller's: 400, not logged
+        handlers[psycopg.DataError] = on_crash
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, users=known, login_page=lambda: api.login_html)],
+        middleware=[
+            Middleware(Guard, users=known, login_page=lambda: api.login_html),
+            Middleware(Edge, routes=routes),  # NUL refused, OPTIONS answered (edge.py)
+        ],
         exception_handlers={
+            **handlers,
+            Exception: on_crash,
             TarryError: on_error,
             ValueError: on_error,
             BadRequest: on_bad_request,
@@ -121,6 +142,23 @@ def create_app(
     return app
 
 
+def login_page(html: str, *, users: bool, token: bool) -> str:
+    """The login page, saying which token it asks for: a user's own (named users: `--users`,
+    `$TARRY_USERS`), the server's single one (`--token`, `$TARRY_TOKEN`), or either."""
+    mine = "your own token (the one your name has in this server's users file)"
+    single = (
+        "the server's token (the one given with <code>--token</code> or <code>TARRY_TOKEN</code>)"
+    )
+    if users and token:
+        how = f"This server asks for {mine}, or {single}."
+    elif users:
+        how = f"This server asks for {mine}."
+    else:
+        how = f"This server asks for {single}."
+    start, end = html.index("<!--how-->"), html.index("<!--/how-->") + len("<!--/how-->")
+    return html[:start] + how + html[end:]
+
+
 def serve(
     runtime: Runtime,
     *,
@@ -129,8 +167,14 @@ def serve(
     token: str | None = None,
     users: dict[str, str] | None = None,
     session_hours: float = 12.0,
+    forwarded_allow_ips: str | None = None,
 ) -> None:
     """Serve the HTTP API and the monitor page with uvicorn until interrupted. Blocks.
+
+    `X-Forwarded-For` and `X-Forwarded-Proto` are ignored (the client is the connection's
+    peer, which the login rate limit counts) unless `forwarded_allow_ips` names the proxies
+    trusted to set them (uvicorn's list: addresses, networks, or "*"). The address is bound
+    before anything is logged: one in use raises OSError saying so (`tarry serve` exits 1).
 
     `token` defaults to `$TARRY_TOKEN`, `users` to the `name:token` lines of `$TARRY_USERS`
     (see users.py). Without a token or users only a loopback `host` is allowed (ValueError
@@ -156,9 +200,24 @@ def serve(
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         msg = f"port must be an int from 0 to 65535 (got {port!r})"
         raise ValueError(msg)
-    import uvicorn
+    server, sock = server_of(
+        create_app(runtime, token=token, users=users, session_hours=session_hours),
+        host,
+        port,
+        forwarded_allow_ips,
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
 
-    app = create_app(runtime, token=token, users=users, session_hours=session_hours)
+
+def server_of(
+    app: Starlette, host: str, port: int, forwarded_allow_ips: str | None = None
+) -> tuple[Any, socket.socket]:
+    """The uvicorn server of `serve` and the socket it listens on, bound here (OSError when
+    it cannot be). `server.run(sockets=[sock])` serves until `server.should_exit` is set."""
+    import uvicorn
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
@@ -167,7 +226,45 @@ def serve(
             app.state.close_streams()
             await super().shutdown(sockets=sockets)
 
+    sock = bind(host, port)
     config = uvicorn.Config(
-        app, host=host, port=port, lifespan="on", timeout_graceful_shutdown=5, log_level="info"
+        app,
+        host=host,
+        port=sock.getsockname()[1],
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        log_level="info",
+        # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default: any local process (or a
+        # proxy that passes the header on) could then rotate it past the login rate limit.
+        proxy_headers=forwarded_allow_ips is not None,
+        forwarded_allow_ips=forwarded_allow_ips or "",
     )
-    Server(config).run()
+    return Server(config), sock
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on (`host`, `port`); OSError naming them when it cannot be had (an
+    address in use, a host not of this machine)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        msg = f"cannot serve on {host}:{port}: {exc.strerror or exc}"
+        raise OSError(exc.errno, msg) from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        what = exc.strerror or str(exc)
+        hint = (
+            " (another server runs there: pass another --port)"
+            if exc.errno == errno.EADDRINUSE
+            else ""
+        )
+        msg = f"cannot serve on {host}:{port}: {what}{hint}"
+        raise OSError(exc.errno, msg) from exc
+    sock.set_inheritable(True)
+    return sock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -13,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from tarry.drivers.reading.jsonable import dumps, session_to_dict
-from tarry.drivers.reading.views import SessionView
+from tarry.drivers.reading.views import STALE, SessionView
 from tarry.engine.errors import (
     ConcurrentUpdate,
     FlowMismatch,
@@ -29,6 +30,8 @@ from tarry.engine.errors import (
 
 #: The largest request body read (a resume value or a skip output), in bytes.
 MAX_BODY = 1 << 20
+#: The largest integer a query parameter takes (PostgreSQL's and SQLite's bigint).
+MAX_QUERY_INT = 2**63 - 1
 
 #: HTTP status by what the caller can do about the error.
 STATUS: list[tuple[tuple[type[Exception], ...], int]] = [
@@ -61,15 +64,21 @@ class BadRequest(Exception):
 # --- JSON in and out ---------------------------------------------------------------------------
 
 
-def session_json(view: SessionView) -> dict[str, Any]:
+def session_json(view: SessionView, now: datetime | None = None) -> dict[str, Any]:
     """A session for the API: where it stands, and what may be done with it next. The token is
-    included: only callers who passed the guard get here."""
+    included: only callers who passed the guard get here. At `now`, a running session whose
+    lease lapsed shows as "stale" (its process died; `recover` takes it over)."""
     data = session_to_dict(view)
+    data["lease_until"] = view.lease_until
+    stale = now is not None and view.stale(now)
+    if stale:
+        data["status"] = STALE
     token, status = data["token"], data["status"]
     data["actions"] = {
         "resume": token is not None and status in ("paused", "failed"),
-        "cancel": status in ("paused", "failed", "running"),
-        "abort": status == "running",
+        "cancel": status in ("paused", "failed", "running", STALE),
+        "abort": status in ("running", STALE),
+        "recover": stale,
         "skip": token is not None and status == "failed",
     }
     data["children"] = children_json(view, data["children"])
@@ -139,7 +148,7 @@ async def read_json(request: Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        value = json.loads(raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except RecursionError as exc:
         raise BadRequest(
             "MalformedJSON",
@@ -160,6 +169,34 @@ async def read_json(request: Request) -> Any:
         ) from exc
     except ValueError as exc:
         raise BadRequest("MalformedJSON", f"the request body is not valid JSON: {exc}") from exc
+    where = _nul_at(value)
+    if where is not None:
+        raise BadRequest(
+            "BadRequest",
+            f"the request body holds a NUL character (\\u0000) in a string at {where}: "
+            f"refused (no session id, flow, key or stored text may hold one)",
+        )
+    return value
+
+
+def _nul_at(value: Any) -> str | None:
+    """Where in a decoded JSON value a string (or an object's key) holds NUL, as a JSON
+    pointer; None when none does. Iterative: a body nests as deep as json allows."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item:
+                return at or "/"
+        elif kind is list:
+            stack.extend((v, f"{at}/{i}") for i, v in enumerate(item))
+        elif kind is dict:
+            for k, v in item.items():
+                if "\x00" in k:
+                    return f"{at}/{k!r}"
+                stack.append((v, f"{at}/{k}"))
+    return None
 
 
 def _no_constant(name: str) -> Any:
@@ -177,15 +214,16 @@ def _finite(text: str) -> float:
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    """`?name=` as an int from `low` to `high` (or to MAX_QUERY_INT): ASCII digits with an
+    optional sign, nothing else (no `²`, no `1_0`, no spaces); `default` when absent or empty."""
     text = request.query_params.get(name)
     if text is None or text == "":
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < low or (high is not None and value > high):
-        bounds = f"from {low} to {high}" if high is not None else f">= {low}"
+    high_ = MAX_QUERY_INT if high is None else high
+    digits = text[1:] if text[:1] in "+-" else text
+    value = int(text) if digits.isascii() and digits.isdigit() and len(digits) <= 19 else None
+    if value is None or value < low or value > high_:
+        bounds = f"from {low} to {high_}"
         raise BadRequest("BadRequest", f"?{name}= must be an int {bounds} (got {text!r})")
     return value
 
@@ -218,6 +256,15 @@ def error_response(
 async def on_error(request: Request, exc: Exception) -> Response:
     status = next((code for kinds, code in STATUS if isinstance(exc, kinds)), 500)
     return error_response(status, type(exc).__name__, str(exc))
+
+
+async def on_crash(request: Request, exc: Exception) -> Response:
+    """Anything no other handler took: a JSON 500 (the server logs the traceback), never a
+    plain-text page. A database's refusal of a value (psycopg's DataError: a value out of a
+    column's range) is the caller's: 400."""
+    if any(cls.__name__ == "DataError" for cls in type(exc).__mro__):
+        return error_response(400, "BadRequest", f"the store refused a value: {exc}")
+    return error_response(500, "InternalError", f"{type(exc).__name__}: the server failed")
 
 
 async def on_bad_request(request: Request, exc: Exception) -> Response:

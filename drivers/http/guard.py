@@ -44,6 +44,29 @@ PAGE_HEADERS = {
 }
 
 
+def root_of(scope: Any) -> str:
+    """Where the app is mounted: "" at the root of its host, "/tarry" under a prefix (the
+    ASGI `root_path`, which a mounting app or a proxy's `--root-path` sets)."""
+    return str(scope.get("root_path", "") or "").rstrip("/")
+
+
+def route_path(scope: Any) -> str:
+    """The request's path within the app (without the prefix it is mounted under)."""
+    path, root = scope.get("path", ""), root_of(scope)
+    return path[len(root) :] or "/" if root and path.startswith(root) else path
+
+
+def rooted(html: str, scope: Any) -> str:
+    """A page of the app with its mount point written in (`<meta name="tarry-root">`), from
+    which its scripts make every URL they use: it works mounted under any prefix."""
+    import html as markup
+
+    root = markup.escape(root_of(scope), quote=True)
+    return html.replace(
+        '<meta name="tarry-root" content="">', f'<meta name="tarry-root" content="{root}">', 1
+    )
+
+
 def same(given: str, expected: str) -> bool:
     """Compare secrets in constant time."""
     return hmac.compare_digest(given.encode(), expected.encode())
@@ -106,7 +129,7 @@ class Guard:
                 f"(Origin {request.headers.get('origin')!r})",
             )
         if self.users is not None:
-            if request.url.path in OPEN_PATHS or user is not None:
+            if route_path(request.scope) in OPEN_PATHS or user is not None:
                 return None
             message = (
                 "this server requires its token: send `Authorization: Bearer <token>`, "
@@ -114,7 +137,7 @@ class Guard:
             )
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 headers = {**PAGE_HEADERS, "www-authenticate": "Bearer"}
-                return HTMLResponse(self.login_page(), 401, headers)
+                return HTMLResponse(rooted(self.login_page(), request.scope), 401, headers)
             return _error(401, "Unauthorized", message, {"www-authenticate": "Bearer"})
         peer = request.client.host if request.client else None
         if peer is not None and not is_loopback_host(peer):

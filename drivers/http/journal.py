@@ -118,7 +118,7 @@ class Journal:
         with self._lock:
             if (
                 epoch != self.epoch
-                or not (number.isascii() and number.isdigit())
+                or not (number.isascii() and number.isdigit() and len(number) <= 19)
                 or int(number) > self._count
             ):
                 return None

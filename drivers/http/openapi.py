@@ -132,7 +132,14 @@ PATHS: dict[str, Any] = {
                     {"type": "integer", "minimum": 0},
                     "skip this many (old style; with status and flow only)",
                 ),
-                _query("status", {"enum": STATUS_ENUM}, "only sessions in this status"),
+                _query(
+                    "status",
+                    {"enum": STATUS_ENUM},
+                    "only sessions in this status (stale: running ones whose lease lapsed; "
+                    "running: every session stored as running, live or stale); an empty "
+                    "value is refused",
+                    empty=False,
+                ),
                 FLOW,
                 _query("q", _STR, "a session id prefix or a flow name substring"),
                 SINCE,
@@ -145,9 +152,14 @@ PATHS: dict[str, Any] = {
             _obj(
                 ["flow"],
                 {
-                    "flow": {**_STR, "description": "a registered flow's name"},
+                    "flow": {**_STR, "minLength": 1, "description": "a registered flow's name"},
                     "input": _ANY,
-                    "session_id": {**_STR, "description": "makes the start idempotent"},
+                    "session_id": {
+                        **_STR,
+                        "minLength": 1,
+                        "maxLength": 256,
+                        "description": "makes the start idempotent",
+                    },
                     "version": {**_STR, "description": "a registered version of the flow"},
                 },
                 additionalProperties=False,
@@ -190,7 +202,7 @@ PATHS: dict[str, Any] = {
             SID,
             _query("level", _STR, "the lowest level shown (DEBUG, INFO, WARNING, ...)"),
             _query("after", {"type": "integer", "minimum": 0}, "the last seq already seen"),
-            _query("limit", {"type": "integer", "minimum": 1}, "page size"),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "page size"),
         ],
         **{"404": _NOT_FOUND, "400": _BAD},
     ),
@@ -215,7 +227,13 @@ PATHS: dict[str, Any] = {
             SID,
             _query(
                 "speed",
-                {"type": "string", "default": "10"},
+                {
+                    "anyOf": [
+                        {"type": "number", "minimum": 0, "maximum": 1_000_000},
+                        {"const": "max"},
+                    ],
+                    "default": 10,
+                },
                 "playback speed: gaps are divided by it (each capped at 2 s); 0 or max: no delay",
             ),
             _query("after", {"type": "integer", "minimum": 0}, "start after this seq"),
@@ -286,6 +304,16 @@ PATHS: dict[str, Any] = {
         None,
         {
             "200": _json(_ref("Outcome"), "its outcome (status running: asked)"),
+            "404": _NOT_FOUND,
+            "409": _CONFLICT,
+        },
+        [SID],
+    ),
+    "/api/sessions/{sid}/recover": _post(
+        "Take over a stale session (running, its lease lapsed: its process died)",
+        None,
+        {
+            "200": _json(_ref("Outcome"), "its outcome once recovered"),
             "404": _NOT_FOUND,
             "409": _CONFLICT,
         },
@@ -385,7 +413,13 @@ def document() -> dict[str, Any]:
             "info": {
                 "title": "tarry HTTP API",
                 "version": "1",
-                "description": "Start, watch, resume and stop tarry sessions. See docs/monitor.md.",
+                "description": (
+                    "Start, watch, resume and stop tarry sessions. See docs/monitor.md. "
+                    "An empty query parameter (`?flow=`) is the same as leaving it out, "
+                    "except `status=`, which is refused. No string anywhere (path, query, "
+                    "body) may hold NUL: 400. Query integers are at most 2^63-1. Every "
+                    "path answers OPTIONS with 204 and `Allow`."
+                ),
             },
             "servers": [{"url": "/"}],
             "security": [{"bearer": []}, {"cookie": []}],

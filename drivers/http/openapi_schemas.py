@@ -19,13 +19,17 @@ def _obj(required: list[str], properties: dict[str, Any], **more: Any) -> dict[s
     return {"type": "object", "required": required, "properties": properties, **more}
 
 
-def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+def _query(
+    name: str, schema: dict[str, Any], description: str, *, empty: bool = True
+) -> dict[str, Any]:
+    """A query parameter. `empty`: an empty value (`?name=`) is taken as leaving it out."""
     return {
         "name": name,
         "in": "query",
         "required": False,
         "schema": schema,
         "description": description,
+        **({"allowEmptyValue": True} if empty else {}),
     }
 
 
@@ -53,11 +57,20 @@ SID = {
     "schema": _STR,
     "description": "the session id",
 }
-TIME_PARAM = {"type": "string", "description": "ISO 8601 (no offset: UTC) or epoch seconds"}
+TIME_PARAM = {
+    "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "date"},
+        {"type": "number", "minimum": 0, "maximum": 253402300799},
+    ],
+    "description": "an RFC 3339 time, a date (midnight UTC), ISO 8601 without an offset (UTC), "
+    "or epoch seconds",
+}
 SINCE = _query("since", TIME_PARAM, "only sessions created at this time or later")
 UNTIL = _query("until", TIME_PARAM, "only sessions created before this time")
-FLOW = _query("flow", _STR, "only sessions of this flow (its name)")
-STATUS_ENUM = ["running", "paused", "completed", "failed", "cancelled"]
+FLOW = _query("flow", {"type": "string", "maxLength": 512}, "only sessions of this flow (its name)")
+#: "stale" is shown, never stored: a running session whose lease lapsed (its process died).
+STATUS_ENUM = ["running", "paused", "completed", "failed", "cancelled", "stale"]
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
@@ -113,6 +126,10 @@ SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "updated_at": _TIME,
             "wake_at": {"type": ["string", "null"]},
+            "lease_until": {
+                "type": ["string", "null"],
+                "description": "when the lease of a running session ends (stale after it)",
+            },
         },
     ),
     "SessionsPage": _obj(
@@ -130,6 +147,7 @@ SCHEMAS: dict[str, Any] = {
             "session_id": _STR,
             "flow": _STR,
             "status": {"enum": STATUS_ENUM},
+            "lease_until": {"type": ["string", "null"]},
             "created_at": _TIME,
             "updated_at": _TIME,
             "meta": {"type": "object"},
@@ -149,6 +167,7 @@ SCHEMAS: dict[str, Any] = {
                     "resume": _BOOL,
                     "cancel": _BOOL,
                     "abort": _BOOL,
+                    "recover": _BOOL,
                     "skip": _BOOL,
                 },
             ),
@@ -351,7 +370,7 @@ SCHEMAS: dict[str, Any] = {
             "status": _STR,
         },
     ),
-    "Delivery": _obj(["key"], {"key": _STR, "value": _ANY}, additionalProperties=False),
+    "Delivery": _obj(["key"], {"key": _KEY, "value": _ANY}, additionalProperties=False),
     "MailInfo": _obj(
         ["key", "count", "oldest_at"],
         {

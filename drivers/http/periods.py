@@ -8,6 +8,9 @@ import math
 from starlette.requests import Request
 from tarry.drivers.http.bodies import BadRequest
 
+#: The latest epoch second taken: 9999-12-31T23:59:59Z, the last second a datetime holds.
+MAX_EPOCH = 253402300799
+
 
 def time_param(request: Request, name: str) -> dt.datetime | None:
     """`?name=` as an aware datetime: ISO 8601 (`2026-11-24T08:00:00Z`; no offset = UTC) or
@@ -22,10 +25,11 @@ def time_param(request: Request, name: str) -> dt.datetime | None:
         seconds = None
     try:
         if seconds is not None:
-            if not math.isfinite(seconds):
+            if not (math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH):
                 raise ValueError(text)
             return dt.datetime.fromtimestamp(seconds, dt.UTC)
-        value = dt.datetime.fromisoformat(text)
+        # RFC 3339 allows a lowercase `t` and `z`, which fromisoformat does not take.
+        value = dt.datetime.fromisoformat(text.upper())
     except (ValueError, OverflowError, OSError):
         raise BadRequest(
             "BadRequest",

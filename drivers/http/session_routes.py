@@ -33,6 +33,10 @@ class SessionRoutes:
         q = request.query_params
         limit = int_param(request, "limit", 50, 1, 1000)
         offset = int_param(request, "offset", 0, 0, None)
+        if q.get("status") == "":
+            raise BadRequest(
+                "BadRequest", "?status= must name a status (leave it out for every status)"
+            )
         status, flow = q.get("status") or None, q.get("flow") or None
         if offset:
             if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
@@ -75,7 +79,8 @@ class SessionRoutes:
 
     async def get_session(self, request: Request) -> Response:
         view = await self._view(request)
-        return json_response(await run_in_threadpool(session_json, view))
+        now = self.rt.clock.now()  # a running session whose lease lapsed shows as stale
+        return json_response(await run_in_threadpool(session_json, view, now))
 
     async def list_events(self, request: Request) -> Response:
         after = int_param(request, "after", 0, 0, None)

@@ -108,10 +108,16 @@ class Users:
         return f"{name}.{expires}.{self._mac(name, expires)}"
 
     def by_cookie(self, value: str, now: float | None = None) -> str | None:
-        """The user a login cookie names, if its MAC holds and it has not expired."""
+        """The user a login cookie names, if its MAC holds and it has not expired; None for
+        anything else, whatever the cookie holds (total: it never raises). The expiry is 1 to
+        12 ASCII digits (`²` is a digit to `str.isdigit`, and int() refuses 4,300 of them)."""
         name, _, rest = value.rpartition(".")
         name, _, expires = name.rpartition(".")
-        if name not in self._users or not expires.isdigit():
+        if name not in self._users:
+            return None
+        if not (expires.isascii() and expires.isdigit() and len(expires) <= 12):
+            return None
+        if not (rest.isascii() and len(rest) == 64):  # a hex SHA-256 (compare_digest: ASCII)
             return None
         if int(expires) <= (time.time() if now is None else now):
             return None

@@ -8,8 +8,9 @@ from typing import Any
 from tarry.drivers.core import Core
 from tarry.drivers.limits import check_filters, check_limit, check_period, valid_session_id
 from tarry.drivers.logs import level_number
+from tarry.drivers.reading.stale import stale_records
 from tarry.drivers.reading.stats import Stats, compute_stats
-from tarry.drivers.reading.views import SessionSummary, SessionView, state_of
+from tarry.drivers.reading.views import STALE, SessionSummary, SessionView, state_of
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InvalidArgument, UnknownSession
@@ -56,13 +57,17 @@ def sessions(
     core: Core, status: str | None, flow: str | Flow | None, limit: int, offset: int
 ) -> list[SessionSummary]:
     name = flow.name if isinstance(flow, Flow) else flow
-    check_filters(status, name)
+    check_filters(None if status == STALE else status, name)
     check_limit(limit)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         msg = f"offset must be an int >= 0 (got {describe(offset)})"
         raise InvalidArgument(msg)
-    rows = core.store.list(status=status, flow=name, limit=limit, offset=offset)
-    return [SessionSummary.of(r) for r in rows]
+    now = core.clock.now()
+    if status == STALE:
+        rows = stale_records(core.store, now, limit, skip=offset, flow=name)
+    else:
+        rows = core.store.list(status=status, flow=name, limit=limit, offset=offset)
+    return [SessionSummary.of(r, now) for r in rows]
 
 
 def stats(

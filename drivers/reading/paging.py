@@ -14,7 +14,8 @@ from typing import Any
 import attrs
 from tarry.drivers.core import Core
 from tarry.drivers.limits import check_filters, check_limit, check_period
-from tarry.drivers.reading.views import SessionSummary
+from tarry.drivers.reading.stale import stale_records
+from tarry.drivers.reading.views import STALE, SessionSummary
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import InvalidArgument
@@ -74,7 +75,7 @@ def sessions_page(
     cursor: str | None,
 ) -> SessionPage:
     name = flow.name if isinstance(flow, Flow) else flow
-    check_filters(status, name)
+    check_filters(None if status == STALE else status, name)
     check_limit(limit)
     check_period(since, until)
     if q is not None and not isinstance(q, str):
@@ -82,17 +83,14 @@ def sessions_page(
         raise InvalidArgument(msg)
     before = decode_cursor(cursor) if cursor is not None else None
     # One more than asked for says whether a next page exists; the store reads that far only.
-    rows = core.store.list(
-        status=status,
-        flow=name,
-        limit=limit + 1,
-        before=before,
-        since=since,
-        until=until,
-        search=q or None,
-    )
+    now = core.clock.now()
+    filters = {"flow": name, "before": before, "since": since, "until": until, "search": q or None}
+    if status == STALE:  # shown, not stored: the running sessions whose lease lapsed
+        rows = stale_records(core.store, now, limit + 1, **filters)
+    else:
+        rows = core.store.list(status=status, limit=limit + 1, **filters)
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows and more else None
     next_cursor = encode_cursor(last.created_at, last.session_id) if last is not None else None
-    return SessionPage([SessionSummary.of(r) for r in rows], next_cursor)
+    return SessionPage([SessionSummary.of(r, now) for r in rows], next_cursor)

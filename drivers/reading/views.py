@@ -31,9 +31,23 @@ def state_of(record: SessionRecord) -> SessionState:
     return decode_state(record.state)
 
 
+#: The status shown for a session stored as running whose lease lapsed: the process that ran
+#: it died (or stalled), and `recover()` may take it over. Derived when read, never stored.
+STALE = "stale"
+
+
+def lapsed(status: str, lease_until: datetime | None, now: datetime | None) -> bool:
+    """Whether a session stored as `status` with a lease until `lease_until` is stale at
+    `now`: running, and its lease ran out (no process renewed it in time)."""
+    return (
+        status == "running" and now is not None and lease_until is not None and lease_until <= now
+    )
+
+
 @attrs.frozen
 class SessionSummary:
-    """One row of `Runtime.sessions()`."""
+    """One row of `Runtime.sessions()`. `status` is the stored status, except "stale" for a
+    running session whose lease lapsed (see STALE); `lease_until` is when its lease ends."""
 
     session_id: str
     flow: str
@@ -41,16 +55,19 @@ class SessionSummary:
     created_at: datetime
     updated_at: datetime
     wake_at: datetime | None = None
+    lease_until: datetime | None = None
 
     @classmethod
-    def of(cls, record: SessionRecord) -> SessionSummary:
+    def of(cls, record: SessionRecord, now: datetime | None = None) -> SessionSummary:
+        stale = lapsed(record.status, record.lease_until, now)
         return cls(
             record.session_id,
             record.flow,
-            record.status,
+            STALE if stale else record.status,
             record.created_at,
             record.updated_at,
             record.wake_at,
+            record.lease_until if record.status == "running" else None,
         )
 
 
@@ -88,6 +105,17 @@ class SessionView:
     @property
     def status(self) -> str:
         return self._record.status
+
+    @property
+    def lease_until(self) -> datetime | None:
+        """When the lease of a running session ends (None when no process holds it): a
+        running session whose lease ended before now is stale (see `stale`)."""
+        return self._record.lease_until if self._record.status == "running" else None
+
+    def stale(self, now: datetime) -> bool:
+        """Whether the session is running with a lease that lapsed at `now` (its process died
+        or stalled): `status` stays "running" until it is recovered; lists show "stale"."""
+        return lapsed(self._record.status, self._record.lease_until, now)
 
     @property
     def durability(self) -> str:

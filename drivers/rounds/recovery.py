@@ -14,12 +14,18 @@ from datetime import datetime, timedelta
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import settle
+from tarry.drivers.limits import valid_session_id
 from tarry.drivers.rounds.boundary import Round, contain, flow_of, infrastructure
 from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.drivers.sessions.starting import start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.elements.flow import Flow
-from tarry.engine.errors import InconsistentSnapshot, SnapshotError
+from tarry.engine.errors import (
+    InconsistentSnapshot,
+    SessionNotResumable,
+    SnapshotError,
+    UnknownSession,
+)
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import SessionState
 from tarry.engine.state.reducer import fold
@@ -52,6 +58,38 @@ def recover(core: Core, round: Round | None = None, limit: int = LIMIT) -> list[
         if len(page) < limit:
             break
     return outcomes
+
+
+def recover_session(core: Core, session_id: str) -> Outcome:
+    """Recover one session whose lease lapsed (`Runtime.recover(session_id=...)`).
+
+    UnknownSession for an id no session has; SessionNotResumable when it is not running, or
+    its lease still holds (its process may be alive), or another process took it over first;
+    UnknownFlow, FlowMismatch or SnapshotError when this runtime cannot continue it. Each of
+    those changes nothing. Then it goes on as in a `recover()` round, and its outcome is
+    returned (a failure after the run went on fails the session, as there)."""
+    core.tokens.check()
+    if not valid_session_id(session_id):
+        raise UnknownSession(session_id)
+    record = core.store.load(session_id)
+    if record is None:
+        raise UnknownSession(session_id)
+    now = core.clock.now()
+    if record.status != "running":
+        raise SessionNotResumable(session_id, record.status, "recover")
+    if record.lease_until is None or record.lease_until > now:
+        held = "" if record.lease_until is None else f" until {record.lease_until.isoformat()}"
+        status = f"running and its lease holds{held} (its process may be alive)"
+        raise SessionNotResumable(session_id, status, "recover")
+    flow, state = recoverable(core, record)  # raises before anything is written
+    if flow is None:
+        raise SessionNotResumable(session_id, state.status, "recover")
+    until = now + timedelta(seconds=core.lease)
+    outcome = _recover_one(core, record, now, until, Round())
+    if outcome is None:
+        status = "running and was taken over by another process"
+        raise SessionNotResumable(session_id, status, "recover")
+    return outcome
 
 
 def _recover_one(

@@ -266,9 +266,14 @@ def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
             what = "paused as aborted" if stopped else "was cancelled"
             problems.append(f"{_name(op)} {what} with no abort requested before it ended")
             continue
-        # One asked while it ran if any, else the oldest left over from an earlier run.
+        # One asked while it ran if any, else the oldest left over from an earlier run. A
+        # run that paused as aborted answered an abort when one fits: a cancel stored beside
+        # it stays stored for the next run (SessionStore.save keeps a request not honoured).
         during = [a for a in fits if a["t1"] >= op["t0"]]
-        answered.add(id(min(during or fits, key=lambda a: a["t0"])))
+        pool = during or fits
+        if stopped:
+            pool = [a for a in pool if a.get("resumable", True)] or pool
+        answered.add(id(min(pool, key=lambda a: a["t0"])))
     return problems
 
 

@@ -566,6 +566,8 @@ def test_sigterm_pauses_the_session_in_progress_and_the_next_worker_goes_on(jobs
         time.sleep(0.05)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=15) == 0, worker.stderr.read()  # not after the whole minute
+    said = worker.stderr.read()
+    assert f"the session in progress, {session}, was paused and handed back" in said, said
     view = Runtime(store=db(jobs)).session(session)
     assert view.status == "paused" and view.state.pause.reason == "aborted"
     assert len(log.read_text().splitlines()) < n

@@ -229,7 +229,8 @@ def test_bash_completion_offers_commands_options_and_choices(
     assert {"run", "resume", "ls", "completion", "db"} <= set(names)
     offered = _complete(script, "tarry", "''")
     assert set(offered) == {"-h", "--help", "--store", "--version", *names}
-    assert _complete(script, "tarry", "re") == ["resume"]
+    assert _complete(script, "tarry", "res") == ["resume"]
+    assert sorted(_complete(script, "tarry", "re")) == ["recover", "resume"]
     assert _complete(script, "tarry", "--store", "x.db", "lo") == ["logs"]
     assert "--allow-changed" in _complete(script, "tarry", "resume", "--")
     assert _complete(script, "tarry", "run", "--durability", "''") == ["pause", "step"]

@@ -139,7 +139,13 @@ def test_get_session_shows_stack_pause_and_actions() -> None:
     assert body["pause"]["kind"] == "human"
     assert body["pause"]["path"] == ["items", 0, "approve"]
     assert body["outputs"] == {"prepare": ["a", "b"]}
-    assert body["actions"] == {"resume": True, "cancel": True, "skip": False, "abort": False}
+    assert body["actions"] == {
+        "resume": True,
+        "cancel": True,
+        "skip": False,
+        "abort": False,
+        "recover": False,
+    }
     assert body["token"] == out.token  # the caller is authorized (loopback, no token set)
     assert body["last_seq"] == rt.session(out.session_id).events()[-1].seq
 
@@ -321,7 +327,13 @@ def test_skip_a_failed_step_with_an_output() -> None:
     api = client(rt)
     detail = api.get(f"/api/sessions/{out.session_id}").json()
     assert detail["error"]["type"] == "RuntimeError"
-    assert detail["actions"] == {"resume": True, "cancel": True, "skip": True, "abort": False}
+    assert detail["actions"] == {
+        "resume": True,
+        "cancel": True,
+        "skip": True,
+        "abort": False,
+        "recover": False,
+    }
     r = api.post(f"/api/sessions/{out.session_id}/skip", json={"output": 42})
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "ok" and r.json()["output"] == {"after": 42}
