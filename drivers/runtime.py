@@ -133,6 +133,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Start a session of `flow`. Sync for sync flows; an awaitable of the Outcome once an
         async step is met (typed as the Outcome, see Outcome; `arun` always awaits).
@@ -142,6 +143,9 @@ class Runtime:
         `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
         every resume, recovery and worker that continues it. `actor`: who starts it (a login
         name, an OS user), recorded in its `run.started` event; so on every control method.
+        `deadline`: a timezone-aware datetime, or seconds from now (a number or timedelta),
+        by which the session must have ended, else it fails with "deadline_exceeded" (the
+        flow's `deadline=` when None; one already past fails it at once).
         """
         # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
         return begin(  # type: ignore[return-value]
@@ -154,6 +158,7 @@ class Runtime:
             asynchronous=False,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
 
     def run_sync(
@@ -165,12 +170,19 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
         return settle(
             self.run(
-                flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
+                flow,
+                input,
+                session_id=session_id,
+                meta=meta,
+                durability=durability,
+                actor=actor,
+                deadline=deadline,
             )
         )
 
@@ -183,6 +195,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
         result = begin(
@@ -195,6 +208,7 @@ class Runtime:
             asynchronous=True,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
         if is_awaitable(result):
             result = await result
