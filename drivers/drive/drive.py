@@ -523,21 +523,27 @@ class Drive:
 
     def _finish_cleanup(self, kind: str, value: Any) -> Result:
         """The cleanup body's result `(kind, value)`: what the drive then does. A pause or an
-        abort stops the cleanup as it would the body (it goes on when resumed); a completed,
-        failed or cancelled cleanup is recorded (`cleanup.ended`) and the run ends as its
-        body did."""
+        abort stops the cleanup as it would the body (it goes on when resumed); a completed
+        or failed cleanup is recorded (`cleanup.ended`) and the run ends as its body did; a
+        cancelled one ends the session cancelled, its `cleanup_error` of type "cancelled"."""
         ex = self.ex
         state = ex.state
         if kind == PAUSED and not self._cancel_asked():
             return (kind, value)
         if kind == STOPPED and self.aborts.get(ex.session_id, self.stop != "cancel"):
             return (kind, value)
+        if kind != DONE and kind != FAILED:
+            # Cancelled while it ran (not by the cancel it runs after: see `_tick`): the
+            # cleanup stops, and the session ends cancelled.
+            sid = ex.session_id
+            ex.emit(ev.CLEANUP_ENDED, (), {"error": error_to_data(CLEANUP_CANCELLED)})
+            self.honoured = self.stop
+            ex.emit(ev.RUN_CANCELLED, (), self._stop_actor(sid))
+            return (ENDED, None)
         if not state.cleaned:
             data: dict[str, Any] = {}
             if kind == FAILED:
                 data["error"] = error_to_data(value)
-            elif kind != DONE:  # cancelled while it ran
-                data["error"] = error_to_data(CLEANUP_CANCELLED)
             ex.emit(ev.CLEANUP_ENDED, (), data)
         end = dict(state.ending_data)
         path = tuple(end.pop("path", ()))

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
+from tarry.drivers.drive.drive import CLEANUP_CANCELLED
 from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import check_actor, valid_session_id
@@ -28,7 +29,7 @@ from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.lanes import parked, restore
 from tarry.engine.state.records import DEADLINE_EXCEEDED, SessionState
-from tarry.engine.state.reducer import apply, own
+from tarry.engine.state.reducer import apply, error_to_data, fold, own
 from tarry.snapshots.records import SessionRecord, decode_lane, encode_state
 
 #: How many times a cancel looks again at a session that a resume moved on meanwhile.
@@ -140,11 +141,16 @@ def cancel_stopped(
             core, record, state, tokens, key, "cancelled", {**data, "path": ()}, flow
         )
     now = core.clock.now()
-    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, now, (), data)
+    specs: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    if state.ending is not None and not state.cleaned:
+        # Its cleanup waits: it ends here, stopped by the cancel (see drive._finish_cleanup).
+        specs.append((ev.CLEANUP_ENDED, (), {"error": error_to_data(CLEANUP_CANCELLED)}))
+    specs.append((ev.RUN_CANCELLED, (), data))
+    after, events = fold(state, now, specs)
     until = now + timedelta(seconds=core.lease)
     try:
         refused = core.store.consume_tokens(
-            tokens, owner=core.owner, until=until, events={sid: [event]} if tokens else {}
+            tokens, owner=core.owner, until=until, events={sid: events} if tokens else {}
         )
     except ConcurrentUpdate:  # its log moved on since we read it
         return None
@@ -154,10 +160,11 @@ def cancel_stopped(
         return None
     # With no token to use, the save's compare-and-set is the whole check; else the event went
     # with the tokens.
-    written = [] if tokens else [event]
+    written = [] if tokens else events
     core.states.drop(record.state)
-    state = apply(state, event)
-    core.hub.notify(event)
+    state = after
+    for event in events:
+        core.hub.notify(event)
     record.state = encode_state(
         state, fingerprint=record.fingerprint, flow_version=record.flow_version
     )
