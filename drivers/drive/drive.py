@@ -401,6 +401,9 @@ class Drive:
         if kind == STOPPED and self.expired:  # its deadline passed: it fails there
             kind, value = FAILED, deadline_error(ex.state, value.path)
             result = (kind, value)
+            # CHILDREN HOOK (child sessions, built elsewhere): a session whose deadline passed
+            # cancels its running and waiting children, as a cancel of it does; do it here
+            # (and in rounds/timers.py `_expire` for a waiting one), in the write that ends it.
         if self.flow.cleanup is not None and ex.state.status == "running":
             try:
                 if ex.state.ending is None:

@@ -153,6 +153,8 @@ def _expire(core: Core, record: SessionRecord, state: SessionState, flow: Flow) 
     a cleanup, with every wait ended and the cleanup run first (control.end_waiting)."""
     token = record.token
     assert token is not None  # (_fire returned before)
+    # CHILDREN HOOK (child sessions, built elsewhere): its running and waiting children are
+    # cancelled here too, as by a cancel of it (see drive.py `_finish`).
     pause = state.pause
     path = pause.path if pause is not None else ()
     error = deadline_error(state, path)
