@@ -513,6 +513,13 @@ class Drive:
             self.core.running.forget_abort(sid, ex)  # the cleanup's checkpoints go on
             path = getattr(value, "path", ())
         end["path"] = path
+        # Waits of its body that the store still holds (branches parked by earlier drives, or
+        # waiting while another was resumed) end here: nothing of the body runs again, and a
+        # cleanup that pauses must not leave them live. (This drive holds the session: no
+        # other resume uses them meanwhile.)
+        live = [w.token for w in self.core.store.waits(sid)]
+        if live:
+            self.core.store.consume_tokens(live)
         ex.emit(ev.CLEANUP_STARTED, (), {"ending": ending, "end": end})
         # The body's generator is over: what it left in the Execution goes with it.
         ex.restoring = {}

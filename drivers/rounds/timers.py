@@ -265,9 +265,12 @@ def hand_back(core: Core, session_id: str) -> bool:
     told to stop does with the session it was running. False when the session is not such a
     pause (it was resumed or ended meanwhile, say)."""
     record = core.store.load(session_id)
-    if record is None or record.status != "paused" or record.wake_at is not None:
+    if record is None or record.status != "paused":
         return False
-    pause = stored_state(core, record).pause
+    state = stored_state(core, record)
+    if record.wake_at is not None and record.wake_at != state.deadline:
+        return False  # due at a timer of its own (its deadline alone is no wait's)
+    pause = state.pause
     if (
         pause is None
         or pause.kind != "system"

@@ -415,3 +415,28 @@ def test_a_deadline_ends_every_waiting_branch(store, with_cleanup: bool) -> None
             rt.resume(token, True)
     assert rt.session(out.session_id).status == "failed"
     assert rt.resume_due() == []
+
+
+def test_a_body_that_ends_while_branches_wait_ends_them_before_its_cleanup_pauses(store) -> None:
+    from tarry import ForEach, TarryError
+
+    def check(ctx: Any) -> Any:
+        if ctx.item == 1:
+            raise ValueError("one branch fails")
+        return ctx.item
+
+    body = [ForEach("items", [0, 1, 2], [Gate("g"), check], concurrency=3)]
+    flow = Flow("cl_lanes_pause", body, cleanup=[Gate("confirm")])
+    rt = runtime(store, ManualClock(START))
+    out = rt.run(flow)
+    tokens = {p.path: p.token for p in out.pauses}
+    assert len(tokens) == 3
+    got = rt.resume(tokens[("items", 1, "g")], True)  # that branch fails: the body ends
+    assert got.paused and got.pause.path == ("@cleanup", "confirm")
+    assert [p.path for p in got.pauses] == [("@cleanup", "confirm")]
+    for path in (("items", 0, "g"), ("items", 2, "g")):
+        with pytest.raises(TarryError):
+            rt.resume(tokens[path], True)
+    done = rt.resume(got.token, True)
+    assert done.failed and done.error.type == "ValueError"
+    assert rt.session(out.session_id).ending == "failed"
