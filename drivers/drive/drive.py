@@ -310,8 +310,9 @@ class Drive:
             return True
         self.stop = core.store.stop_requested(sid)
         if self.stop is not None and not (self.stop == "cancel" and self.ex.state.ending):
-            # (A cancel while the cleanup runs: the cancel it honours, or one more. The
-            # cleanup goes on; its session ends as its body did, see `_finish_cleanup`.)
+            # (A stored cancel while the cleanup runs is the cancel it runs after, stored until
+            # its last write, or one more: the cleanup goes on either way. A cancel asked in
+            # this process, or while the cleanup waits, stops it: see `_finish_cleanup`.)
             return True
         if progress:
             self.progress_at = mono + TICK
