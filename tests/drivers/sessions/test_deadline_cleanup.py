@@ -440,3 +440,29 @@ def test_a_body_that_ends_while_branches_wait_ends_them_before_its_cleanup_pause
     done = rt.resume(got.token, True)
     assert done.failed and done.error.type == "ValueError"
     assert rt.session(out.session_id).ending == "failed"
+
+
+def test_a_timeout_that_fails_the_run_runs_the_cleanup(store) -> None:
+    clock = ManualClock(START)
+    seen: list[Any] = []
+    flow = cleanup_flow("cl_timeout", [Gate("g", timeout=30, on_timeout="reject")], seen)
+    rt = runtime(store, clock)
+    out = rt.run(flow)
+    clock.advance(31)
+    [failed] = rt.resume_due()
+    assert failed.error.type == "gate_timeout" and failed.session_id == out.session_id
+    assert seen == [("release", "failed", None)]
+
+
+def test_an_abort_pauses_the_body_and_a_later_cancel_runs_the_cleanup(store) -> None:
+    seen: list[Any] = []
+    rt = runtime(store, ManualClock(START))
+
+    def stop_me(ctx: Any) -> int:
+        rt.abort(ctx.session_id)
+        return 1
+
+    out = rt.run(cleanup_flow("cl_abort", [stop_me, lambda ctx: 2], seen))
+    assert out.paused and out.pause.reason == "aborted" and seen == []
+    done = rt.cancel(out.token)
+    assert done.error.type == "cancelled" and seen == [("release", "cancelled", None)]
