@@ -47,6 +47,8 @@ class Core:
 
     __slots__ = (
         "store",
+        "wake_parent",
+        "cancel_children",
         "clock",
         "ns",
         "durability",
@@ -158,6 +160,22 @@ class Core:
         self.logs = LogSettings(log_level, max_logs)
         #: Where the sync steps of concurrent lanes run (executors.py).
         self.executors = Executors(max_threads, executor)
+        #: wake_parent(core, end key): the parent waiting on a child's end just queued takes it
+        #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
+        #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
+        self.wake_parent: Callable[[Core, str], Any] = _no_parent
+        #: cancel_children(core, session id): cancel the children a session started that have
+        #: not ended (sessions/control.py; set by the Runtime, as `wake_parent` is): a drive
+        #: whose session's deadline passed calls it after its last write.
+        self.cancel_children: Callable[[Core, str], Any] = _no_children
+
+
+def _no_parent(core: Core, key: str) -> None:
+    return None
+
+
+def _no_children(core: Core, session_id: str) -> None:
+    return None
 
 
 def _takes_version(store: SessionStore) -> bool:

@@ -85,6 +85,7 @@ class Execution:
         "pooled",
         "mailbox",
         "mail_taken",
+        "children",
         "held",
         "views",
     )
@@ -103,6 +104,7 @@ class Execution:
         retry: Any = None,
         mailbox: Callable[[str], Any] | None = None,
         ns: Callable[[], int] | None = None,
+        children: Callable[[str, Any, Any], Any] | None = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = own(state, copy)
@@ -156,6 +158,11 @@ class Execution:
         #: those deliveries from the store with the session's next write).
         self.mailbox = mailbox
         self.mail_taken: list[str] = []
+        #: children(path, session_id, flow, input): a `Child` element reached asks the driver
+        #: to start its session (any worker runs it) unless it exists: (its id, the end of one
+        #: that had ended already as `child_end` data or signals.NO_MAIL, whether it existed).
+        #: None: no driver starts children (a bare Execution), and a Child fails.
+        self.children = children
         #: The values kept out of the state that this run has met, by the seq of the event that
         #: carries them (see state.OutOfLine): each is read from the ledger once per run.
         self.held: dict[int, Any] = {}

@@ -24,6 +24,7 @@ from tarry.drivers import (
 from tarry.engine import (
     AsyncInSyncContext,
     Branch,
+    Child,
     ContainerFrame,
     Context,
     ErrorInfo,
@@ -54,6 +55,7 @@ from tarry.engine import (
 )
 from tarry.engine.elements.step import step
 from tarry.engine.errors import (
+    ChildFailed,
     ConcurrentUpdate,
     InvalidArgument,
     PayloadTooLarge,
@@ -100,6 +102,8 @@ __all__ = [
     "NOT_READY",
     "AsyncInSyncContext",
     "Branch",
+    "Child",
+    "ChildFailed",
     "ConcurrentUpdate",
     "ContainerFrame",
     "Context",

@@ -20,6 +20,8 @@ from tarry.drivers.drive.outcome import (
 )
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
+from tarry.drivers.limits import log
+from tarry.drivers.sessions.children import end_post, start_child
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.execution import Execution
@@ -118,6 +120,8 @@ class Drive:
         "deadline",
         "expired",
         "going",
+        "cascade",
+        "posted",
     )
 
     def __init__(
@@ -147,6 +151,7 @@ class Drive:
             listener=listener,
             retry=core.retry,
             mailbox=self._mailbox,
+            children=self._children,
         )
         # ex.rows holds the events not written yet; they are written once `flush_at` are. The
         # durability is the session's own, whichever process continues it. The engine asks
@@ -206,6 +211,12 @@ class Drive:
         #: (sleep, asleep, start) of the pump, once the drive started: a cleanup that begins
         #: when the body ended is driven with them (see `_begin_cleanup`).
         self.going: tuple[Any, ...] | None = None
+        #: Its deadline ended the session's body in this drive: the children it started that
+        #: have not ended are cancelled after its last write.
+        self.cascade = False
+        #: The end key its last write queued the child's end on (a child that ended), for
+        #: whoever drove it to wake the parent (`Core.wake_parent`).
+        self.posted: str | None = None
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -254,6 +265,7 @@ class Drive:
         self.ex.watch = True
         self.ex.mailbox = None
         self.going = None  # its back-off calls back into this Drive: the same cycle
+        self.ex.children = None
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
@@ -345,6 +357,16 @@ class Drive:
         self.claimed.append((key, found[0]))
         return loads(found[1])
 
+    def _children(
+        self, path: tuple[Any, ...], session_id: str | None, flow: Flow, input: Any
+    ) -> tuple[str, Any, bool]:
+        """What a Child reached asks (`Execution.children`): its session stored, queued for
+        any worker (see sessions/children.py)."""
+        try:
+            return start_child(self.core, self.record, path, session_id, flow, input)
+        finally:
+            self.ex.at = None  # the store took its time: the next event reads the clock
+
     def _mail_taken(self) -> list[int] | None:
         """The ids of the messages whose Waits completed since the last write, for that write
         to consume; the write releases the drive's other claims (a Wait that refused its
@@ -402,9 +424,10 @@ class Drive:
         if kind == STOPPED and self.expired:  # its deadline passed: it fails there
             kind, value = FAILED, deadline_error(ex.state, value.path)
             result = (kind, value)
-            # CHILDREN HOOK (child sessions, built elsewhere): a session whose deadline passed
-            # cancels its running and waiting children, as a cancel of it does; do it here
-            # (and in rounds/timers.py `_expire` for a waiting one), in the write that ends it.
+        if kind == FAILED and value.type == DEADLINE_EXCEEDED and ex.state.ending is None:
+            # Its children that have not ended are cancelled, as by a cancel of it, once its
+            # last write is done (a waiting session's: rounds/timers.py `_expire`).
+            self.cascade = True
         if self.flow.cleanup is not None and ex.state.status == "running":
             try:
                 if ex.state.ending is None:
@@ -449,6 +472,9 @@ class Drive:
             token = self._write(token, waits)
         finally:
             self._ended()
+        if self.cascade:
+            self.cascade = False
+            self._cancel_children(sid)
         tokens = self.core.tokens
         public = None if token is None else tokens.token(token)  # token: the store key
         if kind != PAUSED or ex.state.status != "paused":
@@ -568,6 +594,14 @@ class Drive:
         error = error_from_data(end["error"])
         return (FAILED, error)
 
+    def _cancel_children(self, sid: str) -> None:
+        """Cancel the children of a session whose deadline passed (its own end is written).
+        A child that cannot be cancelled here is logged: its parent's end stands."""
+        try:
+            self.core.cancel_children(self.core, sid)
+        except Exception:
+            log().exception("session %s: its children could not all be cancelled", sid)
+
     def _cancel_asked(self) -> bool:
         """Whether a cancel was asked of this drive: in this process, or read from the store."""
         return self.aborts.get(self.ex.session_id) is False or self.stop == "cancel"
@@ -622,6 +656,8 @@ class Drive:
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
+        # A child that ends: its end, for its parent (a store is asked for `post` only then).
+        post = end_post(record, state)
         record.version = self.core.store.save(
             record,
             rec.version,
@@ -630,7 +666,10 @@ class Drive:
             waits=waits,
             mail_done=done,
             **self._logs(),
+            **({} if post is None else {"post": post}),
         )
+        if post is not None:
+            self.posted = post[0]
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then,
             self.core.states.keep(blob, state)

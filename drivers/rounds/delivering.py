@@ -371,6 +371,35 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
     return outcomes
 
 
+def wake_parent(core: Core, key: str) -> Any:
+    """The wait on `key` — a parent's lane waiting on the child whose end was just queued
+    there — takes that message, consumed with the use of its token. Returns the parent's
+    outcome (awaitable when its drive awaits), or None when nothing was resumed: no wait yet
+    (the parent's drive takes the message when it reaches or registers the wait), the parent
+    busy (noted for its drive) or anything else; what this leaves is the next worker round's
+    (`deliver_pending`)."""
+    rows: list[WaitRecord] = []
+    try:
+        rows = core.store.waiters(key, 1)
+        head = core.store.queued(key=key, limit=1) if rows else []
+        if not head:
+            return None
+        value = loads(head[0].value)
+        return prepare_now(
+            core, rows[0].token, None, False, value=value, trigger="child", mail=head[0].id
+        )
+    except (*_PASSED, MailGone):
+        return None
+    except SessionBusy:
+        core.running.note_mail(rows[0].session_id)
+        return None
+    except Exception as exc:
+        if infrastructure(exc):
+            raise
+        log().warning("a child's end (key %r) did not reach its parent now: %s", key, exc)
+        return None
+
+
 # --- resuming a group of waits ---------------------------------------------------------------
 
 

@@ -21,8 +21,10 @@ from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys
+from tarry.drivers.sessions.children import QUEUED, fail_unknown_flow
 from tarry.drivers.sessions.control import cancel_stopped, end_waiting
 from tarry.drivers.sessions.resuming import prepare, stored_state
+from tarry.drivers.sessions.starting import settle_parent
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
@@ -97,6 +99,11 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return _honour_stop(core, record, flow_of(core, record, round, "resume_due"))
     flow = flow_of(core, record, round, "resume_due")
     if flow is None:
+        # A queued child that no worker can run fails (and so does its Child element), rather
+        # than wait for a flow that may never be registered.
+        ended = fail_unknown_flow(core, record)
+        if ended is not None:
+            settle_parent(core.wake_parent(core, ended))
         return None
     state = stored_state(core, record)
     deadline = state.deadline
@@ -119,9 +126,11 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         if pause.wake_at is not None and pause.wake_at <= now:
             return settle(prepare(core, token, None, False, trigger="timer"))
         if pause.wake_at is None and pause.expires_at is None and not pause.awaits_value:
-            # A run a stopping worker paused at a checkpoint and handed back (`hand_back`):
-            # due at the record's wake_at, which claim_due checked.
-            return settle(prepare(core, token, None, False, trigger="timer"))
+            # A run a stopping worker paused at a checkpoint and handed back (`hand_back`),
+            # or a child queued by its parent: due at the record's wake_at, which claim_due
+            # checked.
+            trigger = "child" if pause.reason == QUEUED else "timer"
+            return settle(prepare(core, token, None, False, trigger=trigger))
         if pause.expires_at is None or pause.expires_at > now:
             return None
         element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None
@@ -153,8 +162,6 @@ def _expire(core: Core, record: SessionRecord, state: SessionState, flow: Flow) 
     a cleanup, with every wait ended and the cleanup run first (control.end_waiting)."""
     token = record.token
     assert token is not None  # (_fire returned before)
-    # CHILDREN HOOK (child sessions, built elsewhere): its running and waiting children are
-    # cancelled here too, as by a cancel of it (see drive.py `_finish`).
     pause = state.pause
     path = pause.path if pause is not None else ()
     error = deadline_error(state, path)
@@ -173,7 +180,13 @@ def _expire(core: Core, record: SessionRecord, state: SessionState, flow: Flow) 
             tokens.append(token)
         end = {"error": error_to_data(error), "path": path}
         done = end_waiting(core, record, state, tokens, None, DEADLINE_EXCEEDED, end, flow)
-        return None if done is None else settle(done)
+        if done is None:
+            return None
+        outcome = settle(done)
+        # Its children that have not ended are cancelled, as by a cancel of it (a drive
+        # that fails it without a cleanup does so itself: drive.py `_finish`).
+        core.cancel_children(core, record.session_id)
+        return outcome
     except (TokenAlreadyUsed, UnknownToken, SessionNotResumable, ConcurrentUpdate):
         return None  # resumed, cancelled or fired by someone else first
 

@@ -11,10 +11,12 @@ from tarry.drivers.drive.drive import CLEANUP_CANCELLED
 from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import check_actor, valid_session_id
+from tarry.drivers.sessions.children import children_of, end_post
 from tarry.drivers.sessions.resuming import key_of, prepare, stored_state
-from tarry.drivers.sessions.starting import start
+from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.tokens import looks_like_token
 from tarry.engine.describe import describe
+from tarry.engine.elements.child import end_key
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
@@ -31,6 +33,7 @@ from tarry.engine.state.lanes import parked, restore
 from tarry.engine.state.records import DEADLINE_EXCEEDED, SessionState
 from tarry.engine.state.reducer import apply, error_to_data, fold, own
 from tarry.snapshots.records import SessionRecord, decode_lane, encode_state
+from tarry.snapshots.store import ENDED
 
 #: How many times a cancel looks again at a session that a resume moved on meanwhile.
 CANCEL_TRIES = 5
@@ -41,19 +44,50 @@ def abort(core: Core, session_id: str, resumable: bool, actor: str | None = None
     (its stop event then names `actor`), else through a request stored for the process that
     does (read within a TICK)."""
     check_actor(actor)
-    if core.running.request_abort(session_id, resumable, actor):
-        return
-    if not valid_session_id(session_id):
-        raise UnknownSession(session_id)  # no such id can have been stored
-    status = core.store.request_stop(session_id, "abort" if resumable else "cancel")
-    if status is None:
-        raise UnknownSession(session_id)
-    if not resumable and status in ("paused", "failed"):
-        cancel(core, session_id, actor)
-    # Running: the request is stored. Paused or failed with resumable=True: stopped already.
+    if not core.running.request_abort(session_id, resumable, actor):
+        if not valid_session_id(session_id):
+            raise UnknownSession(session_id)  # no such id can have been stored
+        status = core.store.request_stop(session_id, "abort" if resumable else "cancel")
+        if status is None:
+            raise UnknownSession(session_id)
+        if not resumable and status in ("paused", "failed"):
+            cancel(core, session_id, actor)
+            return  # (its children were cancelled with it)
+        # Running: the request is stored. Paused or failed with resumable=True: stopped already.
+    for child in _live_children(core, session_id):  # aborting a parent aborts its children
+        with contextlib.suppress(UnknownSession):
+            abort(core, child, resumable, actor)
 
 
 def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Outcome:
+    """Cancel a session (by its id or a token of it), and the children it started that have
+    not ended (each with their own)."""
+    outcome = _cancel(core, token_or_session_id, actor)
+    cancel_children(core, outcome.session_id, actor)
+    return outcome
+
+
+def cancel_children(core: Core, session_id: str, actor: str | None = None) -> None:
+    """Cancel the children a session started that have not ended: it is being cancelled, or
+    its deadline passed (`Core.cancel_children`, which drives call after their last write)."""
+    for child in _live_children(core, session_id):
+        with contextlib.suppress(UnknownSession, SessionNotResumable, ConcurrentUpdate):
+            cancel(core, child, actor)
+            # Its end is for a parent that has ended its wait on it: nothing will take it.
+            core.store.discard(end_key(child))
+
+
+def _live_children(core: Core, session_id: str) -> list[str]:
+    """The children a session started that have not ended (read from its events: a cancel or
+    an abort is no per-step path)."""
+    ids = children_of(core, session_id)
+    if not ids:
+        return []
+    records = core.store.load_many(ids)
+    return [cid for cid in ids if cid in records and records[cid].status not in ENDED]
+
+
+def _cancel(core: Core, token_or_session_id: str, actor: str | None) -> Outcome:
     check_actor(actor)
     given = token_or_session_id
     key = None  # the store key of the token given, if one was
@@ -174,12 +208,17 @@ def cancel_stopped(
     record.lease_owner = None
     record.lease_until = None
     record.updated_at = now
+    post = end_post(record, state)  # a child's end, for its parent
     try:
-        core.store.save(record, record.version, events=written)
+        core.store.save(
+            record, record.version, events=written, **({} if post is None else {"post": post})
+        )
     except ConcurrentUpdate:
         if not tokens:
             return None
         raise  # its tokens are used and its lease ours: recover() ends it as cancelled
+    if post is not None:
+        settle_parent(core.wake_parent(core, post[0]))
     return outcome_of(state, None)
 
 

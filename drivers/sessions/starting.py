@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.core import Core
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.pump import AwaitableOrValue
+from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
@@ -156,9 +156,18 @@ def start(
     result = drive.start()
     if is_awaitable(result):
         return _late_mail_async(core, drive, result, resume)
+    if drive.posted is not None:  # a child ended: its parent takes its end now
+        settle_parent(core.wake_parent(core, drive.posted))
     if not drive.keyed and not core.running.mail_noted:
         return result
     return late_mail(core, drive, result, resume)  # type: ignore[arg-type]
+
+
+def settle_parent(woken: Any) -> None:
+    """Drive the parent's resume that a child's end began (`Core.wake_parent`) to its end,
+    in a sync call: the parent may have async steps."""
+    if is_awaitable(woken):
+        settle(woken)
 
 
 def late_mail(
@@ -262,6 +271,10 @@ async def _late_mail_async(
     core: Core, drive: Drive, result: Awaitable[Outcome], resume: Resume
 ) -> Outcome:
     outcome = await result
+    if drive.posted is not None:  # a child ended: its parent takes its end now
+        woken = core.wake_parent(core, drive.posted)
+        if is_awaitable(woken):
+            await woken
     if not drive.keyed and not core.running.mail_noted:
         return outcome
     outcome = late_mail(core, drive, outcome, resume)

@@ -150,6 +150,10 @@ class Flow(Element):
             return described + (("cleanup", self.cleanup._describe()),)
         return described
 
+    def elements(self) -> list[Element]:
+        """Every element of the flow's tree, in the order of the tree."""
+        return list(self._index.values())
+
     def find(self, path: tuple[Any, ...]) -> Element | None:
         """The element at a run path (iteration indexes are ignored), or None."""
         return self._index.get(structural(path))

@@ -466,3 +466,61 @@ def test_an_abort_pauses_the_body_and_a_later_cancel_runs_the_cleanup(store) -> 
     assert out.paused and out.pause.reason == "aborted" and seen == []
     done = rt.cancel(out.token)
     assert done.error.type == "cancelled" and seen == [("release", "cancelled", None)]
+
+
+@pytest.mark.parametrize("with_cleanup", [False, True])
+def test_a_deadline_cancels_the_children_that_have_not_ended(store, with_cleanup: bool) -> None:
+    from tarry import Child
+
+    clock = ManualClock(START)
+    seen: list[Any] = []
+    inner = Flow(f"dl_child_inner_{with_cleanup}", [Gate("hold")])
+    body = [Child("c", inner)]
+    name = f"dl_parent_{with_cleanup}"
+    parent = (
+        cleanup_flow(name, body, seen, deadline=60)
+        if with_cleanup
+        else Flow(name, body, deadline=60)
+    )
+    rt = runtime(store, clock, flows=[inner])
+    out = rt.run(parent, session_id=f"p{with_cleanup}")
+    assert out.paused
+    [child] = rt.session(out.session_id).children
+    [started] = rt.resume_due()  # the child runs, and waits at its Gate
+    assert started.session_id == child and started.paused
+    clock.advance(61)
+    rounds = rt.resume_due()
+    assert [o.error.type for o in rounds if o.session_id == out.session_id] == ["deadline_exceeded"]
+    assert rt.session(child).status == "cancelled"
+    assert rt.session(out.session_id).status == "failed"
+    assert seen == ([("release", "deadline_exceeded", None)] if with_cleanup else [])
+    assert rt.mailbox() == []
+
+
+def test_a_running_parent_past_its_deadline_cancels_its_waiting_children(store) -> None:
+    from tarry import Child, Parallel
+
+    clock = ManualClock(START)
+    inner = Flow("dl_kid", [Gate("hold")])
+    ran: list[str] = []
+
+    def slow(ctx: Any) -> int:
+        clock.advance(120)  # the deadline passes while this branch runs
+        return 1
+
+    def after(ctx: Any) -> None:
+        ran.append("after")
+
+    body = [Parallel("both", {"a": [Child("kid", inner)], "b": [Gate("go"), slow, after]})]
+    rt = runtime(store, clock, flows=[inner])
+    out = rt.run(Flow("dl_run_parent", body, deadline=60), session_id="rp")
+    assert out.paused and len(out.pauses) == 2
+    [kid] = rt.session("rp").children
+    [started] = rt.resume_due()  # the child runs, and waits at its Gate
+    assert started.session_id == kid and started.paused
+    go = next(p.token for p in out.pauses if p.path[-1] == "go")
+    done = rt.resume(go, True)  # branch b runs on, past the deadline
+    assert done.failed and done.error.type == "deadline_exceeded"
+    assert ran == []  # stopped at the checkpoint before it (the Parallel stops there)
+    assert rt.session(kid).status == "cancelled"
+    assert rt.resume_due() == [] and rt.mailbox() == []
