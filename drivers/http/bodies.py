@@ -66,11 +66,13 @@ def session_json(view: SessionView) -> dict[str, Any]:
     included: only callers who passed the guard get here."""
     data = session_to_dict(view)
     token, status = data["token"], data["status"]
+    # A failed session whose cleanup ran is over: its body does not run again.
+    cleaned = status == "failed" and data["ending"] is not None
     data["actions"] = {
-        "resume": token is not None and status in ("paused", "failed"),
+        "resume": token is not None and status in ("paused", "failed") and not cleaned,
         "cancel": status in ("paused", "failed", "running"),
         "abort": status == "running",
-        "skip": token is not None and status == "failed",
+        "skip": token is not None and status == "failed" and not cleaned,
     }
     # The diagram of the very version it runs (GET it: 404 when this server lacks it).
     data["flow_structure_url"] = (

@@ -113,6 +113,10 @@ def session_to_dict(view: Any) -> dict[str, Any]:
         "metrics": state.metrics,
         "last_seq": state.last_seq,
         "token": view.outcome.token,
+        # A deadline and a cleanup (Flow(deadline=, cleanup=)): None when the session has none.
+        "deadline": state.deadline,
+        "ending": state.ending,
+        "cleanup_error": state.cleanup_error,
     }
 
 
