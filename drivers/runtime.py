@@ -119,7 +119,7 @@ class Runtime:
         )
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
-        self._core.cancel_children = control.cancel_children
+        self._core.cancel_children = _cancel_children
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a
@@ -648,3 +648,7 @@ class Runtime:
 
 def _wake_parent(core: Core, key: str) -> Any:
     return delivering.wake_parent(core, key)
+
+
+def _cancel_children(core: Core, session_id: str) -> None:
+    control.cancel_children(core, session_id)  # (control is loaded only when a deadline passes)
