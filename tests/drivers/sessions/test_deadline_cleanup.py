@@ -215,6 +215,7 @@ def test_cancel_of_a_waiting_session_runs_its_cleanup_then_ends_cancelled(store)
     view = rt.session(out.session_id)
     assert view.status == "cancelled" and view.ending == "cancelled"
     assert view.events()[-1].data.get("actor") == "ops"
+    assert view.derive_state() == view.state
     with pytest.raises(SessionNotResumable):
         rt.cancel(out.session_id)
 
@@ -245,7 +246,8 @@ def test_cleanup_after_a_deadline_while_waiting_and_while_running(store) -> None
     [failed] = rt.resume_due()
     assert failed.error.type == "deadline_exceeded" and failed.error.path == ("approve",)
     assert seen == [("release", "deadline_exceeded", None)]
-    assert rt.session(out.session_id).status == "failed"
+    view = rt.session(out.session_id)
+    assert view.status == "failed" and view.derive_state() == view.state
 
     seen.clear()
 
@@ -299,6 +301,7 @@ def test_a_cancel_of_a_waiting_cleanup_ends_the_session_cancelled(store) -> None
     assert done.failed and done.error.type == "cancelled"
     view = rt.session(out.session_id)
     assert view.status == "cancelled" and view.cleanup_error.type == "cancelled"
+    assert view.derive_state() == view.state
 
 
 def test_a_cleanup_failure_is_recorded_and_changes_nothing_else(store) -> None:
@@ -524,3 +527,18 @@ def test_a_running_parent_past_its_deadline_cancels_its_waiting_children(store) 
     assert ran == []  # stopped at the checkpoint before it (the Parallel stops there)
     assert rt.session(kid).status == "cancelled"
     assert rt.resume_due() == [] and rt.mailbox() == []
+
+
+def test_a_cancel_where_the_flow_is_unknown_changes_nothing(store) -> None:
+    from tarry import UnknownFlow
+
+    seen: list[Any] = []
+    flow = cleanup_flow("cl_unknown", [Gate("approve")], seen)
+    out = runtime(store, ManualClock(START)).run(flow)
+    stranger = runtime(store, ManualClock(START))  # knows no flow
+    with pytest.raises(UnknownFlow):
+        stranger.cancel(out.session_id)
+    assert stranger.session(out.session_id).status == "paused" and seen == []
+    other = runtime(store, ManualClock(START), flows=[flow])
+    assert other.cancel(out.session_id).error.type == "cancelled"
+    assert seen == [("release", "cancelled", None)]
