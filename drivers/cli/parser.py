@@ -211,6 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("session")
 
+    p = command(
+        "children",
+        inspecting.children,
+        "the sessions a session started with Child elements, with their status",
+        as_json,
+    )
+    p.add_argument("session")
+
     p = command("events", inspecting.events, "a session's event log")
     p.add_argument("session")
     p.add_argument("--jsonl", action="store_true", help="one JSON object per line")

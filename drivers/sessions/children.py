@@ -49,10 +49,10 @@ FLOW_REF = "flow_ref"
 def derived_id(parent: str, path: tuple[Any, ...]) -> str:
     """The id of the child that the element at `path` of session `parent` starts: the same
     on every run of that element, so a re-run after a crash finds the child it started."""
-    sid = f"{parent}/{'/'.join(map(str, path))}"
+    sid = f"{parent}.{'.'.join(map(str, path))}"  # no "/": an id is one segment of a URL
     if len(sid) <= MAX_SESSION_ID:
         return sid
-    return f"{parent[: MAX_SESSION_ID - 34]}/{short_hash(sid)}"
+    return f"{parent[: MAX_SESSION_ID - 34]}.{short_hash(sid)}"
 
 
 def start_child(

@@ -45,13 +45,13 @@ def test_a_child_runs_in_a_worker_round_and_its_end_resumes_the_parent(store: An
     out = rt.run(OUTER, 5, session_id="p")
     # The parent waits, holding nothing; the child is stored queued, not run yet.
     assert out.paused and out.pause.reason == "child"
-    assert out.pause.payload == {"session_id": "p/c", "flow": "inner"}
+    assert out.pause.payload == {"session_id": "p.c", "flow": "inner"}
     assert RUNS == []
-    child = rt.session("p/c")
+    child = rt.session("p.c")
     assert child.status == "paused" and child.parent == "p"
-    assert rt.session("p").children == ["p/c"]
+    assert rt.session("p").children == ["p.c"]
     done = rt.resume_due()
-    assert [(o.session_id, o.output) for o in done] == [("p/c", 10)]
+    assert [(o.session_id, o.output) for o in done] == [("p.c", 10)]
     assert done[0].meta["trigger"] == "child"
     parent = rt.session("p")
     assert parent.status == "completed" and parent.state.output == 11
@@ -87,7 +87,7 @@ def test_a_foreach_of_children_each_run_once(store: Any) -> None:
     view = rt.session("f")
     assert view.status == "completed" and view.state.output == [2, 4, 6, 8]
     assert sorted(RUNS) == [1, 2, 3, 4]
-    assert view.children == [f"f/items/{i}/c" for i in range(4)]
+    assert view.children == [f"f.items.{i}.c" for i in range(4)]
     assert rt.mailbox() == []
 
 
@@ -99,7 +99,7 @@ def test_a_failed_child_fails_the_element_with_child_failed(store: Any) -> None:
     assert view.status == "failed"
     assert view.state.error.type == "ChildFailed" and not view.state.error.retryable
     assert "ValueError: nope" in view.state.error.message
-    assert rt.session("q/c").status == "failed"
+    assert rt.session("q.c").status == "failed"
     assert issubclass(ChildFailed, Exception)
 
 
@@ -107,8 +107,8 @@ def test_a_cancelled_child_fails_the_element(store: Any) -> None:
     rt = Runtime(store=store)
     rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="s")
     rt.resume_due()
-    assert rt.session("s/c").status == "paused"
-    rt.cancel("s/c")
+    assert rt.session("s.c").status == "paused"
+    rt.cancel("s.c")
     view = rt.session("s")
     assert view.status == "failed" and view.state.error.type == "child_cancelled"
 
@@ -119,7 +119,7 @@ def test_cancelling_the_parent_cancels_its_children(store: Any) -> None:
     rt.resume_due()
     rt.cancel("r")
     assert rt.session("r").status == "cancelled"
-    assert rt.session("r/c").status == "cancelled"
+    assert rt.session("r.c").status == "cancelled"
     assert rt.mailbox() == []  # the child's end had nobody to go to
 
 
@@ -127,7 +127,7 @@ def test_cancelling_a_parent_cancels_a_queued_child(store: Any) -> None:
     rt = Runtime(store=store)
     rt.run(OUTER, 1, session_id="p")
     rt.cancel("p")
-    assert rt.session("p/c").status == "cancelled"
+    assert rt.session("p.c").status == "cancelled"
     assert rt.resume_due() == []
     assert RUNS == []
 
@@ -137,7 +137,7 @@ def test_aborting_the_parent_aborts_a_running_child(store: Any) -> None:
     rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="a")
     rt.abort("a")  # the parent waits, the child is queued: both stopped already
     assert rt.session("a").status == "paused"
-    assert rt.session("a/c").status == "paused"
+    assert rt.session("a.c").status == "paused"
 
 
 def test_a_parent_rerun_after_a_crash_takes_the_end_of_the_child_it_started() -> None:
@@ -165,8 +165,8 @@ def test_a_parent_rerun_after_a_crash_takes_the_end_of_the_child_it_started() ->
     assert rt.session("p").status == "running"
     worker = Runtime(store=store, clock=clock, flows=[OUTER])
     worker.resume_due()  # the child runs; its end is queued for nobody yet
-    assert rt.session("p/c").status == "completed"
-    assert [m.key for m in rt.mailbox()] == [end_key("p/c")]
+    assert rt.session("p.c").status == "completed"
+    assert [m.key for m in rt.mailbox()] == [end_key("p.c")]
     clock.advance(10)
     [recovered] = worker.recover()
     assert recovered.status == "ok" and recovered.output == 11
@@ -196,8 +196,8 @@ def test_a_child_whose_flow_no_runtime_knows_fails_after_one_round(store: Any) -
     assert rt.run(OUTER, 1, session_id="p").paused
     stranger = Runtime(store=store)  # knows neither flow
     stranger.resume_due()
-    assert rt.session("p/c").status == "failed"
-    assert rt.session("p/c").state.error.type == "UnknownFlow"
+    assert rt.session("p.c").status == "failed"
+    assert rt.session("p.c").state.error.type == "UnknownFlow"
     assert rt.session("p").status == "paused"  # the stranger cannot run the parent either
     rt.poll()  # the parent's runtime delivers the child's end to it
     view = rt.session("p")
@@ -218,10 +218,10 @@ def test_child_needs_a_flow() -> None:
 
 
 def test_derived_ids_fit_a_store() -> None:
-    assert derived_id("p", ("items", 3, "c")) == "p/items/3/c"
+    assert derived_id("p", ("items", 3, "c")) == "p.items.3.c"
     long = derived_id("p" * 250, ("items", 3, "c"))
     assert len(long) <= 256 and long.startswith("p" * 200)
-    assert end_key("p/c") == "tarry/child/p/c"
+    assert end_key("p.c") == "tarry/child/p.c"
 
 
 def test_async_parent_and_child(store: Any) -> None:
