@@ -49,6 +49,7 @@ class Core:
     __slots__ = (
         "store",
         "wake_parent",
+        "cancel_children",
         "clock",
         "ns",
         "durability",
@@ -168,9 +169,17 @@ class Core:
         #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
         #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
         self.wake_parent: Callable[[Core, str], Any] = _no_parent
+        #: cancel_children(core, session id): cancel the children a session started that have
+        #: not ended (sessions/control.py; set by the Runtime, as `wake_parent` is): a drive
+        #: whose session's deadline passed calls it after its last write.
+        self.cancel_children: Callable[[Core, str], Any] = _no_children
 
 
 def _no_parent(core: Core, key: str) -> None:
+    return None
+
+
+def _no_children(core: Core, session_id: str) -> None:
     return None
 
 

@@ -119,6 +119,7 @@ class Runtime:
         )
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
+        self._core.cancel_children = _cancel_children
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a
@@ -136,6 +137,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Start a session of `flow`. Sync for sync flows; an awaitable of the Outcome once an
         async step is met (typed as the Outcome, see Outcome; `arun` always awaits).
@@ -145,6 +147,9 @@ class Runtime:
         `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
         every resume, recovery and worker that continues it. `actor`: who starts it (a login
         name, an OS user), recorded in its `run.started` event; so on every control method.
+        `deadline`: a timezone-aware datetime, or seconds from now (a number or timedelta),
+        by which the session must have ended, else it fails with "deadline_exceeded" (the
+        flow's `deadline=` when None; one already past fails it at once).
         """
         # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
         return begin(  # type: ignore[return-value]
@@ -157,6 +162,7 @@ class Runtime:
             asynchronous=False,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
 
     def run_sync(
@@ -168,12 +174,19 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
         return settle(
             self.run(
-                flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
+                flow,
+                input,
+                session_id=session_id,
+                meta=meta,
+                durability=durability,
+                actor=actor,
+                deadline=deadline,
             )
         )
 
@@ -186,6 +199,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
         result = begin(
@@ -198,6 +212,7 @@ class Runtime:
             asynchronous=True,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
         if is_awaitable(result):
             result = await result
@@ -641,3 +656,7 @@ class Runtime:
 
 def _wake_parent(core: Core, key: str) -> Any:
     return delivering.wake_parent(core, key)
+
+
+def _cancel_children(core: Core, session_id: str) -> None:
+    control.cancel_children(core, session_id)  # (control is loaded only when a deadline passes)

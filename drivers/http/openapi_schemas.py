@@ -161,6 +161,15 @@ SCHEMAS: dict[str, Any] = {
             "metrics": {"type": "object"},
             "last_seq": _INT,
             "token": _NULLABLE_STR,
+            "deadline": {
+                "type": ["string", "null"],
+                "description": "when it fails with deadline_exceeded if still not ended",
+            },
+            "ending": {
+                **_NULLABLE_STR,
+                "description": "how its flow's body ended, once its cleanup began",
+            },
+            "cleanup_error": {**_ANY, "description": "what its flow's cleanup failed with"},
             "actions": _obj(
                 ["resume", "cancel", "abort", "skip"],
                 {

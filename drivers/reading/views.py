@@ -15,7 +15,7 @@ from tarry.engine.elements.child import children_in
 from tarry.engine.errors import InvalidArgument, SnapshotError
 from tarry.engine.state.events import RUN_RESUMED, Event
 from tarry.engine.state.lanes import concurrent, parked, restore
-from tarry.engine.state.records import SessionState
+from tarry.engine.state.records import ErrorInfo, SessionState
 from tarry.engine.state.reducer import apply, own
 from tarry.snapshots.records import SessionRecord, decode_lane, decode_state
 from tarry.snapshots.store import SessionStore
@@ -121,6 +121,27 @@ class SessionView:
     def durability(self) -> str:
         """The session's own durability ("pause" or "step"), kept by whoever continues it."""
         return self._record.durability
+
+    @property
+    def deadline(self) -> datetime | None:
+        """When the session fails with "deadline_exceeded" if still not ended (None: none)."""
+        return self._head().deadline
+
+    @property
+    def ending(self) -> str | None:
+        """How its flow's body ended, once its `cleanup=` began: "completed", "failed",
+        "cancelled" or "deadline_exceeded" (None before, or without a cleanup)."""
+        return self._head().ending
+
+    @property
+    def cleanup_error(self) -> ErrorInfo | None:
+        """What its flow's `cleanup=` body failed with, if it did: recorded on the session,
+        which still ended as its body did (completed, failed, cancelled)."""
+        return self._head().cleanup_error
+
+    def _head(self) -> SessionState:
+        """The state as stored or live, without reading what it keeps out of line."""
+        return self._state if self._state is not None else state_of(self._record)
 
     @property
     def fingerprint(self) -> str:
