@@ -74,7 +74,9 @@ class Runtime:
     keeps, its last ones; 1000, 0 to capture none), `max_threads` (the size of the thread pool
     that the sync steps of concurrent lanes run on; 32) or `executor` (any
     `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
-    client's `get_executor()`; the caller's, never shut down by tarry). See docs/guarantees.md,
+    client's `get_executor()`; the caller's, never shut down by tarry), `batches` ({name: batch
+    adapter}, e.g. `{"openai": tarry.batches.OpenAIBatch(client=openai.OpenAI())}`: what
+    `BatchRequest(via=name)` is submitted through, see docs/batch.md). See docs/guarantees.md,
     docs/monitor.md, docs/concepts.md ("Where sync steps run").
     """
 
@@ -97,6 +99,7 @@ class Runtime:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Executor | None = None,
+        batches: dict[str, Any] | None = None,
     ) -> None:
         self._core = Core(
             store,
@@ -115,6 +118,7 @@ class Runtime:
             mail_ttl=mail_ttl,
             max_threads=max_threads,
             executor=executor,
+            batches=batches,
         )
 
     def register(self, flow: Flow) -> Flow:
@@ -461,6 +465,12 @@ class Runtime:
     @adapters.setter
     def adapters(self, adapters: dict[str, Any]) -> None:
         self._core.adapters = checked_adapters(adapters)
+
+    @property
+    def batches(self) -> dict[str, Any]:
+        """{name: batch adapter} that `BatchRequest(via=name)` submits through (tarry.batches);
+        `poll()` and workers submit, check and deliver them."""
+        return self._core.batches
 
     @property
     def max_value_bytes(self) -> int:

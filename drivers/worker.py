@@ -284,6 +284,8 @@ class Worker:
                 self._report("delivered", delivered, outcomes)
             if not self._stopping:
                 self._report("resumed", polling.ask_adapters(core, self._round), outcomes)
+            if not self._stopping:
+                self._report("delivered", polling.batch_round(core, self._round), outcomes)
         finally:
             self._hand_back(core)
         self.runtime.retain()  # prunes by `Runtime(retention=)`, at most once a minute

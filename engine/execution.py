@@ -85,6 +85,7 @@ class Execution:
         "pooled",
         "mailbox",
         "mail_taken",
+        "batch_check",
         "held",
         "views",
     )
@@ -156,6 +157,10 @@ class Execution:
         #: those deliveries from the store with the session's next write).
         self.mailbox = mailbox
         self.mail_taken: list[str] = []
+        #: batch_check(via, key, body): what is wrong with a BatchRequest for the batch adapter
+        #: registered as `via`, or None (set by a driver that has batch adapters; None: not
+        #: checked here, the batch round refuses it instead).
+        self.batch_check: Callable[[str, str, Any], str | None] | None = None
         #: The values kept out of the state that this run has met, by the seq of the event that
         #: carries them (see state.OutOfLine): each is read from the ledger once per run.
         self.held: dict[int, Any] = {}

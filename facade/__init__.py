@@ -52,10 +52,13 @@ from tarry.engine import (
     UnknownToken,
     Wait,
 )
+from tarry.engine.elements.batch_request import BatchRequest
 from tarry.engine.elements.step import step
 from tarry.engine.errors import (
+    BatchItemFailed,
     ConcurrentUpdate,
     InvalidArgument,
+    InvalidBatchRequest,
     PayloadTooLarge,
     SecretRequired,
     SnapshotTooLarge,
@@ -99,6 +102,8 @@ def resume(token: str | None, value: Any = None, *, flow: Flow, **runtime_kwargs
 __all__ = [
     "NOT_READY",
     "AsyncInSyncContext",
+    "BatchItemFailed",
+    "BatchRequest",
     "Branch",
     "ConcurrentUpdate",
     "ContainerFrame",
@@ -112,6 +117,7 @@ __all__ = [
     "Gate",
     "Graph",
     "InvalidArgument",
+    "InvalidBatchRequest",
     "InvalidFlow",
     "InvalidResumeValue",
     "LogRecord",

@@ -136,6 +136,7 @@ class Drive:
             retry=core.retry,
             mailbox=self._mailbox,
         )
+        self.ex.batch_check = core.batch_check
         # ex.rows holds the events not written yet; they are written once `flush_at` are. The
         # durability is the session's own, whichever process continues it. The engine asks
         # `_on_checkpoint` only when a write or a tick (`ex.due`) is due (Execution.watch).

@@ -1,0 +1,238 @@
+"""The batch round: on `poll()` and in workers, submit the waiting `BatchRequest`s that no open
+batch holds, check each open batch once, and deliver the results of the ended ones by key.
+
+Submitted once. A submission is written to the store (`batch_intent`: its record and its keys,
+each key in at most one open submission, so two workers gathering the same waits split them)
+before anything is uploaded, and the batch carries its submission id. A worker that dies between
+the upload and recording the provider's id leaves a record "submitting": once its lease has
+passed, the next round asks the provider for a batch carrying that id (`find`) and records it,
+and only when there is none uploads it again. So no key is ever in two live batches.
+
+Delivered once. An ended batch's results go through `deliver_many`, the exactly-once road, to
+the keys that still wait and hold no queued message; then the submission is marked ended and
+its keys are freed (one write). A round that dies between the two reads the results again, and
+finds the keys already delivered no longer waiting. Keys the provider did not finish (the batch
+expired or was cancelled) are left waiting, and the next round submits them again.
+
+Costs: a round with nothing new reads the waits and the open submissions, makes one status
+call per open batch, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from tarry.drivers.batches.adapter import BatchStatus, split
+from tarry.drivers.batches.results import UNFINISHED
+from tarry.drivers.core import Core
+from tarry.drivers.drive.outcome import Outcome
+from tarry.drivers.limits import log
+from tarry.drivers.rounds.boundary import Round
+from tarry.drivers.rounds.delivering import deliver_many, waiting
+from tarry.engine.elements.batch_request import REASON
+from tarry.engine.short_hash import short_hash
+from tarry.snapshots.batch_records import BatchRecord
+from tarry.snapshots.codec.pack import loads
+from tarry.snapshots.records import WaitRecord
+
+#: The status of a submission recorded before its upload (no provider id yet).
+SUBMITTING = "submitting"
+
+#: Results delivered per deliver_many call.
+DELIVER_CHUNK = 5000
+
+
+def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
+    """Check the open batches (delivering the results of the ended ones), then submit what
+    waits and no open batch holds. The outcomes of the sessions the results moved on."""
+    if not core.batches:
+        return []
+    round = round or Round()
+    rows = [
+        row
+        for row in waiting(core, kind="external")
+        if row.key is not None and row.reason.startswith(REASON)
+    ]
+    by_key = {row.key: row for row in rows if row.key is not None}
+    # The results of every batch that ended, delivered together: one resume per session
+    # touched, however many batches its requests were split into.
+    results: dict[str, Any] = {}
+    ended: list[tuple[BatchRecord, BatchStatus]] = []
+    for record in core.store.batches(open=True):
+        if round.stopping():
+            return []
+        try:
+            status = _check(core, record, by_key)
+            if status is not None:
+                _read(core, record, status, by_key, results)
+                ended.append((record, status))
+        except Exception:
+            log().exception("batches: checking %s (%s) failed", record.submission_id, record.via)
+    outcomes = _deliver(core, results)
+    for record, status in ended:
+        core.store.batch_end(
+            record.submission_id, status=status.status, at=core.clock.now(), counts=status.counts
+        )
+    delivered = set(results)
+    if rows and not round.stopping():
+        rest = [row for row in rows if row.key not in delivered]
+        _submit_waiting(core, rest)
+    return outcomes
+
+
+# -- submitting ----------------------------------------------------------------------------------
+
+
+def _submit_waiting(core: Core, rows: list[WaitRecord]) -> None:
+    """Submit the waiting requests that no open submission holds, a batch per adapter (split at
+    the adapter's limits)."""
+    keys = [row.key for row in rows if row.key is not None]
+    held = core.store.batch_submitted(keys)
+    by_via: dict[str, list[tuple[str, bytes]]] = {}
+    seen: set[str] = set()
+    for row in rows:
+        key = row.key
+        if key is None or key in held or key in seen:
+            continue
+        seen.add(key)
+        via = row.reason[len(REASON) :]
+        adapter = core.batches.get(via)
+        if adapter is None:
+            if core.reported.first(row.session_id, "batch-via"):
+                log().error(
+                    "batches: session %s waits on %r, not registered here", row.session_id, via
+                )
+            continue
+        try:
+            body = loads(row.payload)["body"]
+        except Exception:
+            if core.reported.first(row.session_id, "batch-body"):
+                log().exception(
+                    "batches: session %s: the request of %r cannot be read", row.session_id, key
+                )
+            continue
+        problem = adapter.problem(key, body)
+        if problem is not None:
+            if core.reported.first(row.session_id, "batch-problem"):
+                log().error("batches: session %s: %s", row.session_id, problem)
+            continue
+        by_via.setdefault(via, []).append((key, adapter.line(key, body)))
+    for via, items in by_via.items():
+        adapter = core.batches[via]
+        for group in split(items, adapter.max_requests, adapter.max_bytes):
+            _submit(core, via, adapter, group)
+
+
+def submission_id(via: str, keys: list[str], at: dt.datetime) -> str:
+    """tarry's id of a submission: derived from what it holds and when it was made."""
+    return "tarry-" + short_hash(f"{via}\n{at.isoformat()}\n" + "\n".join(keys))[:24]
+
+
+def _submit(core: Core, via: str, adapter: Any, group: list[tuple[str, bytes]]) -> None:
+    now = core.clock.now()
+    keys = [key for key, _ in group]
+    sid = submission_id(via, keys, now)
+    record = BatchRecord(sid, via, None, SUBMITTING, len(keys), now, now)
+    free = set(core.store.batch_intent(record, keys))
+    if not free:
+        return  # another worker holds them all
+    lines = [line for key, line in group if key in free]
+    _upload(core, adapter, record, lines)
+
+
+def _upload(core: Core, adapter: Any, record: BatchRecord, lines: list[bytes]) -> None:
+    try:
+        provider_id, status = adapter.submit(record.submission_id, lines)
+    except Exception:
+        # The batch may have been made all the same (a lost answer): the record stays
+        # "submitting", and once its lease passes a round looks for it before uploading again.
+        log().exception("batches: submitting %s to %s failed", record.submission_id, record.via)
+        return
+    core.store.batch_update(
+        record.submission_id, status=status, at=core.clock.now(), provider_id=provider_id
+    )
+
+
+# -- checking ------------------------------------------------------------------------------------
+
+
+def _check(core: Core, record: BatchRecord, by_key: Mapping[str, WaitRecord]) -> BatchStatus | None:
+    """One status call for an open batch (a write only if its status changed); its status
+    when it has ended."""
+    adapter = core.batches.get(record.via)
+    if adapter is None:
+        return None
+    if record.provider_id is None:
+        _recover(core, adapter, record, by_key)
+        return None
+    status: BatchStatus = adapter.status(record.provider_id)
+    if not status.ended:
+        if status.status != record.status or status.counts != record.counts:
+            core.store.batch_update(
+                record.submission_id,
+                status=status.status,
+                at=core.clock.now(),
+                counts=status.counts,
+            )
+        return None
+    return status
+
+
+def _recover(
+    core: Core, adapter: Any, record: BatchRecord, by_key: Mapping[str, WaitRecord]
+) -> None:
+    """A submission recorded but never given a provider id: its worker is uploading it, or
+    died. Once its lease has passed: the provider's batch carrying it, else upload it again."""
+    now = core.clock.now()
+    if record.updated_at + dt.timedelta(seconds=core.lease) > now:
+        return  # its worker may still be uploading
+    taken = {r.provider_id for r in core.store.batches(open=False, via=record.via, limit=100_000)}
+    found = adapter.find(record, {t for t in taken if t})
+    if found is not None:
+        log().warning("batches: %s was submitted as %s; recorded now", record.submission_id, found)
+        core.store.batch_update(record.submission_id, status="found", at=now, provider_id=found)
+        return
+    keys = core.store.batch_keys(record.submission_id)
+    lines = []
+    for key in keys:
+        row = by_key.get(key)
+        if row is not None:
+            lines.append(adapter.line(key, loads(row.payload)["body"]))
+    if not lines:
+        core.store.batch_end(record.submission_id, status="abandoned", at=now, counts={})
+        return
+    core.store.batch_update(record.submission_id, status=SUBMITTING, at=now)
+    _upload(core, adapter, record, lines)
+
+
+def _read(
+    core: Core,
+    record: BatchRecord,
+    status: BatchStatus,
+    by_key: Mapping[str, WaitRecord],
+    results: dict[str, Any],
+) -> None:
+    """Add an ended batch's results for its keys that still wait to `results` (streamed)."""
+    assert record.provider_id is not None
+    adapter = core.batches[record.via]
+    mine = set(core.store.batch_keys(record.submission_id))
+    for key, value in adapter.results(record.provider_id, status):
+        if value is not UNFINISHED and key in mine and key in by_key:
+            results[key] = value
+
+
+def _deliver(core: Core, results: dict[str, Any]) -> list[Outcome]:
+    """Deliver `results` by key through deliver_many, a chunk at a time. A key that holds a
+    queued message already was delivered by a round that died before it marked its batch
+    ended (its session was busy then): never a second message."""
+    outcomes: list[Outcome] = []
+    keys = list(results)
+    for start in range(0, len(keys), DELIVER_CHUNK):
+        chunk = keys[start : start + DELIVER_CHUNK]
+        queued = core.store.queued_keys(chunk)
+        fresh = {key: results[key] for key in chunk if key not in queued}
+        if fresh:
+            outcomes += deliver_many(core, fresh).outcomes
+    return outcomes

@@ -1,0 +1,102 @@
+"""MemoryStore's provider batch records (tarry.batches): see snapshots/batch_records.py."""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import threading
+from collections.abc import Sequence
+
+import attrs
+from tarry.snapshots.batch_records import BatchRecord
+
+
+class Batches:
+    """The batch records of a MemoryStore, under its lock."""
+
+    _lock: threading.RLock
+
+    def _init_batches(self) -> None:
+        self._batches: dict[str, BatchRecord] = {}
+        #: key -> submission id, for the keys of open submissions.
+        self._batch_items: dict[str, str] = {}
+
+    def _batch_state(self) -> tuple[dict[str, BatchRecord], dict[str, str]]:
+        return self._batches, self._batch_items
+
+    def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
+        """Record `record` with those of `keys` that no open submission holds; returns them
+        (nothing is recorded when none is free)."""
+        with self._lock:
+            batches, items = self._batch_state()
+            if record.submission_id in batches:
+                return []
+            free = [key for key in dict.fromkeys(keys) if key not in items]
+            if free:
+                batches[record.submission_id] = attrs.evolve(record, total=len(free))
+                for key in free:
+                    items[key] = record.submission_id
+            return free
+
+    def batch_update(
+        self,
+        submission_id: str,
+        *,
+        status: str,
+        at: dt.datetime,
+        provider_id: str | None = None,
+        counts: dict[str, int] | None = None,
+    ) -> None:
+        with self._lock:
+            batches, _ = self._batch_state()
+            found = batches.get(submission_id)
+            if found is None:
+                return
+            batches[submission_id] = attrs.evolve(
+                found,
+                status=status,
+                updated_at=at,
+                provider_id=provider_id if provider_id is not None else found.provider_id,
+                counts=dict(counts) if counts is not None else found.counts,
+            )
+
+    def batch_end(
+        self, submission_id: str, *, status: str, at: dt.datetime, counts: dict[str, int]
+    ) -> None:
+        """Mark a submission ended and free its keys (a key still waiting is then submitted
+        again by the next round)."""
+        with self._lock:
+            batches, items = self._batch_state()
+            found = batches.get(submission_id)
+            if found is None:
+                return
+            batches[submission_id] = attrs.evolve(
+                found, status=status, updated_at=at, ended_at=at, counts=dict(counts)
+            )
+            for key in [k for k, sid in items.items() if sid == submission_id]:
+                del items[key]
+
+    def batches(
+        self, *, open: bool = True, via: str | None = None, limit: int = 1000
+    ) -> builtins.list[BatchRecord]:
+        """Submissions oldest first: the open ones (or every one), of `via` (or any)."""
+        with self._lock:
+            batches, _ = self._batch_state()
+            found = [
+                r
+                for r in batches.values()
+                if (not open or r.ended_at is None) and (via is None or r.via == via)
+            ]
+        found.sort(key=lambda r: (r.created_at, r.submission_id))
+        return found[:limit]
+
+    def batch_keys(self, submission_id: str) -> builtins.list[str]:
+        with self._lock:
+            _, items = self._batch_state()
+            return sorted(k for k, sid in items.items() if sid == submission_id)
+
+    def batch_submitted(self, keys: Sequence[str]) -> set[str]:
+        """Those of `keys` that an open submission holds."""
+        with self._lock:
+            _, items = self._batch_state()
+            return {key for key in keys if key in items}
