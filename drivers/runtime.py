@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.clock import Clock
-from tarry.drivers.core import Core, checked_adapters
+from tarry.drivers.core import Core, checked_adapters, checked_batches
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
@@ -471,6 +471,10 @@ class Runtime:
         """{name: batch adapter} that `BatchRequest(via=name)` submits through (tarry.batches);
         `poll()` and workers submit, check and deliver them."""
         return self._core.batches
+
+    @batches.setter
+    def batches(self, batches: dict[str, Any]) -> None:
+        self._core.batches = checked_batches(batches)
 
     @property
     def max_value_bytes(self) -> int:

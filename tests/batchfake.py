@@ -18,7 +18,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,12 +121,13 @@ class FakeProvider:
                 if not self._ended(bid):
                     self._finish(bid, answered=None, how="completed")
 
-    def expire(self, batch_id: str, answered: int = 0) -> None:
-        """End a batch as expired, with its first `answered` items answered."""
+    def expire(self, batch_id: str, answered: int | Collection[str] = 0) -> None:
+        """End a batch as expired, with its first `answered` items answered (or those whose
+        custom_ids `answered` holds)."""
         with self.lock:
             self._finish(batch_id, answered=answered, how="expired")
 
-    def cancel(self, batch_id: str, answered: int = 0) -> None:
+    def cancel(self, batch_id: str, answered: int | Collection[str] = 0) -> None:
         with self.lock:
             self._finish(batch_id, answered=answered, how="cancelled")
 
@@ -166,11 +167,16 @@ class FakeProvider:
             return obj["status"] in ("completed", "expired", "cancelled", "failed")
         return obj["processing_status"] == "ended"
 
-    def _finish(self, bid: str, *, answered: int | None, how: str) -> None:
+    def _finish(self, bid: str, *, answered: int | Collection[str] | None, how: str) -> None:
         batch = self.batches[bid]
         requests = batch["requests"]
-        done = requests if answered is None else requests[:answered]
-        rest = [] if answered is None else requests[answered:]
+        if answered is None:
+            done, rest = requests, []
+        elif isinstance(answered, int):
+            done, rest = requests[:answered], requests[answered:]
+        else:
+            done = [r for r in requests if r[0] in answered]
+            rest = [r for r in requests if r[0] not in answered]
         now = int(time.time())
         if batch["kind"] == "openai":
             self._finish_openai(batch, done, rest, how, now)
