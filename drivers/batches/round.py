@@ -32,6 +32,7 @@ from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round
 from tarry.drivers.rounds.delivering import deliver_many, waiting
 from tarry.engine.elements.batch_request import REASON
+from tarry.engine.errors import TarryError
 from tarry.engine.short_hash import short_hash
 from tarry.snapshots.batch_records import BatchRecord
 from tarry.snapshots.codec.pack import loads
@@ -59,19 +60,21 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
     # The results of every batch that ended, delivered together: one resume per session
     # touched, however many batches its requests were split into.
     results: dict[str, Any] = {}
-    ended: list[tuple[BatchRecord, BatchStatus]] = []
+    ended: list[tuple[BatchRecord, BatchStatus, list[str]]] = []
     for record in core.store.batches(open=True):
         if round.stopping():
             return []
         try:
             status = _check(core, record, by_key)
             if status is not None:
-                _read(core, record, status, by_key, results)
-                ended.append((record, status))
+                keys = _read(core, record, status, by_key, results)
+                ended.append((record, status, keys))
         except Exception:
             log().exception("batches: checking %s (%s) failed", record.submission_id, record.via)
-    outcomes = _deliver(core, results)
-    for record, status in ended:
+    outcomes, refused = _deliver(core, results)
+    for record, status, keys in ended:
+        if refused.intersection(keys):
+            continue  # kept open: the next round reads its results and tries them again
         core.store.batch_end(
             record.submission_id, status=status.status, at=core.clock.now(), counts=status.counts
         )
@@ -213,26 +216,48 @@ def _read(
     status: BatchStatus,
     by_key: Mapping[str, WaitRecord],
     results: dict[str, Any],
-) -> None:
-    """Add an ended batch's results for its keys that still wait to `results` (streamed)."""
+) -> list[str]:
+    """Add an ended batch's results for its keys that still wait to `results` (streamed); the
+    keys added."""
     assert record.provider_id is not None
     adapter = core.batches[record.via]
     mine = set(core.store.batch_keys(record.submission_id))
+    added = []
     for key, value in adapter.results(record.provider_id, status):
         if value is not UNFINISHED and key in mine and key in by_key:
             results[key] = value
+            added.append(key)
+    return added
 
 
-def _deliver(core: Core, results: dict[str, Any]) -> list[Outcome]:
-    """Deliver `results` by key through deliver_many, a chunk at a time. A key that holds a
-    queued message already was delivered by a round that died before it marked its batch
-    ended (its session was busy then): never a second message."""
+def _deliver(core: Core, results: dict[str, Any]) -> tuple[list[Outcome], set[str]]:
+    """Deliver `results` by key through deliver_many, a chunk at a time; the outcomes, and the
+    keys whose delivery was refused (logged). A key that holds a queued message already was
+    delivered by a round that died before it marked its batch ended (its session was busy
+    then): never a second message."""
     outcomes: list[Outcome] = []
+    refused: set[str] = set()
     keys = list(results)
     for start in range(0, len(keys), DELIVER_CHUNK):
         chunk = keys[start : start + DELIVER_CHUNK]
         queued = core.store.queued_keys(chunk)
         fresh = {key: results[key] for key in chunk if key not in queued}
-        if fresh:
+        if not fresh:
+            continue
+        try:
             outcomes += deliver_many(core, fresh).outcomes
-    return outcomes
+        except TarryError:
+            # deliver_many refuses the whole chunk for one bad key (a session whose flow is
+            # not registered here, a value its element refuses): deliver each on its own.
+            for key, value in fresh.items():
+                try:
+                    outcomes += deliver_many(core, {key: value}).outcomes
+                except TarryError as exc:
+                    refused.add(key)
+                    if core.reported.first(by_session(key), "batch-deliver"):
+                        log().error("batches: the result for %r was refused: %s", key, exc)
+    return outcomes, refused
+
+
+def by_session(key: str) -> str:
+    return f"batch-key:{key}"

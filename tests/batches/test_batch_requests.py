@@ -246,3 +246,19 @@ def test_results_already_delivered_are_not_delivered_again(fake, openai_client):
 def test_unknown_runtime_argument():
     with pytest.raises(tarry.InvalidArgument, match="batch adapter"):
         Runtime(batches={"openai": object()})
+
+
+def test_a_refused_delivery_keeps_the_batch_open_and_submits_nothing_again(fake, openai_client):
+    starter = Runtime(batches={"openai": OpenAIBatch(openai_client)})
+    out = starter.run(_eval_flow(name="elsewhere"), ["a", "b"])
+    # A worker that does not know the session's flow: it cannot deliver the results.
+    worker = Runtime(starter.store, batches={"openai": OpenAIBatch(openai_client)})
+    worker.poll()
+    fake.complete()
+    assert worker.poll() == []
+    assert worker.poll() == []
+    assert len(worker.store.batches()) == 1 and set(fake.submitted.values()) == {1}
+    worker.register(_eval_flow(name="elsewhere"))
+    [done] = worker.poll()
+    assert done.ok and done.session_id == out.session_id
+    assert worker.store.batches() == [] and set(fake.submitted.values()) == {1}
