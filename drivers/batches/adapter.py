@@ -42,8 +42,9 @@ class BatchAdapter(Protocol):
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         """The request as it is uploaded (its size counts towards `max_bytes`)."""
 
-    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, str]:
-        """Upload the requests as one batch carrying `submission_id`; (provider id, status)."""
+    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, BatchStatus]:
+        """Upload the requests as one batch carrying `submission_id`; its provider id and
+        status."""
 
     def find(self, record: BatchRecord, taken: set[str]) -> str | None:
         """The provider id of the batch `record` submitted, if the provider has it (a worker

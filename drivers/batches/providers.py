@@ -77,7 +77,7 @@ class OpenAIBatch:
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         return json_line({"custom_id": key, "method": "POST", "url": self.endpoint, "body": body})
 
-    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, str]:
+    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, BatchStatus]:
         data = b"".join(lines)
         file = self.client.files.create(
             file=(f"{submission_id}.jsonl", io.BytesIO(data)), purpose="batch"
@@ -88,7 +88,7 @@ class OpenAIBatch:
             completion_window=self.window,
             metadata={SUBMISSION: submission_id},
         )
-        return batch.id, batch.status
+        return batch.id, self._status(batch)
 
     def find(self, record: BatchRecord, taken: set[str]) -> str | None:
         for seen, batch in enumerate(self.client.batches.list(limit=100)):
@@ -99,7 +99,9 @@ class OpenAIBatch:
         return None
 
     def status(self, provider_id: str) -> BatchStatus:
-        batch = self.client.batches.retrieve(provider_id)
+        return self._status(self.client.batches.retrieve(provider_id))
+
+    def _status(self, batch: Any) -> BatchStatus:
         counts = _plain(batch.request_counts) or {}
         return BatchStatus(batch.status, batch.status in _OPENAI_ENDED, dict(counts))
 
@@ -167,10 +169,10 @@ class AnthropicBatch:
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         return json_line({"custom_id": key, "params": body})
 
-    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, str]:
+    def submit(self, submission_id: str, lines: list[bytes]) -> tuple[str, BatchStatus]:
         requests = [json.loads(line) for line in lines]
         batch = self.client.messages.batches.create(requests=requests)
-        return batch.id, batch.processing_status
+        return batch.id, self._status(batch)
 
     def find(self, record: BatchRecord, taken: set[str]) -> str | None:
         for seen, batch in enumerate(self.client.messages.batches.list(limit=100)):
@@ -182,7 +184,9 @@ class AnthropicBatch:
         return None
 
     def status(self, provider_id: str) -> BatchStatus:
-        batch = self.client.messages.batches.retrieve(provider_id)
+        return self._status(self.client.messages.batches.retrieve(provider_id))
+
+    def _status(self, batch: Any) -> BatchStatus:
         counts = dict(_plain(batch.request_counts) or {})
         return BatchStatus(batch.processing_status, batch.processing_status == "ended", counts)
 

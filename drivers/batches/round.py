@@ -154,7 +154,11 @@ def _upload(core: Core, adapter: Any, record: BatchRecord, lines: list[bytes]) -
         log().exception("batches: submitting %s to %s failed", record.submission_id, record.via)
         return
     core.store.batch_update(
-        record.submission_id, status=status, at=core.clock.now(), provider_id=provider_id
+        record.submission_id,
+        status=status.status,
+        at=core.clock.now(),
+        provider_id=provider_id,
+        counts=status.counts,
     )
 
 

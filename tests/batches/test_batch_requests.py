@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 import tarry
+import tarry.snapshots
 from tarry import BatchRequest, Flow, ForEach, ManualClock, Runtime
 from tarry.batches import AnthropicBatch, OpenAIBatch
 
@@ -262,3 +263,20 @@ def test_a_refused_delivery_keeps_the_batch_open_and_submits_nothing_again(fake,
     [done] = worker.poll()
     assert done.ok and done.session_id == out.session_id
     assert worker.store.batches() == [] and set(fake.submitted.values()) == {1}
+
+
+def test_a_poll_with_nothing_new_writes_nothing(tmp_path, fake, openai_client):
+    store = tarry.snapshots.SQLiteStore(tmp_path / "s.db")
+    rt = Runtime(store, batches={"openai": OpenAIBatch(openai_client, max_requests=2)})
+    rt.run(_eval_flow(), ["a", "b", "c", "d", "e"])
+    rt.poll()
+    assert len(fake.batches) == 3
+    changes = store._db.total_changes
+    calls = len(fake.calls)
+    rt.poll()
+    rt.poll()
+    assert store._db.total_changes == changes  # not one row written
+    # One status call per open batch per poll, nothing else.
+    assert sorted(fake.calls[calls:]) == sorted(
+        [("GET", f"/v1/batches/{bid}") for bid in fake.batches] * 2
+    )
