@@ -41,8 +41,8 @@ from tarry.snapshots.records import WaitRecord
 #: The status of a submission recorded before its upload (no provider id yet).
 SUBMITTING = "submitting"
 
-#: Results delivered per deliver_many call.
-DELIVER_CHUNK = 5000
+#: Results delivered per deliver_many call (a whole Anthropic batch: one resume per session).
+DELIVER_CHUNK = 100_000
 
 
 def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
