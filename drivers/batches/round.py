@@ -51,38 +51,70 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
     if not core.batches:
         return []
     round = round or Round()
+    # 1. One status call per open batch (a write only when its status changed). A batch that
+    # ended, or a submission never given a provider id, is claimed (leased to this runtime):
+    # of many workers, one delivers it (or uploads it again).
+    ended: list[tuple[BatchRecord, BatchStatus]] = []
+    unrecorded: list[BatchRecord] = []
+    for record in core.store.batches(open=True):
+        if round.stopping():
+            return []
+        try:
+            if record.provider_id is None:
+                if _stale(core, record) and _claim(core, record):
+                    unrecorded.append(record)
+                continue
+            status = _check(core, record)
+            if status is not None and _claim(core, record):
+                ended.append((record, status))
+        except Exception:
+            log().exception("batches: checking %s (%s) failed", record.submission_id, record.via)
+    # 2. What waits now: read after the claims, so that what a worker delivered before its
+    # claim lapsed is seen as delivered.
     rows = [
         row
         for row in waiting(core, kind="external")
         if row.key is not None and row.reason.startswith(REASON)
     ]
     by_key = {row.key: row for row in rows if row.key is not None}
-    # The results of every batch that ended, delivered together: one resume per session
+    for record in unrecorded:
+        try:
+            _recover(core, core.batches[record.via], record, by_key)
+        except Exception:
+            log().exception("batches: recovering %s (%s) failed", record.submission_id, record.via)
+    # 3. The results of every batch that ended, delivered together: one resume per session
     # touched, however many batches its requests were split into.
     results: dict[str, Any] = {}
-    ended: list[tuple[BatchRecord, BatchStatus, list[str]]] = []
-    for record in core.store.batches(open=True):
-        if round.stopping():
-            return []
+    read: list[tuple[BatchRecord, BatchStatus, list[str]]] = []
+    for record, status in ended:
         try:
-            status = _check(core, record, by_key)
-            if status is not None:
-                keys = _read(core, record, status, by_key, results)
-                ended.append((record, status, keys))
+            read.append((record, status, _read(core, record, status, by_key, results)))
         except Exception:
-            log().exception("batches: checking %s (%s) failed", record.submission_id, record.via)
+            log().exception("batches: reading %s (%s) failed", record.submission_id, record.via)
     outcomes, refused = _deliver(core, results)
-    for record, status, keys in ended:
+    for record, status, keys in read:
         if refused.intersection(keys):
             continue  # kept open: the next round reads its results and tries them again
         core.store.batch_end(
             record.submission_id, status=status.status, at=core.clock.now(), counts=status.counts
         )
-    delivered = set(results)
+    # 4. Submit what waits and no open batch holds.
     if rows and not round.stopping():
-        rest = [row for row in rows if row.key not in delivered]
+        rest = [row for row in rows if row.key not in results]
         _submit_waiting(core, rest)
     return outcomes
+
+
+def _claim(core: Core, record: BatchRecord) -> bool:
+    now = core.clock.now()
+    until = now + dt.timedelta(seconds=core.lease)
+    return bool(core.store.batch_claim(record.submission_id, core.owner, until, now))
+
+
+def _stale(core: Core, record: BatchRecord) -> bool:
+    """Whether a submission never given a provider id was left by a worker that died (or lost
+    the answer): its lease has passed since it was written."""
+    return record.updated_at + dt.timedelta(seconds=core.lease) <= core.clock.now()
 
 
 # -- submitting ----------------------------------------------------------------------------------
@@ -165,14 +197,11 @@ def _upload(core: Core, adapter: Any, record: BatchRecord, lines: list[bytes]) -
 # -- checking ------------------------------------------------------------------------------------
 
 
-def _check(core: Core, record: BatchRecord, by_key: Mapping[str, WaitRecord]) -> BatchStatus | None:
+def _check(core: Core, record: BatchRecord) -> BatchStatus | None:
     """One status call for an open batch (a write only if its status changed); its status
     when it has ended."""
     adapter = core.batches.get(record.via)
-    if adapter is None:
-        return None
-    if record.provider_id is None:
-        _recover(core, adapter, record, by_key)
+    if adapter is None or record.provider_id is None:
         return None
     status: BatchStatus = adapter.status(record.provider_id)
     if not status.ended:
@@ -190,11 +219,10 @@ def _check(core: Core, record: BatchRecord, by_key: Mapping[str, WaitRecord]) ->
 def _recover(
     core: Core, adapter: Any, record: BatchRecord, by_key: Mapping[str, WaitRecord]
 ) -> None:
-    """A submission recorded but never given a provider id: its worker is uploading it, or
-    died. Once its lease has passed: the provider's batch carrying it, else upload it again."""
+    """A submission recorded but never given a provider id, whose worker died (or lost the
+    answer) and which this runtime claimed: the provider's batch carrying it, else upload it
+    again."""
     now = core.clock.now()
-    if record.updated_at + dt.timedelta(seconds=core.lease) > now:
-        return  # its worker may still be uploading
     taken = {r.provider_id for r in core.store.batches(open=False, via=record.via, limit=100_000)}
     found = adapter.find(record, {t for t in taken if t})
     if found is not None:

@@ -15,23 +15,26 @@ class Batches:
     """The batch records of a MemoryStore, under its lock."""
 
     _lock: threading.RLock
+    _fifo: dict[str, dict[str, None]]
 
     def _init_batches(self) -> None:
         self._batches: dict[str, BatchRecord] = {}
         #: key -> submission id, for the keys of open submissions.
         self._batch_items: dict[str, str] = {}
+        #: submission id -> (owner, until): the worker that delivers an ended batch.
+        self._batch_claims: dict[str, tuple[str, dt.datetime]] = {}
 
     def _batch_state(self) -> tuple[dict[str, BatchRecord], dict[str, str]]:
         return self._batches, self._batch_items
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
-        """Record `record` with those of `keys` that no open submission holds; returns them
-        (nothing is recorded when none is free)."""
+        """Record `record` with those of `keys` that something still waits on and no open
+        submission holds; returns them (nothing is recorded when none is free)."""
         with self._lock:
             batches, items = self._batch_state()
             if record.submission_id in batches:
                 return []
-            free = [key for key in dict.fromkeys(keys) if key not in items]
+            free = [k for k in dict.fromkeys(keys) if k not in items and self._fifo.get(k)]
             if free:
                 batches[record.submission_id] = attrs.evolve(record, total=len(free))
                 for key in free:
@@ -89,6 +92,21 @@ class Batches:
             ]
         found.sort(key=lambda r: (r.created_at, r.submission_id))
         return found[:limit]
+
+    def batch_claim(
+        self, submission_id: str, owner: str, until: dt.datetime, now: dt.datetime
+    ) -> bool:
+        """Lease an open submission to `owner` until `until` (to deliver its results or upload
+        it again), unless another owner holds it; whether it is `owner`'s now."""
+        with self._lock:
+            found = self._batches.get(submission_id)
+            if found is None or found.ended_at is not None:
+                return False
+            held = self._batch_claims.get(submission_id)
+            if held is not None and held[0] != owner and held[1] > now:
+                return False
+            self._batch_claims[submission_id] = (owner, until)
+            return True
 
     def batch_keys(self, submission_id: str) -> builtins.list[str]:
         with self._lock:

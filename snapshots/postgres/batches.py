@@ -23,7 +23,9 @@ STATEMENTS = (
         created_at    timestamptz NOT NULL,
         updated_at    timestamptz NOT NULL,
         counts        text NOT NULL DEFAULT '{}',
-        ended_at      timestamptz
+        ended_at      timestamptz,
+        claimed_by    text COLLATE "C",
+        claimed_until timestamptz
     )""",
     "CREATE INDEX tarry_batches_open ON tarry_batches (created_at, submission_id) "
     "WHERE ended_at IS NULL",
@@ -55,14 +57,17 @@ class Batches:
     _pool: ConnectionPool[Any]
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
-        """Record `record` with those of `keys` that no open submission holds; returns them
-        (nothing is recorded when none is free). Two workers that gather the same keys at once
-        split them: each key goes to the one whose insert of it commits first."""
+        """Record `record` with those of `keys` that something still waits on and no open
+        submission holds; returns them (nothing is recorded when none is free). Two workers
+        that gather the same keys at once split them: each key goes to the one whose insert of
+        it commits first; a key whose result was delivered since is not submitted again."""
         keys = list(dict.fromkeys(keys))
         with self._pool.connection() as conn, conn.transaction():
             rows = conn.execute(
                 "INSERT INTO tarry_batch_items (key, submission_id) "
-                "SELECT k, %s FROM unnest(%s::text[]) AS k ON CONFLICT (key) DO NOTHING "
+                "SELECT k, %s FROM unnest(%s::text[]) AS k "
+                "WHERE EXISTS (SELECT 1 FROM tarry_waits w WHERE w.key = k) "
+                "ON CONFLICT (key) DO NOTHING "
                 "RETURNING key",
                 (record.submission_id, keys),
             ).fetchall()
@@ -137,6 +142,23 @@ class Batches:
         with self._pool.connection() as conn:
             rows = conn.execute(sql, (*params, limit)).fetchall()
         return [_record(row) for row in rows]
+
+    def batch_claim(
+        self, submission_id: str, owner: str, until: dt.datetime, now: dt.datetime
+    ) -> bool:
+        """Lease an open submission to `owner` until `until` (to deliver its results or upload
+        it again), unless another owner holds it; whether it is `owner`'s now. The row lock
+        is taken with SKIP LOCKED: a worker never waits for another one's claim."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE tarry_batches SET claimed_by = %s, claimed_until = %s"
+                " WHERE submission_id = (SELECT submission_id FROM tarry_batches"
+                " WHERE submission_id = %s AND ended_at IS NULL"
+                " AND (claimed_by IS NULL OR claimed_by = %s OR claimed_until < %s)"
+                " FOR UPDATE SKIP LOCKED) RETURNING submission_id",
+                (owner, until, submission_id, owner, now),
+            ).fetchone()
+        return row is not None
 
     def batch_keys(self, submission_id: str) -> builtins.list[str]:
         with self._pool.connection() as conn:

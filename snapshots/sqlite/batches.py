@@ -17,7 +17,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS batches ("
     " submission_id TEXT PRIMARY KEY, via TEXT NOT NULL, provider_id TEXT,"
     " status TEXT NOT NULL, total INTEGER NOT NULL, created_at INTEGER NOT NULL,"
-    " updated_at INTEGER NOT NULL, counts TEXT NOT NULL DEFAULT '{}', ended_at INTEGER)",
+    " updated_at INTEGER NOT NULL, counts TEXT NOT NULL DEFAULT '{}', ended_at INTEGER,"
+    " claimed_by TEXT, claimed_until INTEGER)",
     "CREATE INDEX IF NOT EXISTS batches_open ON batches (created_at, submission_id) "
     "WHERE ended_at IS NULL",
     # The keys of open submissions: a key is in at most one (its primary key).
@@ -52,8 +53,9 @@ class Batches:
     _cur: sqlite3.Cursor
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
-        """Record `record` with those of `keys` that no open submission holds; returns them
-        (nothing is recorded when none is free)."""
+        """Record `record` with those of `keys` that something still waits on and no open
+        submission holds; returns them (nothing is recorded when none is free): a key whose
+        result was delivered since the caller read the waits is not submitted again."""
         with self._write as db:
             if db.execute(
                 "SELECT 1 FROM batches WHERE submission_id = ?", (record.submission_id,)
@@ -62,8 +64,9 @@ class Batches:
             free = []
             for key in dict.fromkeys(keys):
                 db.execute(
-                    "INSERT OR IGNORE INTO batch_items (key, submission_id) VALUES (?, ?)",
-                    (key, record.submission_id),
+                    "INSERT OR IGNORE INTO batch_items (key, submission_id) "
+                    "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM waits WHERE key = ?)",
+                    (key, record.submission_id, key),
                 )
                 if db.rowcount == 1:
                     free.append(key)
@@ -135,6 +138,20 @@ class Batches:
         with self._lock:
             rows = self._cur.execute(sql, (*params, limit)).fetchall()
         return [_record(row) for row in rows]
+
+    def batch_claim(
+        self, submission_id: str, owner: str, until: dt.datetime, now: dt.datetime
+    ) -> bool:
+        """Lease an open submission to `owner` until `until` (to deliver its results or upload
+        it again), unless another owner holds it; whether it is `owner`'s now."""
+        with self._write as db:
+            db.execute(
+                "UPDATE batches SET claimed_by = ?, claimed_until = ? WHERE submission_id = ?"
+                " AND ended_at IS NULL AND (claimed_by IS NULL OR claimed_by = ?"
+                " OR claimed_until < ?)",
+                (owner, micros(until), submission_id, owner, micros(now)),
+            )
+            return bool(db.rowcount == 1)
 
     def batch_keys(self, submission_id: str) -> builtins.list[str]:
         with self._lock:
