@@ -3,9 +3,11 @@ submission, and which keys (custom_ids) it holds while it is open."""
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -50,3 +52,41 @@ def counts_of(text: Any) -> dict[str, int]:
 BATCH_COLUMNS = (
     "submission_id, via, provider_id, status, total, created_at, updated_at, counts, ended_at"
 )
+
+
+class BatchStore(Protocol):
+    """What a store keeps of provider batches (MemoryStore, SQLiteStore and PostgresStore all
+    do; see snapshots/*/batches.py). Not part of `SessionStore`: a store without it serves
+    everything but `Runtime(batches=...)`."""
+
+    def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
+        """Record `record` with those of `keys` that something still waits on and no open
+        submission holds; returns them (nothing is recorded when none is free)."""
+
+    def batch_update(
+        self,
+        submission_id: str,
+        *,
+        status: str,
+        at: dt.datetime,
+        provider_id: str | None = None,
+        counts: dict[str, int] | None = None,
+    ) -> None: ...
+
+    def batch_end(
+        self, submission_id: str, *, status: str, at: dt.datetime, counts: dict[str, int]
+    ) -> None:
+        """Mark a submission ended and free its keys."""
+
+    def batch_claim(
+        self, submission_id: str, owner: str, until: dt.datetime, now: dt.datetime
+    ) -> bool:
+        """Lease an open submission to `owner` unless another owner holds it."""
+
+    def batches(
+        self, *, open: bool = True, via: str | None = None, limit: int = 1000
+    ) -> builtins.list[BatchRecord]: ...
+
+    def batch_keys(self, submission_id: str) -> builtins.list[str]: ...
+
+    def batch_submitted(self, keys: Sequence[str]) -> set[str]: ...

@@ -61,7 +61,9 @@ def anthropic_line(item: Any) -> tuple[str, Any]:
         raise ValueError('expected an Anthropic batch result line with a "custom_id"')
     key = item["custom_id"]
     result = item.get("result")
-    kind = result.get("type") if isinstance(result, dict) else None
+    if not isinstance(result, dict):
+        raise ValueError('expected a "result"')
+    kind = result.get("type")
     if kind == "succeeded":
         return key, result["message"]
     if kind == "errored":

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from tarry.drivers.batches.adapter import BatchStatus, split
 from tarry.drivers.batches.results import UNFINISHED
@@ -34,7 +34,7 @@ from tarry.drivers.rounds.delivering import deliver_many, waiting
 from tarry.engine.elements.batch_request import REASON
 from tarry.engine.errors import TarryError
 from tarry.engine.short_hash import short_hash
-from tarry.snapshots.batch_records import BatchRecord
+from tarry.snapshots.batch_records import BatchRecord, BatchStore
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import WaitRecord
 
@@ -56,7 +56,7 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
     # of many workers, one delivers it (or uploads it again).
     ended: list[tuple[BatchRecord, BatchStatus]] = []
     unrecorded: list[BatchRecord] = []
-    for record in core.store.batches(open=True):
+    for record in _store(core).batches(open=True):
         if round.stopping():
             return []
         try:
@@ -95,7 +95,7 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
     for record, status, keys in read:
         if refused.intersection(keys):
             continue  # kept open: the next round reads its results and tries them again
-        core.store.batch_end(
+        _store(core).batch_end(
             record.submission_id, status=status.status, at=core.clock.now(), counts=status.counts
         )
     # 4. Submit what waits and no open batch holds.
@@ -105,10 +105,15 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
     return outcomes
 
 
+def _store(core: Core) -> BatchStore:
+    """The runtime's store, as what it keeps of batches (every tarry store does)."""
+    return cast(BatchStore, core.store)
+
+
 def _claim(core: Core, record: BatchRecord) -> bool:
     now = core.clock.now()
     until = now + dt.timedelta(seconds=core.lease)
-    return bool(core.store.batch_claim(record.submission_id, core.owner, until, now))
+    return bool(_store(core).batch_claim(record.submission_id, core.owner, until, now))
 
 
 def _stale(core: Core, record: BatchRecord) -> bool:
@@ -124,7 +129,7 @@ def _submit_waiting(core: Core, rows: list[WaitRecord]) -> None:
     """Submit the waiting requests that no open submission holds, a batch per adapter (split at
     the adapter's limits)."""
     keys = [row.key for row in rows if row.key is not None]
-    held = core.store.batch_submitted(keys)
+    held = _store(core).batch_submitted(keys)
     by_via: dict[str, list[tuple[str, bytes]]] = {}
     seen: set[str] = set()
     for row in rows:
@@ -170,7 +175,7 @@ def _submit(core: Core, via: str, adapter: Any, group: list[tuple[str, bytes]]) 
     keys = [key for key, _ in group]
     sid = submission_id(via, keys, now)
     record = BatchRecord(sid, via, None, SUBMITTING, len(keys), now, now)
-    free = set(core.store.batch_intent(record, keys))
+    free = set(_store(core).batch_intent(record, keys))
     if not free:
         return  # another worker holds them all
     lines = [line for key, line in group if key in free]
@@ -185,7 +190,7 @@ def _upload(core: Core, adapter: Any, record: BatchRecord, lines: list[bytes]) -
         # "submitting", and once its lease passes a round looks for it before uploading again.
         log().exception("batches: submitting %s to %s failed", record.submission_id, record.via)
         return
-    core.store.batch_update(
+    _store(core).batch_update(
         record.submission_id,
         status=status.status,
         at=core.clock.now(),
@@ -206,7 +211,7 @@ def _check(core: Core, record: BatchRecord) -> BatchStatus | None:
     status: BatchStatus = adapter.status(record.provider_id)
     if not status.ended:
         if status.status != record.status or status.counts != record.counts:
-            core.store.batch_update(
+            _store(core).batch_update(
                 record.submission_id,
                 status=status.status,
                 at=core.clock.now(),
@@ -223,22 +228,22 @@ def _recover(
     answer) and which this runtime claimed: the provider's batch carrying it, else upload it
     again."""
     now = core.clock.now()
-    taken = {r.provider_id for r in core.store.batches(open=False, via=record.via, limit=100_000)}
+    taken = {r.provider_id for r in _store(core).batches(open=False, via=record.via, limit=100_000)}
     found = adapter.find(record, {t for t in taken if t})
     if found is not None:
         log().warning("batches: %s was submitted as %s; recorded now", record.submission_id, found)
-        core.store.batch_update(record.submission_id, status="found", at=now, provider_id=found)
+        _store(core).batch_update(record.submission_id, status="found", at=now, provider_id=found)
         return
-    keys = core.store.batch_keys(record.submission_id)
+    keys = _store(core).batch_keys(record.submission_id)
     lines = []
     for key in keys:
         row = by_key.get(key)
         if row is not None:
             lines.append(adapter.line(key, loads(row.payload)["body"]))
     if not lines:
-        core.store.batch_end(record.submission_id, status="abandoned", at=now, counts={})
+        _store(core).batch_end(record.submission_id, status="abandoned", at=now, counts={})
         return
-    core.store.batch_update(record.submission_id, status=SUBMITTING, at=now)
+    _store(core).batch_update(record.submission_id, status=SUBMITTING, at=now)
     _upload(core, adapter, record, lines)
 
 
@@ -253,7 +258,7 @@ def _read(
     keys added."""
     assert record.provider_id is not None
     adapter = core.batches[record.via]
-    mine = set(core.store.batch_keys(record.submission_id))
+    mine = set(_store(core).batch_keys(record.submission_id))
     added = []
     for key, value in adapter.results(record.provider_id, status):
         if value is not UNFINISHED and key in mine and key in by_key:

@@ -4,15 +4,17 @@ records them (tarry.batches)."""
 from __future__ import annotations
 
 import argparse
+from typing import cast
 
 from tarry.drivers.cli.common import EXIT_OK, runtime_of
 from tarry.drivers.cli.mailbox import age
 from tarry.drivers.reading.jsonable import dumps
+from tarry.snapshots.batch_records import BatchStore
 
 
 def ls(args: argparse.Namespace) -> int:
     rt = runtime_of(args)
-    rows = rt.store.batches(open=not args.all, limit=args.limit)  # type: ignore[attr-defined]
+    rows = cast(BatchStore, rt.store).batches(open=not args.all, limit=args.limit)
     now = rt.clock.now()
     if args.json:
         print(
