@@ -280,3 +280,20 @@ def test_a_poll_with_nothing_new_writes_nothing(tmp_path, fake, openai_client):
     assert sorted(fake.calls[calls:]) == sorted(
         [("GET", f"/v1/batches/{bid}") for bid in fake.batches] * 2
     )
+
+
+def test_anthropic_lost_answer_is_found_again_by_its_requests(fake, anthropic_client):
+    clock = ManualClock(dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    rt = Runtime(clock=clock, batches={"claude": AnthropicBatch(anthropic_client)})
+    rt.run(_eval_flow("claude", _params), ["a", "b", "c"])
+    fake.drop("/v1/messages/batches", times=1)  # made, its answer lost
+    rt.poll()
+    assert len(fake.batches) == 1
+    clock.advance(rt.lease + 1)
+    rt.poll()  # no metadata: found as the unrecorded batch of three requests
+    [record] = rt.store.batches()
+    assert record.provider_id in fake.batches and len(fake.batches) == 1
+    fake.complete()
+    [done] = rt.poll()
+    assert done.ok and [m["content"][0]["text"] for m in done.output] == ["a", "b", "c"]
+    assert set(fake.submitted.values()) == {1}
