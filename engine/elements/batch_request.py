@@ -16,7 +16,7 @@ from tarry.engine.context import Scope
 from tarry.engine.describe import describe
 from tarry.engine.elements.element import Signal, check_name
 from tarry.engine.elements.waits import _key, _text, _Waiting
-from tarry.engine.errors import BatchItemFailed, InvalidBatchRequest, NotSerializable
+from tarry.engine.errors import BatchItemFailed, InvalidBatchRequest, InvalidFlow, NotSerializable
 from tarry.engine.execution import Execution
 from tarry.engine.failure import completed, fail
 from tarry.engine.short_hash import short_hash
@@ -69,11 +69,18 @@ class BatchRequest(_Waiting):
     kind = "wait"
     what = "BatchRequest"
     pause_kind = "external"
-    _checks = {"body": _body, "via": _text, "key": _key}
+    # A computed body is checked in `_evaluate` (InvalidBatchRequest); a literal one here.
+    _checks = {"body": lambda value: value, "via": _text, "key": _key}
 
     def __init__(self, name: str, body: Any, *, via: Any, key: Any = None) -> None:
         self.name = check_name(name, "BatchRequest")
         self._args = {}
+        if not callable(body):
+            try:
+                _body(body)
+            except ValueError as exc:
+                msg = f"BatchRequest {self.name!r}: body must be {exc} (got {describe(body)})"
+                raise InvalidFlow(msg) from None
         self.body = self._argument("body", body)
         self.via = self._argument("via", via)
         self.key = self._argument("key", key)
@@ -84,8 +91,14 @@ class BatchRequest(_Waiting):
         args = yield from super()._evaluate(ex, path, prev, scope)
         if args["key"] is None:
             args = {**args, "key": batch_key(ex.session_id, path)}
-        check = getattr(ex, "batch_check", None)
-        problem = check(args["via"], args["key"], args["body"]) if check is not None else None
+        problem = None
+        try:
+            _body(args["body"])
+        except ValueError as exc:
+            problem = f"body must be {exc} (got {describe(args['body'])})"
+        check = ex.batch_check
+        if problem is None and check is not None:
+            problem = check(args["via"], args["key"], args["body"])
         if problem is not None:
             msg = f"BatchRequest {self.name!r}: {problem}"
             raise fail(ex, path, InvalidBatchRequest(msg), retryable=False)

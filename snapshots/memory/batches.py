@@ -19,8 +19,9 @@ class Batches:
 
     def _init_batches(self) -> None:
         self._batches: dict[str, BatchRecord] = {}
-        #: key -> submission id, for the keys of open submissions.
+        #: key -> submission id, for the keys of open submissions, and the other way round.
         self._batch_items: dict[str, str] = {}
+        self._batch_keys: dict[str, list[str]] = {}
         #: submission id -> (owner, until): the worker that delivers an ended batch.
         self._batch_claims: dict[str, tuple[str, dt.datetime]] = {}
 
@@ -37,6 +38,7 @@ class Batches:
             free = [k for k in dict.fromkeys(keys) if k not in items and self._fifo.get(k)]
             if free:
                 batches[record.submission_id] = attrs.evolve(record, total=len(free))
+                self._batch_keys[record.submission_id] = free
                 for key in free:
                     items[key] = record.submission_id
             return free
@@ -76,8 +78,9 @@ class Batches:
             batches[submission_id] = attrs.evolve(
                 found, status=status, updated_at=at, ended_at=at, counts=dict(counts)
             )
-            for key in [k for k, sid in items.items() if sid == submission_id]:
+            for key in self._batch_keys.pop(submission_id, ()):
                 del items[key]
+            self._batch_claims.pop(submission_id, None)
 
     def batches(
         self, *, open: bool = True, via: str | None = None, limit: int = 1000
@@ -110,8 +113,7 @@ class Batches:
 
     def batch_keys(self, submission_id: str) -> builtins.list[str]:
         with self._lock:
-            _, items = self._batch_state()
-            return sorted(k for k, sid in items.items() if sid == submission_id)
+            return sorted(self._batch_keys.get(submission_id, ()))
 
     def batch_submitted(self, keys: Sequence[str]) -> set[str]:
         """Those of `keys` that an open submission holds."""

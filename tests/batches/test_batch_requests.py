@@ -176,7 +176,7 @@ def test_bad_input_fails_at_once_and_uploads_nothing(
     )
     out = rt.run(Flow("bad", [element]))
     assert out.failed and problem in out.error.message
-    assert out.error.type in ("InvalidBatchRequest", "InvalidFlow")
+    assert out.error.type == "InvalidBatchRequest"
     assert not out.error.retryable
     rt.poll()
     assert fake.calls == []
