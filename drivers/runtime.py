@@ -377,7 +377,9 @@ class Runtime:
         waiting element refuses, is logged, and the round goes on. Each session is handled
         inside its own error boundary, as in `resume_due`. Between the two, each wait whose key
         holds a queued message that did not reach it (the delivery and the wait crossed in
-        processes that died, or the session was busy) takes it.
+        processes that died, or the session was busy) takes it. Last, with `batches`, the
+        batch round (docs/batch.md): waiting `BatchRequest`s are submitted, open batches
+        checked, and the results of ended ones delivered by key.
         """
         return polling.poll(self._core, limit)
 
