@@ -285,7 +285,13 @@ class Worker:
             if not self._stopping:
                 self._report("resumed", polling.ask_adapters(core, self._round), outcomes)
             if not self._stopping:
-                self._report("delivered", polling.batch_round(core, self._round), outcomes)
+                tried: set[str] = set()
+                results = polling.batch_round(
+                    core,
+                    self._round,
+                    lambda values: deliver_importing(self.runtime, values, tried),
+                )
+                self._report("delivered", results, outcomes)
         finally:
             self._hand_back(core)
         self.runtime.retain()  # prunes by `Runtime(retention=)`, at most once a minute

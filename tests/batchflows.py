@@ -30,3 +30,15 @@ def _flow(via: str, body) -> Flow:
 
 openai_flow = _flow("openai", chat)
 claude_flow = _flow("claude", params)
+
+
+def make_batches():
+    """`tarry worker --batches batchflows:make_batches`: an OpenAIBatch pointed at the fake
+    provider whose URL is in $TARRY_FAKE_OPENAI."""
+    import os
+
+    import openai
+    from tarry.batches import OpenAIBatch
+
+    client = openai.OpenAI(base_url=os.environ["TARRY_FAKE_OPENAI"], api_key="x", max_retries=0)
+    return {"openai": OpenAIBatch(client)}

@@ -21,7 +21,8 @@ call per open batch, and writes nothing.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, cast
 
 from tarry.drivers.batches.adapter import BatchStatus, split
@@ -30,13 +31,16 @@ from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round
-from tarry.drivers.rounds.delivering import deliver_many, waiting
+from tarry.drivers.rounds.delivering import Delivery, deliver_many, waiting
 from tarry.engine.elements.batch_request import REASON
 from tarry.engine.errors import TarryError
 from tarry.engine.short_hash import short_hash
 from tarry.snapshots.batch_records import BatchRecord, BatchStore
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import WaitRecord
+
+#: How results are delivered: {key: value} -> Delivery.
+Deliver = Callable[[dict[str, Any]], Delivery]
 
 #: The status of a submission recorded before its upload (no provider id yet).
 SUBMITTING = "submitting"
@@ -45,12 +49,17 @@ SUBMITTING = "submitting"
 DELIVER_CHUNK = 100_000
 
 
-def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
+def batch_round(
+    core: Core, round: Round | None = None, deliver: Deliver | None = None
+) -> list[Outcome]:
     """Check the open batches (delivering the results of the ended ones), then submit what
-    waits and no open batch holds. The outcomes of the sessions the results moved on."""
+    waits and no open batch holds. The outcomes of the sessions the results moved on.
+    `deliver`: how results are delivered ({key: value} -> Delivery; `deliver_many` by
+    default, a worker's imports the flows of sessions it does not know)."""
     if not core.batches:
         return []
     round = round or Round()
+    deliver = deliver or partial(deliver_many, core)
     # 1. One status call per open batch (a write only when its status changed). A batch that
     # ended, or a submission never given a provider id, is claimed (leased to this runtime):
     # of many workers, one delivers it (or uploads it again).
@@ -91,7 +100,7 @@ def batch_round(core: Core, round: Round | None = None) -> list[Outcome]:
             read.append((record, status, _read(core, record, status, by_key, results)))
         except Exception:
             log().exception("batches: reading %s (%s) failed", record.submission_id, record.via)
-    outcomes, refused = _deliver(core, results)
+    outcomes, refused = _deliver(core, results, deliver)
     for record, status, keys in read:
         if refused.intersection(keys):
             continue  # kept open: the next round reads its results and tries them again
@@ -267,7 +276,9 @@ def _read(
     return added
 
 
-def _deliver(core: Core, results: dict[str, Any]) -> tuple[list[Outcome], set[str]]:
+def _deliver(
+    core: Core, results: dict[str, Any], deliver: Deliver
+) -> tuple[list[Outcome], set[str]]:
     """Deliver `results` by key through deliver_many, a chunk at a time; the outcomes, and the
     keys whose delivery was refused (logged). A key that holds a queued message already was
     delivered by a round that died before it marked its batch ended (its session was busy
@@ -282,13 +293,13 @@ def _deliver(core: Core, results: dict[str, Any]) -> tuple[list[Outcome], set[st
         if not fresh:
             continue
         try:
-            outcomes += deliver_many(core, fresh).outcomes
+            outcomes += deliver(fresh).outcomes
         except TarryError:
             # deliver_many refuses the whole chunk for one bad key (a session whose flow is
             # not registered here, a value its element refuses): deliver each on its own.
             for key, value in fresh.items():
                 try:
-                    outcomes += deliver_many(core, {key: value}).outcomes
+                    outcomes += deliver({key: value}).outcomes
                 except TarryError as exc:
                     refused.add(key)
                     if core.reported.first(by_session(key), "batch-deliver"):

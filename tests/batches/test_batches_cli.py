@@ -70,3 +70,17 @@ def test_batches_ls(tmp_path, capsys, fake, openai_client):
     assert main(["batches", "ls", "--store", db, "--all", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert row["provider_id"] == bid and row["status"] == "completed" and row["ended_at"]
+
+
+def test_worker_with_batches(tmp_path, capsys, monkeypatch, fake, openai_client):
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    monkeypatch.setenv("TARRY_FAKE_OPENAI", fake.openai_url)
+    rt = Runtime(db, batches={"openai": OpenAIBatch(openai_client)})
+    out = rt.run(openai_flow, ["ab"], meta={"flow_ref": "batchflows:openai_flow"})
+    once = ["worker", "--once", "--batches", "batchflows:make_batches", "--store", db]
+    assert main(once) == 0
+    assert len(fake.batches) == 1
+    fake.complete()
+    assert main(once) == 0
+    assert f"delivered {out.session_id}: ok" in capsys.readouterr().out
+    assert Runtime(db).session(out.session_id).status == "completed"
