@@ -8,9 +8,10 @@ the upload and recording the provider's id leaves a record "submitting": once it
 passed, the next round asks the provider for a batch carrying that id (`find`) and records it,
 and only when there is none uploads it again. So no key is ever in two live batches.
 
-Delivered once. An ended batch's results go through `deliver_many`, the exactly-once road, to
-the keys that still wait and hold no queued message; then the submission is marked ended and
-its keys are freed (one write). A round that dies between the two reads the results again, and
+Delivered once. An ended batch is claimed (leased to one runtime, so that of many workers one
+delivers it), the waits are read after the claim, and its results go through `deliver_many`,
+the exactly-once road, to the keys that still wait and hold no queued message; then the
+submission is marked ended and its keys are freed (one write). A round that dies between the two reads the results again, and
 finds the keys already delivered no longer waiting. Keys the provider did not finish (the batch
 expired or was cancelled) are left waiting, and the next round submits them again.
 
