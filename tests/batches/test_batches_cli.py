@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import sys
 
+import pytest
 from batchflows import claude_flow, openai_flow
 from tarry import Runtime
 from tarry.__main__ import main
 from tarry.batches import AnthropicBatch, OpenAIBatch
+
+
+@pytest.fixture(autouse=True)
+def _own_sys_path(monkeypatch):
+    """The CLI runs in this process here, and puts the working directory on sys.path when it
+    imports a MODULE:FLOW (as `python -m` would): undone after each test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
 
 
 def test_deliver_an_openai_output_file(tmp_path, capsys, fake, openai_client):
