@@ -47,6 +47,7 @@ class Core:
 
     __slots__ = (
         "store",
+        "wake_parent",
         "clock",
         "ns",
         "durability",
@@ -160,6 +161,10 @@ class Core:
         self.logs = LogSettings(log_level, max_logs)
         #: Where the sync steps of concurrent lanes run (executors.py).
         self.executors = Executors(max_threads, executor)
+        #: wake_parent(core, end key): the parent waiting on a child's end just queued takes it
+        #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
+        #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
+        self.wake_parent: Callable[[Core, str], Any] = _no_parent
         #: {name: batch adapter} that BatchRequest(via=name) submits through (tarry.batches).
         self.batches = checked_batches(batches)
 
@@ -171,6 +176,10 @@ class Core:
             return f"via {via!r} names no batch adapter of this Runtime (registered: {known})"
         problem: str | None = adapter.problem(key, body)
         return problem
+
+
+def _no_parent(core: Core, key: str) -> None:
+    return None
 
 
 def _takes_version(store: SessionStore) -> bool:

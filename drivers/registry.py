@@ -36,6 +36,11 @@ class FlowRegistry:
             self._flows.pop(key, None)  # re-inserted last: the newest
             self._flows[key] = flow
             self._newest[flow.name] = flow
+        # The flows its Child elements start: a process that can run a parent can run its
+        # children (a worker that imported the parent's flow runs them too).
+        for element in flow.elements():
+            if element.kind == "child":
+                self.register(element.flow)  # type: ignore[attr-defined]
         return flow
 
     def get(self, name: str) -> Flow | None:

@@ -36,13 +36,14 @@ if TYPE_CHECKING:
     from tarry.drivers.reading.views import SessionSummary, SessionView
     from tarry.drivers.rounds import delivering, polling, pruning, recovery, timers
     from tarry.drivers.rounds.delivering import Delivery
-    from tarry.drivers.sessions import batch, control
+    from tarry.drivers.sessions import batch, control, forking
     from tarry.snapshots.mail import MailInfo
 else:
     # The families a plain run or resume never calls load when first called, so that
     # `import tarry` and a process that only resumes a token do not pay for them.
     batch = lazy_module("tarry.drivers.sessions.batch")
     control = lazy_module("tarry.drivers.sessions.control")
+    forking = lazy_module("tarry.drivers.sessions.forking")
     delivering = lazy_module("tarry.drivers.rounds.delivering")
     polling = lazy_module("tarry.drivers.rounds.polling")
     recovery = lazy_module("tarry.drivers.rounds.recovery")
@@ -120,6 +121,8 @@ class Runtime:
             executor=executor,
             batches=batches,
         )
+        # A child's end wakes its parent through the delivery road (loaded when first used).
+        self._core.wake_parent = _wake_parent
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a
@@ -312,6 +315,50 @@ class Runtime:
             value=output,
             meta=meta,
             actor=actor,
+        )
+
+    # -- forking -------------------------------------------------------------------------------
+    def fork(
+        self,
+        original: str,
+        /,
+        *,
+        at_seq: int | None = None,
+        at: tuple[Any, ...] | None = None,
+        session_id: str | None = None,
+        flow: Flow | None = None,
+        meta: dict[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> Outcome:
+        """Start a new session from the state session `original` had after its event `at_seq`
+        (or just before the element at path `at`, e.g. `("tickets", 3, "triage")`, first
+        started), and run it from there: the steps completed by then are not run again, a step
+        in flight then runs again, and a wait pending then is entered again (the new session
+        pauses there with new tokens). The original is not changed. Sync and typed like `run`.
+
+        The state is the fold of the original's stored events up to that point, so any
+        session whose log is kept can be forked; the new session's log starts with a copy of
+        them. It records where it came from: `rt.session(new).forked_from` (also in its meta
+        and in its first event's data) is `{"session_id": original, "seq": at_seq}`.
+        `session_id`: the new session's id (a new one when None; SessionExists if taken).
+        `flow`: the flow it goes on with, by default the registered one whose fingerprint the
+        original ran with then; a changed flow of its name is accepted if it fits where the
+        session stood (else FlowMismatch). `meta`: keys to set in the new session's meta, a
+        copy of the original's; `actor`: who forks, recorded in the fork's `run.resumed`
+        event. UnknownSession for an unknown or pruned original;
+        InvalidArgument (nothing written) for both or neither of `at_seq` and `at`, an
+        `at_seq` below 1 or past the log, or a path `at` at which nothing ever started.
+        See docs/fork.md."""
+        return forking.fork(  # type: ignore[return-value]  # typed as the Outcome: see run
+            self._core,
+            original,
+            at_seq=at_seq,
+            at=at,
+            new_id=session_id,
+            flow=flow,
+            meta=meta,
+            actor=actor,
+            resume=prepare,
         )
 
     # -- keyed delivery ------------------------------------------------------------------------
@@ -598,3 +645,7 @@ class Runtime:
         function that unsubscribes. Runs already in progress keep the subscribers they
         started with; a callback that raises is logged and does not disturb the run."""
         return self._core.hub.subscribe(callback, session_id)
+
+
+def _wake_parent(core: Core, key: str) -> Any:
+    return delivering.wake_parent(core, key)

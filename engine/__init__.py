@@ -5,6 +5,7 @@ Plain generators only: this package never imports asyncio, msgpack, or the other
 
 from tarry.engine.containers import Branch, ForEach, Graph, Loop, Parallel
 from tarry.engine.context import Context, Scope
+from tarry.engine.elements.child import Child
 from tarry.engine.elements.element import Element, Route
 from tarry.engine.elements.flow import Flow, structural
 from tarry.engine.elements.step import Step, step
@@ -39,6 +40,7 @@ __all__ = [
     "Await",
     "Branch",
     "Checkpoint",
+    "Child",
     "ConcurrentUpdate",
     "ContainerFrame",
     "Context",

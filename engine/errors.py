@@ -131,6 +131,19 @@ class InvalidResumeValue(TarryError):
     """The value given to resume does not fit what the paused node waits for."""
 
 
+class ChildFailed(TarryError):
+    """A `Child` element's session ended failed: the element fails with this, naming the child
+    (`session_id`) and carrying its error (`error`: the child's error as data, with `type`,
+    `message` and `path`)."""
+
+    def __init__(self, session_id: str, error: dict[str, Any] | None) -> None:
+        self.session_id = session_id
+        self.error = dict(error or {})
+        what = self.error.get("type", "an error")
+        message = self.error.get("message", "")
+        super().__init__(f"child session {session_id!r} failed with {what}: {message}")
+
+
 class SessionNotResumable(TarryError):
     """The session is in a status that does not allow this operation."""
 

@@ -86,6 +86,7 @@ class Execution:
         "mailbox",
         "mail_taken",
         "batch_check",
+        "children",
         "held",
         "views",
     )
@@ -104,6 +105,7 @@ class Execution:
         retry: Any = None,
         mailbox: Callable[[str], Any] | None = None,
         ns: Callable[[], int] | None = None,
+        children: Callable[[str, Any, Any], Any] | None = None,
     ) -> None:
         self.session_id = state.session_id
         self.state = own(state, copy)
@@ -161,6 +163,11 @@ class Execution:
         #: registered as `via`, or None (set by a driver that has batch adapters; None: not
         #: checked here, the batch round refuses it instead).
         self.batch_check: Callable[[str, str, Any], str | None] | None = None
+        #: children(path, session_id, flow, input): a `Child` element reached asks the driver
+        #: to start its session (any worker runs it) unless it exists: (its id, the end of one
+        #: that had ended already as `child_end` data or signals.NO_MAIL, whether it existed).
+        #: None: no driver starts children (a bare Execution), and a Child fails.
+        self.children = children
         #: The values kept out of the state that this run has met, by the seq of the event that
         #: carries them (see state.OutOfLine): each is read from the ledger once per run.
         self.held: dict[int, Any] = {}

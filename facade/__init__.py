@@ -24,6 +24,7 @@ from tarry.drivers import (
 from tarry.engine import (
     AsyncInSyncContext,
     Branch,
+    Child,
     ContainerFrame,
     Context,
     ErrorInfo,
@@ -56,6 +57,7 @@ from tarry.engine.elements.batch_request import BatchRequest
 from tarry.engine.elements.step import step
 from tarry.engine.errors import (
     BatchItemFailed,
+    ChildFailed,
     ConcurrentUpdate,
     InvalidArgument,
     InvalidBatchRequest,
@@ -105,6 +107,8 @@ __all__ = [
     "BatchItemFailed",
     "BatchRequest",
     "Branch",
+    "Child",
+    "ChildFailed",
     "ConcurrentUpdate",
     "ContainerFrame",
     "Context",

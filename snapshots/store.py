@@ -99,6 +99,7 @@ class SessionStore(Protocol):
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
+        post: tuple[str, bytes] | None = None,
     ) -> int:
         """In one transaction: write `record` if the stored version is `expected_version`
         (else ConcurrentUpdate, nothing written), append `events`, put `values`
@@ -117,7 +118,9 @@ class SessionStore(Protocol):
         later). `mail_done`: ids of messages this session claimed (`claim_mail`) and whose effect
         this save records: they are deleted (consumed), and the session's other claims are
         released (queued again). None (a drive that claimed nothing) leaves its claims alone,
-        unless the session ended: an ended session's claims are released.
+        unless the session ended: an ended session's claims are released. `post`: (key,
+        value) of a message queued with the save (`post`), at `record.updated_at`: what a
+        child's end leaves for its parent, written with the end or not at all.
         A paused session is due (`wake_at`) at the earliest of `record.wake_at` and the
         `wake_at` of each wait it keeps, those of earlier saves included: a save whose snapshot
         leaves waiting lanes out (parked in their wait rows) still wakes for their timers. The

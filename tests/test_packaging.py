@@ -53,6 +53,8 @@ PUBLIC = {
     "NOT_READY",
     "AsyncInSyncContext",
     "Branch",
+    "Child",
+    "ChildFailed",
     "ConcurrentUpdate",
     "ContainerFrame",
     "Context",

@@ -1,4 +1,4 @@
-"""`tarry run`, `tarry resume` and `tarry skip`: drive a session in this process, with
+"""`tarry run`, `tarry resume`, `tarry skip` and `tarry fork`: drive a session in this process, with
 progress on stderr and Ctrl-C pausing it at its next checkpoint."""
 
 from __future__ import annotations
@@ -69,6 +69,47 @@ def skip(args: argparse.Namespace) -> int:
             )
         )
     return print_outcome(out, args)
+
+
+def fork(args: argparse.Namespace) -> int:
+    """A new session from an existing one's state after event `--at-seq`, or just before the
+    element at `--at` first started, run from there (Runtime.fork)."""
+    rt = runtime_of(args)
+    at = None if args.at is None else at_path(args.at)
+    view = rt.session(args.session)
+    ref = args.flow_ref or view.meta.get(FLOW_REF)
+    if not ref:
+        msg = (
+            f"session {view.session_id!r} (flow {view.flow!r}) records no MODULE:FLOW, "
+            f"since `tarry run` did not start it; pass --flow MODULE:FLOW"
+        )
+        raise UsageError(msg)
+    flow = load_flow(ref)
+    sid = args.session_id or uuid.uuid4().hex
+    with _pause_on_ctrl_c(rt, sid), _progress(rt, sid, (), args):
+        out = settle(
+            rt.fork(
+                args.session,
+                at_seq=args.at_seq,
+                at=at,
+                session_id=sid,
+                flow=flow,
+                meta=_ref(args),
+                actor=args.actor,
+            )
+        )
+    return print_outcome(out, args)
+
+
+def at_path(text: str) -> tuple[Any, ...]:
+    """An element's path as `--at` gives it: names and indexes joined by "/" (a part of digits
+    is an index: `tickets/3/triage`), or a JSON array (`["tickets", 3, "triage"]`)."""
+    if text.lstrip().startswith("["):
+        found = json_arg(text, "--at")
+        if not isinstance(found, list):
+            raise UsageError(f"--at must be a JSON array or a/b/c (got {text!r})")
+        return tuple(found)
+    return tuple(int(part) if part.isdigit() else part for part in text.split("/"))
 
 
 def _ref(args: argparse.Namespace) -> dict[str, str] | None:

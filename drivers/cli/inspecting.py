@@ -52,6 +52,26 @@ def ls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def children(args: argparse.Namespace) -> int:
+    """`tarry children ID`: the sessions a session started with Child elements, in the order
+    it started them, each with its status (`pruned` for one no longer stored)."""
+    rt = runtime_of(args)
+    view = rt.session(args.session)
+    ids = view.children
+    found = rt.store.load_many(ids) if ids else {}
+    rows = [(cid, found[cid].status if cid in found else "pruned") for cid in ids]
+    if args.json:
+        print(dumps([{"session_id": cid, "status": status} for cid, status in rows]))
+        return EXIT_OK
+    if view.parent:
+        print(f"session {view.session_id} is a child of {view.parent}")
+    if not rows:
+        print(f"session {view.session_id} started no child sessions")
+    for cid, status in rows:
+        print(f"{status:<10} {cid}")
+    return EXIT_OK
+
+
 def show(args: argparse.Namespace) -> int:
     view = runtime_of(args).session(args.session)
     state = view.state
@@ -62,6 +82,8 @@ def show(args: argparse.Namespace) -> int:
     print(f"session {view.session_id}  flow {view.flow}  status {view.status}")
     if view.meta.get(FLOW_REF):
         print(f"  flow_ref {view.meta[FLOW_REF]}")
+    if view.parent:
+        print(f"  child of {view.parent}")
     print(
         f"  created {view.created_at:%Y-%m-%d %H:%M:%S}  updated "
         f"{view.updated_at:%Y-%m-%d %H:%M:%S}"

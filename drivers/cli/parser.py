@@ -127,6 +127,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="JSON|@FILE", help="the skipped step's output")
 
     p = command(
+        "fork",
+        driving.fork,
+        "start a new session from an existing one's state at an earlier point",
+        as_json,
+        progress,
+        flow_opt,
+        actor,
+    )
+    p.add_argument("session", metavar="SESSION")
+    at = p.add_mutually_exclusive_group(required=True)
+    at.add_argument("--at-seq", type=int, metavar="N", help="the state after the session's event N")
+    at.add_argument(
+        "--at",
+        metavar="PATH",
+        help="the state just before the element at PATH first started (tickets/3/triage)",
+    )
+    p.add_argument("--session-id", help="the new session's id (default: a new one)")
+
+    p = command(
         "deliver",
         delivering.deliver,
         "resume the waits on a key (Wait(key=...)) with a value, or keep it as mail",
@@ -212,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "show", inspecting.show, "a session's status, container stack, pause and error", as_json
+    )
+    p.add_argument("session")
+
+    p = command(
+        "children",
+        inspecting.children,
+        "the sessions a session started with Child elements, with their status",
+        as_json,
     )
     p.add_argument("session")
 

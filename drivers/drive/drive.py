@@ -20,6 +20,7 @@ from tarry.drivers.drive.outcome import (
 )
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
+from tarry.drivers.sessions.children import end_post, start_child
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.execution import Execution
@@ -106,6 +107,7 @@ class Drive:
         "first",
         "honoured",
         "parked_now",
+        "posted",
     )
 
     def __init__(
@@ -135,6 +137,7 @@ class Drive:
             listener=listener,
             retry=core.retry,
             mailbox=self._mailbox,
+            children=self._children,
         )
         self.ex.batch_check = core.batch_check
         # ex.rows holds the events not written yet; they are written once `flush_at` are. The
@@ -184,6 +187,9 @@ class Drive:
         self.honoured: str | None = None
         #: How many lanes its last write parked (the outcome lists those without the store).
         self.parked_now = 0
+        #: The end key its last write queued the child's end on (a child that ended), for
+        #: whoever drove it to wake the parent (`Core.wake_parent`).
+        self.posted: str | None = None
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -220,6 +226,7 @@ class Drive:
         self.ex.stop = _stopped
         self.ex.watch = True
         self.ex.mailbox = None
+        self.ex.children = None
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
         """End the session as failed with `error` at `error.path` without running anything:
@@ -304,6 +311,16 @@ class Drive:
             return NO_MAIL
         self.claimed.append((key, found[0]))
         return loads(found[1])
+
+    def _children(
+        self, path: tuple[Any, ...], session_id: str | None, flow: Flow, input: Any
+    ) -> tuple[str, Any, bool]:
+        """What a Child reached asks (`Execution.children`): its session stored, queued for
+        any worker (see sessions/children.py)."""
+        try:
+            return start_child(self.core, self.record, path, session_id, flow, input)
+        finally:
+            self.ex.at = None  # the store took its time: the next event reads the clock
 
     def _mail_taken(self) -> list[int] | None:
         """The ids of the messages whose Waits completed since the last write, for that write
@@ -474,6 +491,8 @@ class Drive:
         values = [] if state.status == "completed" else self.ledger.take()
         events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
+        # A child that ends: its end, for its parent (a store is asked for `post` only then).
+        post = end_post(record, state)
         record.version = self.core.store.save(
             record,
             rec.version,
@@ -482,7 +501,10 @@ class Drive:
             waits=waits,
             mail_done=done,
             **self._logs(),
+            **({} if post is None else {"post": post}),
         )
+        if post is not None:
+            self.posted = post[0]
         self.record = record
         if token is not None:  # to be resumed: keep the state to skip decoding it then,
             self.core.states.keep(blob, state)

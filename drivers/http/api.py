@@ -153,6 +153,32 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes, BatchRoutes):
             raise SessionExists(msg)
         return session_json(view)
 
+    async def fork_session(self, request: Request) -> Response:
+        """A new session from this one's state after event `at_seq` (or just before the
+        element at path `at` first started), run until it pauses or ends: 201 with its
+        outcome (Runtime.fork)."""
+        body = await read_body(request, {"at_seq", "at", "session_id"})
+        sid, user = request.path_params["sid"], request.state.user
+        new = body.get("session_id")
+        if new is not None and (not isinstance(new, str) or not new):
+            raise BadRequest("BadRequest", f'"session_id" must be a non-empty string (got {new!r})')
+        fork = partial(
+            self.rt.fork, sid, at_seq=body.get("at_seq"), at=body.get("at"), session_id=new
+        )
+
+        def run() -> Outcome:
+            try:
+                return settle(fork(actor=user))
+            except (UnknownFlow, FlowMismatch):
+                # A session started by `tarry run` records where its flow lives: import it
+                # and try again (nothing was written: every check comes first).
+                record = self.rt.store.load(sid)
+                if record is None or not register_recorded_flows(self.rt, [record]):
+                    raise
+                return settle(fork(actor=user))
+
+        return json_response(await run_in_threadpool(run), 201)
+
     # -- controls ----------------------------------------------------------------------------
     async def resume_session(self, request: Request) -> Response:
         body = await read_body(request, {"value"})

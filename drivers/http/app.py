@@ -94,6 +94,7 @@ def create_app(
         Route("/api/sessions/{sid}/abort", api.abort_session, methods=["POST"]),
         Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),
         Route("/api/sessions/{sid}/skip", api.skip_session, methods=["POST"]),
+        Route("/api/sessions/{sid}/fork", api.fork_session, methods=["POST"]),
         Route("/api/resume", api.resume_token, methods=["POST"]),
         Route("/api/deliver", api.deliver, methods=["POST"]),
         Route("/api/mail", api.list_mail, methods=["GET"]),

@@ -72,11 +72,37 @@ def session_json(view: SessionView) -> dict[str, Any]:
         "abort": status == "running",
         "skip": token is not None and status == "failed",
     }
+    data["children"] = children_json(view, data["children"])
     # The diagram of the very version it runs (GET it: 404 when this server lacks it).
     data["flow_structure_url"] = (
         f"/api/flows/{quote(view.flow, safe='')}?fingerprint={quote(view.fingerprint, safe='')}"
     )
     return data
+
+
+#: Children listed one by one in a session's JSON (all are counted by status).
+CHILDREN_LISTED = 100
+
+#: Children read from the store at a time to count them by status.
+_CHILDREN_PAGE = 500
+
+
+def children_json(view: SessionView, ids: list[str]) -> dict[str, Any]:
+    """A session's children for the API: how many, how many of each status, and the first
+    CHILDREN_LISTED with their status (in the order the session started them)."""
+    store = view._store  # noqa: SLF001 - the view's own store
+    statuses: dict[str, str] = {}
+    for start in range(0, len(ids), _CHILDREN_PAGE):
+        chunk = ids[start : start + _CHILDREN_PAGE]
+        found = store.load_many(chunk)
+        statuses.update({cid: found[cid].status for cid in chunk if cid in found})
+    by_status: dict[str, int] = {}
+    for status in statuses.values():
+        by_status[status] = by_status.get(status, 0) + 1
+    listed = [
+        {"session_id": cid, "status": statuses.get(cid, "pruned")} for cid in ids[:CHILDREN_LISTED]
+    ]
+    return {"total": len(ids), "by_status": by_status, "listed": listed}
 
 
 async def read_body(request: Request, fields: set[str]) -> dict[str, Any]:

@@ -253,6 +253,35 @@ PATHS: dict[str, Any] = {
         },
         [SID],
     ),
+    "/api/sessions/{sid}/fork": _post(
+        "Start a new session from this one's state after event `at_seq` (or just before the "
+        "element at path `at` first started) and run it from there; this one is not changed",
+        {
+            "type": "object",
+            "properties": {
+                "at_seq": {"type": "integer", "minimum": 1},
+                "at": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": ["string", "integer"]},
+                    "description": 'an element\'s path, e.g. ["tickets", 3, "triage"]',
+                },
+                "session_id": {**_STR, "description": "the new session's id (default: a new one)"},
+            },
+            "oneOf": [{"required": ["at_seq"]}, {"required": ["at"]}],
+            "additionalProperties": False,
+        },
+        {
+            "201": _json(_ref("Outcome"), "the new session's outcome once it pauses or ends"),
+            "400": _BAD,
+            "404": _NOT_FOUND,
+            "409": _error(
+                "a session with the new id exists (SessionExists), or the session's flow is "
+                "not registered here or does not fit (UnknownFlow, FlowMismatch)"
+            ),
+        },
+        [SID],
+    ),
     "/api/sessions/{sid}/abort": _post(
         "Stop a running session at its next checkpoint, in whichever process runs it",
         _obj([], {"resumable": {**_BOOL, "default": True}}, additionalProperties=False),

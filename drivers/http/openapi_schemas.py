@@ -156,6 +156,24 @@ SCHEMAS: dict[str, Any] = {
                 **_STR,
                 "description": "GET it for the diagram of the flow version this session runs",
             },
+            "parent": {
+                **_NULLABLE_STR,
+                "description": "the session whose Child element started this one",
+            },
+            "children": _obj(
+                ["total", "by_status", "listed"],
+                {
+                    "total": _INT,
+                    "by_status": {"type": "object", "additionalProperties": _INT},
+                    "listed": {
+                        "type": "array",
+                        "description": "the first 100 children, in the order they started",
+                        "items": _obj(
+                            ["session_id", "status"], {"session_id": _STR, "status": _STR}
+                        ),
+                    },
+                },
+            ),
         },
     ),
     "Event": _obj(

@@ -113,6 +113,8 @@ def session_to_dict(view: Any) -> dict[str, Any]:
         "metrics": state.metrics,
         "last_seq": state.last_seq,
         "token": view.outcome.token,
+        "parent": view.parent,
+        "children": view.children,
     }
 
 

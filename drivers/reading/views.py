@@ -11,6 +11,7 @@ from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.values_out_of_line import Reader, resolved
 from tarry.drivers.tokens import Tokens
 from tarry.engine.describe import describe
+from tarry.engine.elements.child import children_in
 from tarry.engine.errors import InvalidArgument, SnapshotError
 from tarry.engine.state.events import RUN_RESUMED, Event
 from tarry.engine.state.lanes import concurrent, parked, restore
@@ -102,6 +103,32 @@ class SessionView:
     def meta(self) -> dict[str, Any]:
         """The dict given to `Runtime.run(meta=...)`."""
         return dict(self._record.meta)
+
+    @property
+    def parent(self) -> str | None:
+        """The session that started this one with a `Child` element, if it did."""
+        parent = self._record.meta.get("parent")
+        return parent if isinstance(parent, str) else None
+
+    @property
+    def children(self) -> list[str]:
+        """The ids of the sessions this one started with `Child` elements, in the order it
+        started them (read from its events, a page at a time)."""
+        found: dict[str, None] = {}
+        after = 0
+        while True:
+            page = self.events(after, PAGE)
+            children_in(page, found)
+            if len(page) < PAGE:
+                return list(found)
+            after = page[-1].seq
+
+    @property
+    def forked_from(self) -> dict[str, Any] | None:
+        """Where a session made by `Runtime.fork` came from: `{"session_id": ..., "seq": ...}`
+        (the original and the seq of its last event the fork holds); None for any other."""
+        found = self._record.meta.get("forked_from")
+        return dict(found) if isinstance(found, dict) else None
 
     @property
     def created_at(self) -> datetime:

@@ -349,7 +349,19 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
     store's indexes; writes only for what it delivers."""
     round = round or Round()
     outcomes: list[Outcome] = []
-    for wait, message in core.store.pending(limit):
+    pairs = core.store.pending(limit)
+    by_session: dict[str, list[tuple[WaitRecord, Any]]] = {}
+    for wait, message in pairs:
+        by_session.setdefault(wait.session_id, []).append((wait, message))
+    for sid, group in by_session.items():
+        if len(group) > 1 and not round.stopping() and round.begin(sid):
+            # Several waits of one session (the children of one parent that ended while it
+            # was busy): one resume takes every message, one drive, one write.
+            outcome = _take_pending_together(core, group)
+            if outcome is not None:
+                outcomes.append(outcome)
+                pairs = [p for p in pairs if p[0].session_id != sid]
+    for wait, message in pairs:
         if round.stopping():
             break
         if not round.begin(wait.session_id):
@@ -369,6 +381,49 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
         if outcome is not None:
             outcomes.append(outcome)
     return outcomes
+
+
+def wake_parent(core: Core, key: str) -> Any:
+    """The wait on `key` — a parent's lane waiting on the child whose end was just queued
+    there — takes that message, consumed with the use of its token. Returns the parent's
+    outcome (awaitable when its drive awaits), or None when nothing was resumed: no wait yet
+    (the parent's drive takes the message when it reaches or registers the wait), the parent
+    busy (noted for its drive) or anything else; what this leaves is the next worker round's
+    (`deliver_pending`)."""
+    rows: list[WaitRecord] = []
+    try:
+        rows = core.store.waiters(key, 1)
+        head = core.store.queued(key=key, limit=1) if rows else []
+        if not head:
+            return None
+        value = loads(head[0].value)
+        return prepare_now(
+            core, rows[0].token, None, False, value=value, trigger="child", mail=head[0].id
+        )
+    except (*_PASSED, MailGone):
+        return None
+    except SessionBusy:
+        core.running.note_mail(rows[0].session_id)
+        return None
+    except Exception as exc:
+        if infrastructure(exc):
+            raise
+        log().warning("a child's end (key %r) did not reach its parent now: %s", key, exc)
+        return None
+
+
+def _take_pending_together(core: Core, group: list[tuple[WaitRecord, Any]]) -> Outcome | None:
+    """Resume the waits of one session in `group`, each with its queued message (consumed
+    with the tokens), in one resume; None when that cannot be done now (a token used, a
+    message taken, the session busy, a value refused): nothing was done, and the caller offers
+    them one at a time."""
+    keyed = {w.token: (w.token, loads(m.value)) for w, m in group}
+    mail = {w.token: m.id for w, m in group}
+    try:
+        got = settle_many(resume_keys(core, keyed, trigger="mail", mail=mail, wait_busy=False))
+    except (*_PASSED, MailGone, SessionBusy, InvalidResumeValue):
+        return None
+    return got[0] if got else None
 
 
 # --- resuming a group of waits ---------------------------------------------------------------

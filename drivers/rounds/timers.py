@@ -20,8 +20,10 @@ from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys
+from tarry.drivers.sessions.children import QUEUED, fail_unknown_flow
 from tarry.drivers.sessions.control import cancel_stopped
 from tarry.drivers.sessions.resuming import prepare, stored_state
+from tarry.drivers.sessions.starting import settle_parent
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
@@ -94,6 +96,11 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return _honour_stop(core, record)
     flow = flow_of(core, record, round, "resume_due")
     if flow is None:
+        # A queued child that no worker can run fails (and so does its Child element), rather
+        # than wait for a flow that may never be registered.
+        ended = fail_unknown_flow(core, record)
+        if ended is not None:
+            settle_parent(core.wake_parent(core, ended))
         return None
     state = stored_state(core, record)
     if state.status == "paused" and concurrent(state):
@@ -108,9 +115,11 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         if pause.wake_at is not None and pause.wake_at <= now:
             return settle(prepare(core, token, None, False, trigger="timer"))
         if pause.wake_at is None and pause.expires_at is None and not pause.awaits_value:
-            # A run a stopping worker paused at a checkpoint and handed back (`hand_back`):
-            # due at the record's wake_at, which claim_due checked.
-            return settle(prepare(core, token, None, False, trigger="timer"))
+            # A run a stopping worker paused at a checkpoint and handed back (`hand_back`),
+            # or a child queued by its parent: due at the record's wake_at, which claim_due
+            # checked.
+            trigger = "child" if pause.reason == QUEUED else "timer"
+            return settle(prepare(core, token, None, False, trigger=trigger))
         if pause.expires_at is None or pause.expires_at > now:
             return None
         element = flow.find(pause.path) if record.fingerprint == flow.fingerprint else None

@@ -8,9 +8,12 @@ from datetime import timedelta
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.limits import check_actor, valid_session_id
+from tarry.drivers.sessions.children import children_of, end_post
 from tarry.drivers.sessions.resuming import key_of, stored_state
+from tarry.drivers.sessions.starting import settle_parent
 from tarry.drivers.tokens import looks_like_token
 from tarry.engine.describe import describe
+from tarry.engine.elements.child import end_key
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -25,6 +28,7 @@ from tarry.engine.state.events import Event
 from tarry.engine.state.lanes import parked, restore
 from tarry.engine.state.reducer import apply, own
 from tarry.snapshots.records import SessionRecord, decode_lane, encode_state
+from tarry.snapshots.store import ENDED
 
 #: How many times a cancel looks again at a session that a resume moved on meanwhile.
 CANCEL_TRIES = 5
@@ -35,19 +39,44 @@ def abort(core: Core, session_id: str, resumable: bool, actor: str | None = None
     (its stop event then names `actor`), else through a request stored for the process that
     does (read within a TICK)."""
     check_actor(actor)
-    if core.running.request_abort(session_id, resumable, actor):
-        return
-    if not valid_session_id(session_id):
-        raise UnknownSession(session_id)  # no such id can have been stored
-    status = core.store.request_stop(session_id, "abort" if resumable else "cancel")
-    if status is None:
-        raise UnknownSession(session_id)
-    if not resumable and status in ("paused", "failed"):
-        cancel(core, session_id, actor)
-    # Running: the request is stored. Paused or failed with resumable=True: stopped already.
+    if not core.running.request_abort(session_id, resumable, actor):
+        if not valid_session_id(session_id):
+            raise UnknownSession(session_id)  # no such id can have been stored
+        status = core.store.request_stop(session_id, "abort" if resumable else "cancel")
+        if status is None:
+            raise UnknownSession(session_id)
+        if not resumable and status in ("paused", "failed"):
+            cancel(core, session_id, actor)
+            return  # (its children were cancelled with it)
+        # Running: the request is stored. Paused or failed with resumable=True: stopped already.
+    for child in _live_children(core, session_id):  # aborting a parent aborts its children
+        with contextlib.suppress(UnknownSession):
+            abort(core, child, resumable, actor)
 
 
 def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Outcome:
+    """Cancel a session (by its id or a token of it), and the children it started that have
+    not ended (each with their own)."""
+    outcome = _cancel(core, token_or_session_id, actor)
+    for child in _live_children(core, outcome.session_id):
+        with contextlib.suppress(UnknownSession, SessionNotResumable, ConcurrentUpdate):
+            cancel(core, child, actor)
+            # Its end is for a parent being cancelled: nothing will take it.
+            core.store.discard(end_key(child))
+    return outcome
+
+
+def _live_children(core: Core, session_id: str) -> list[str]:
+    """The children a session started that have not ended (read from its events: a cancel or
+    an abort is no per-step path)."""
+    ids = children_of(core, session_id)
+    if not ids:
+        return []
+    records = core.store.load_many(ids)
+    return [cid for cid in ids if cid in records and records[cid].status not in ENDED]
+
+
+def _cancel(core: Core, token_or_session_id: str, actor: str | None) -> Outcome:
     check_actor(actor)
     given = token_or_session_id
     key = None  # the store key of the token given, if one was
@@ -150,12 +179,17 @@ def cancel_stopped(
     record.lease_owner = None
     record.lease_until = None
     record.updated_at = now
+    post = end_post(record, state)  # a child's end, for its parent
     try:
-        core.store.save(record, record.version, events=written)
+        core.store.save(
+            record, record.version, events=written, **({} if post is None else {"post": post})
+        )
     except ConcurrentUpdate:
         if not tokens:
             return None
         raise  # its tokens are used and its lease ours: recover() ends it as cancelled
+    if post is not None:
+        settle_parent(core.wake_parent(core, post[0]))
     return outcome_of(state, None)
 
 

@@ -17,7 +17,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.limits import check_actor
 from tarry.drivers.reading.views import state_of
-from tarry.drivers.sessions.starting import start
+from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
@@ -269,7 +269,11 @@ def _resume(
     core.flows.register(flow)  # its timers and recovery find it by fingerprint from now on
     if failure is not None:
         core.hub.announce(events)
-        return Drive(core, flow, record, state, meta=outcome_meta).fail_now(failure)
+        drive = Drive(core, flow, record, state, meta=outcome_meta)
+        failed = drive.fail_now(failure)
+        if drive.posted is not None:  # a child failed: its parent takes its end now
+            settle_parent(core.wake_parent(core, drive.posted))
+        return failed
     return start(
         core,
         flow,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tarry.drivers.core import Core
 from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
-from tarry.drivers.drive.pump import AwaitableOrValue
+from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
@@ -119,9 +119,18 @@ def start(
     result = drive.start()
     if is_awaitable(result):
         return _late_mail_async(core, drive, result, resume)
+    if drive.posted is not None:  # a child ended: its parent takes its end now
+        settle_parent(core.wake_parent(core, drive.posted))
     if not drive.keyed and not core.running.mail_noted:
         return result
     return late_mail(core, drive, result, resume)  # type: ignore[arg-type]
+
+
+def settle_parent(woken: Any) -> None:
+    """Drive the parent's resume that a child's end began (`Core.wake_parent`) to its end,
+    in a sync call: the parent may have async steps."""
+    if is_awaitable(woken):
+        settle(woken)
 
 
 def late_mail(
@@ -205,7 +214,10 @@ def _waiting_mail(core: Core, drive: Drive, sid: str) -> list[tuple[str, MailRec
     """(token key, message) for each wait of the session that a queued message is for."""
     found: list[tuple[str, MailRecord]] = []
     taken: set[int] = set()
-    for key, token in drive.keyed.items():
+    keyed = drive.keyed
+    if len(keyed) > 1:  # one lookup for them all (a wide pause registers thousands)
+        keyed = {key: keyed[key] for key in core.store.queued_keys(list(keyed))}
+    for key, token in keyed.items():
         for message in core.store.queued(key=key, limit=1):
             found.append((token, message))
             taken.add(message.id)
@@ -225,6 +237,10 @@ async def _late_mail_async(
     core: Core, drive: Drive, result: Awaitable[Outcome], resume: Resume
 ) -> Outcome:
     outcome = await result
+    if drive.posted is not None:  # a child ended: its parent takes its end now
+        woken = core.wake_parent(core, drive.posted)
+        if is_awaitable(woken):
+            await woken
     if not drive.keyed and not core.running.mail_noted:
         return outcome
     outcome = late_mail(core, drive, outcome, resume)

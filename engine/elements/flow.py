@@ -95,6 +95,10 @@ class Flow(Element):
         # existing sessions' flows stay what they were.
         return ("flow", self.name, self.version, tuple(e._describe() for e in self.body))
 
+    def elements(self) -> list[Element]:
+        """Every element of the flow's tree, in the order of the tree."""
+        return list(self._index.values())
+
     def find(self, path: tuple[Any, ...]) -> Element | None:
         """The element at a run path (iteration indexes are ignored), or None."""
         return self._index.get(structural(path))

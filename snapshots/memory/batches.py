@@ -16,6 +16,7 @@ class Batches:
 
     _lock: threading.RLock
     _fifo: dict[str, dict[str, None]]
+    _queue: dict[str, list[int]]
 
     def _init_batches(self) -> None:
         self._batches: dict[str, BatchRecord] = {}
@@ -29,13 +30,18 @@ class Batches:
         return self._batches, self._batch_items
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
-        """Record `record` with those of `keys` that something still waits on and no open
-        submission holds; returns them (nothing is recorded when none is free)."""
+        """Record `record` with those of `keys` that something still waits on, that hold no
+        queued message (a result delivered to a busy session) and that no open submission
+        holds; returns them (nothing is recorded when none is free)."""
         with self._lock:
             batches, items = self._batch_state()
             if record.submission_id in batches:
                 return []
-            free = [k for k in dict.fromkeys(keys) if k not in items and self._fifo.get(k)]
+            free = [
+                k
+                for k in dict.fromkeys(keys)
+                if k not in items and self._fifo.get(k) and not self._queue.get(k)
+            ]
             if free:
                 batches[record.submission_id] = attrs.evolve(record, total=len(free))
                 self._batch_keys[record.submission_id] = free

@@ -106,6 +106,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
+        post: tuple[str, bytes] | None = None,
     ) -> int:
         batch = _encode_batch(events) if events else None
         with self._lock:
@@ -133,6 +134,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                     entry.record.wake_at = earliest
             if logs is not None and logs.records:
                 _keep_logs(entry, logs)
+            if post is not None:
+                self.post(post[0], post[1], record.updated_at)  # under the same lock
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:

@@ -60,13 +60,15 @@ class Batches:
         """Record `record` with those of `keys` that something still waits on and no open
         submission holds; returns them (nothing is recorded when none is free). Two workers
         that gather the same keys at once split them: each key goes to the one whose insert of
-        it commits first; a key whose result was delivered since is not submitted again."""
+        it commits first; a key whose result was delivered since (to its session, or queued
+        for it while it was busy) is not submitted again."""
         keys = list(dict.fromkeys(keys))
         with self._pool.connection() as conn, conn.transaction():
             rows = conn.execute(
                 "INSERT INTO tarry_batch_items (key, submission_id) "
                 "SELECT k, %s FROM unnest(%s::text[]) AS k "
                 "WHERE EXISTS (SELECT 1 FROM tarry_waits w WHERE w.key = k) "
+                "AND NOT EXISTS (SELECT 1 FROM tarry_mail m WHERE m.key = k AND m.claimed_by = '') "
                 "ON CONFLICT (key) DO NOTHING "
                 "RETURNING key",
                 (record.submission_id, keys),

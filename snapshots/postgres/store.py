@@ -273,9 +273,10 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batche
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
+        post: tuple[str, bytes] | None = None,
     ) -> int:
         row = dict(zip(NAMES, ROWS.session_row(record, version=expected_version + 1), strict=True))
-        more = (waits, mail_done, logs if logs is not None and logs.records else None)
+        more = (waits, mail_done, logs if logs is not None and logs.records else None, post)
         encoded = encode_events(events)
         try:
             self._save(record, row, expected_version, events, encoded, values, *more)
@@ -307,9 +308,11 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batche
         waits: Sequence[WaitRecord],
         mail_done: Sequence[int] | None,
         logs: LogBatch | None,
+        post: tuple[str, bytes] | None = None,
     ) -> None:
         """One statement (see writes.py): the row's compare-and-set, the events, the values,
-        the tokens, the waits and the session's claims on messages, all or nothing."""
+        the tokens, the waits, the session's claims on messages and the message it posts,
+        all or nothing."""
         sid = record.session_id
         # A session that ends ends its waits: their tokens are used, the waits deleted.
         ended = record.status != "paused" and record.status != "running"
@@ -317,6 +320,8 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batche
         sql, args = writes.save_args(
             row, expected_version, events, encoded, values, waits, mail_done, ended, record.stop
         )
+        if post is not None:
+            sql, args = writes.with_post(sql, args, post, record.updated_at)
         try:
             with self._pool.connection() as conn:
                 try:

@@ -317,6 +317,20 @@ def save_args(
     return sql, args
 
 
+def with_post(
+    sql: str, args: dict[str, Any], post: tuple[str, bytes], at: Any
+) -> tuple[str, dict[str, Any]]:
+    """The statement of a save (`save_args`) that also queues the message `post` (key, value)
+    at `at`, in the same statement: only if the row is written (it reads `saved`)."""
+    part = (
+        "posted AS (INSERT INTO tarry_mail (key, value, at) "
+        "SELECT %(post_key)s, %(post_value)s, %(post_at)s FROM saved RETURNING 1), "
+    )
+    head, rest = sql.split(" SELECT 1 / ", 1)
+    sql = f"{head}, {part[:-2]} SELECT 1 / {rest}"
+    return sql, {**args, "post_key": post[0], "post_value": bytes(post[1]), "post_at": at}
+
+
 def moved(
     conn: psycopg.Connection[Any], sid: str, expected_version: int, events: Sequence[Event]
 ) -> ConcurrentUpdate:

@@ -53,9 +53,10 @@ class Batches:
     _cur: sqlite3.Cursor
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
-        """Record `record` with those of `keys` that something still waits on and no open
-        submission holds; returns them (nothing is recorded when none is free): a key whose
-        result was delivered since the caller read the waits is not submitted again."""
+        """Record `record` with those of `keys` that something still waits on, that hold no
+        queued message and that no open submission holds; returns them (nothing is recorded
+        when none is free): a key whose result was delivered since the caller read the waits
+        (to its session, or queued for it while it was busy) is not submitted again."""
         with self._write as db:
             if db.execute(
                 "SELECT 1 FROM batches WHERE submission_id = ?", (record.submission_id,)
@@ -65,8 +66,10 @@ class Batches:
             for key in dict.fromkeys(keys):
                 db.execute(
                     "INSERT OR IGNORE INTO batch_items (key, submission_id) "
-                    "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM waits WHERE key = ?)",
-                    (key, record.submission_id, key),
+                    "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM waits WHERE key = ?) AND NOT "
+                    "EXISTS (SELECT 1 FROM mail INDEXED BY mail_queue WHERE key = ? "
+                    "AND claimed_by = '')",
+                    (key, record.submission_id, key, key),
                 )
                 if db.rowcount == 1:
                     free.append(key)

@@ -207,6 +207,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         waits: Sequence[WaitRecord] = (),
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
+        post: tuple[str, bytes] | None = None,
     ) -> int:
         sid = record.session_id
         row = ROWS.session_row(record, version=expected_version + 1)
@@ -248,6 +249,12 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             )
             if logs is not None and logs.records:
                 written += logs_.put_logs(db, sid, logs)
+            if post is not None:
+                db.execute(
+                    "INSERT INTO mail (key, value, at) VALUES (?, ?, ?)",
+                    (post[0], bytes(post[1]), micros(record.updated_at)),
+                )
+                written += len(post[1])
         self.bytes_written += written
         return expected_version + 1
 

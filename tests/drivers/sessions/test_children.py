@@ -1,0 +1,244 @@
+"""Child sessions: a flow started as a session of its own by a `Child` element, run by any
+process sharing the store, whose end resumes its parent through the store exactly once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tarry import (
+    Child,
+    ChildFailed,
+    Flow,
+    ForEach,
+    InvalidFlow,
+    InvalidResumeValue,
+    Runtime,
+    Wait,
+)
+from tarry.drivers.sessions.children import derived_id
+from tarry.engine.elements.child import end_key
+
+RUNS: list[Any] = []
+
+
+def double(ctx: Any) -> Any:
+    RUNS.append(ctx.input)
+    return ctx.input * 2
+
+
+def boom(ctx: Any) -> Any:
+    raise ValueError("nope")
+
+
+INNER = Flow("inner", [double])
+OUTER = Flow("outer", [Child("c", INNER, input=lambda ctx: ctx.input), lambda ctx: ctx.prev + 1])
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    RUNS.clear()
+
+
+def test_a_child_runs_in_a_worker_round_and_its_end_resumes_the_parent(store: Any) -> None:
+    rt = Runtime(store=store)
+    out = rt.run(OUTER, 5, session_id="p")
+    # The parent waits, holding nothing; the child is stored queued, not run yet.
+    assert out.paused and out.pause.reason == "child"
+    assert out.pause.payload == {"session_id": "p.c", "flow": "inner"}
+    assert RUNS == []
+    child = rt.session("p.c")
+    assert child.status == "paused" and child.parent == "p"
+    assert rt.session("p").children == ["p.c"]
+    done = rt.resume_due()
+    assert [(o.session_id, o.output) for o in done] == [("p.c", 10)]
+    assert done[0].meta["trigger"] == "child"
+    parent = rt.session("p")
+    assert parent.status == "completed" and parent.state.output == 11
+    assert RUNS == [5]
+    assert rt.mailbox() == []  # the end was consumed by the parent's resume
+    assert parent.derive_state() == parent.state
+
+
+def test_another_runtime_on_the_store_runs_the_child(store: Any) -> None:
+    parent_rt = Runtime(store=store)
+    assert parent_rt.run(OUTER, 2, session_id="p").paused
+    worker = Runtime(store=store, flows=[OUTER])  # knows the parent's flow: the child's too
+    assert [o.output for o in worker.resume_due()] == [4]
+    assert parent_rt.session("p").state.output == 5
+
+
+def test_a_foreach_of_children_each_run_once(store: Any) -> None:
+    fan = Flow(
+        "fan",
+        [
+            ForEach(
+                "items",
+                [1, 2, 3, 4],
+                Child("c", INNER, input=lambda ctx: ctx.item),
+                concurrency=None,
+            )
+        ],
+    )
+    rt = Runtime(store=store)
+    out = rt.run(fan, None, session_id="f")
+    assert out.paused and len(out.pauses) == 4
+    rt.resume_due()
+    view = rt.session("f")
+    assert view.status == "completed" and view.state.output == [2, 4, 6, 8]
+    assert sorted(RUNS) == [1, 2, 3, 4]
+    assert view.children == [f"f.items.{i}.c" for i in range(4)]
+    assert rt.mailbox() == []
+
+
+def test_a_failed_child_fails_the_element_with_child_failed(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(Flow("outer", [Child("c", Flow("bad", [boom]))]), None, session_id="q")
+    rt.resume_due()
+    view = rt.session("q")
+    assert view.status == "failed"
+    assert view.state.error.type == "ChildFailed" and not view.state.error.retryable
+    assert "ValueError: nope" in view.state.error.message
+    assert rt.session("q.c").status == "failed"
+    assert issubclass(ChildFailed, Exception)
+
+
+def test_a_cancelled_child_fails_the_element(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="s")
+    rt.resume_due()
+    assert rt.session("s.c").status == "paused"
+    rt.cancel("s.c")
+    view = rt.session("s")
+    assert view.status == "failed" and view.state.error.type == "child_cancelled"
+
+
+def test_cancelling_the_parent_cancels_its_children(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="r")
+    rt.resume_due()
+    rt.cancel("r")
+    assert rt.session("r").status == "cancelled"
+    assert rt.session("r.c").status == "cancelled"
+    assert rt.mailbox() == []  # the child's end had nobody to go to
+
+
+def test_cancelling_a_parent_cancels_a_queued_child(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(OUTER, 1, session_id="p")
+    rt.cancel("p")
+    assert rt.session("p.c").status == "cancelled"
+    assert rt.resume_due() == []
+    assert RUNS == []
+
+
+def test_aborting_the_parent_aborts_a_running_child(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="a")
+    rt.abort("a")  # the parent waits, the child is queued: both stopped already
+    assert rt.session("a").status == "paused"
+    assert rt.session("a.c").status == "paused"
+
+
+def test_a_parent_rerun_after_a_crash_takes_the_end_of_the_child_it_started() -> None:
+    """The parent's process dies after it stored the child and before it saved its wait; the
+    child runs and ends meanwhile (its end queued, nobody waiting). The parent, recovered,
+    runs the Child again: it finds its child, takes the queued end, and the child never runs
+    twice."""
+    from tarry import ManualClock
+    from tarry.snapshots import MemoryStore
+
+    class Dies(MemoryStore):
+        died = False
+
+        def save(self, record: Any, expected_version: int, **kw: Any) -> int:
+            if record.session_id == "p" and record.status == "paused" and not self.died:
+                self.died = True
+                raise KeyboardInterrupt  # the process dies before its write
+            return super().save(record, expected_version, **kw)
+
+    store = Dies()
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock, lease=5)
+    with pytest.raises(KeyboardInterrupt):
+        rt.run(OUTER, 5, session_id="p")
+    assert rt.session("p").status == "running"
+    worker = Runtime(store=store, clock=clock, flows=[OUTER])
+    worker.resume_due()  # the child runs; its end is queued for nobody yet
+    assert rt.session("p.c").status == "completed"
+    assert [m.key for m in rt.mailbox()] == [end_key("p.c")]
+    clock.advance(10)
+    [recovered] = worker.recover()
+    assert recovered.status == "ok" and recovered.output == 11
+    assert RUNS == [5]
+    assert rt.mailbox() == []
+
+
+def test_an_explicit_child_id(store: Any) -> None:
+    rt = Runtime(store=store)
+    flow = Flow("named", [Child("c", INNER, input=7, session_id=lambda ctx: f"job-{ctx.input}")])
+    assert rt.run(flow, "x", session_id="n").paused
+    assert rt.session("job-x").parent == "n"
+    rt.resume_due()
+    assert rt.session("n").state.output == 14
+
+
+def test_a_child_id_taken_by_another_session_fails_the_element(store: Any) -> None:
+    rt = Runtime(store=store)
+    rt.run(Flow("other", [Wait("w")]), None, session_id="taken")
+    out = rt.run(Flow("named", [Child("c", INNER, session_id="taken")]), None, session_id="n")
+    assert out.status == "error" and out.error.type == "InvalidArgument"
+    assert "taken" in out.error.message
+
+
+def test_a_child_whose_flow_no_runtime_knows_fails_after_one_round(store: Any) -> None:
+    rt = Runtime(store=store)
+    assert rt.run(OUTER, 1, session_id="p").paused
+    stranger = Runtime(store=store)  # knows neither flow
+    stranger.resume_due()
+    assert rt.session("p.c").status == "failed"
+    assert rt.session("p.c").state.error.type == "UnknownFlow"
+    assert rt.session("p").status == "paused"  # the stranger cannot run the parent either
+    rt.poll()  # the parent's runtime delivers the child's end to it
+    view = rt.session("p")
+    assert view.status == "failed" and view.state.error.type == "ChildFailed"
+
+
+def test_a_parent_resumed_by_hand_with_a_bad_value_is_refused(store: Any) -> None:
+    rt = Runtime(store=store)
+    out = rt.run(OUTER, 1, session_id="p")
+    with pytest.raises(InvalidResumeValue):
+        rt.resume(out.token, "not an end")
+    assert rt.session("p").status == "paused"
+
+
+def test_child_needs_a_flow() -> None:
+    with pytest.raises(InvalidFlow):
+        Child("c", lambda ctx: 1)
+
+
+def test_derived_ids_fit_a_store() -> None:
+    assert derived_id("p", ("items", 3, "c")) == "p.items.3.c"
+    long = derived_id("p" * 250, ("items", 3, "c"))
+    assert len(long) <= 256 and long.startswith("p" * 200)
+    assert end_key("p.c") == "tarry/child/p.c"
+
+
+def test_async_parent_and_child(store: Any) -> None:
+    import asyncio
+
+    async def adouble(ctx: Any) -> Any:
+        await asyncio.sleep(0)
+        return ctx.input * 2
+
+    async def after(ctx: Any) -> Any:
+        await asyncio.sleep(0)
+        return ctx.prev + 1
+
+    inner = Flow("ainner", [adouble])
+    outer = Flow("aouter", [Child("c", inner, input=4), after])
+    rt = Runtime(store=store)
+    out = rt.run_sync(outer, 1, session_id="ap")
+    assert out.paused
+    rt.resume_due()
+    assert rt.session("ap").state.output == 9
