@@ -74,6 +74,7 @@ class Core:
         "logs",
         "executors",
         "keeper",
+        "batches",
     )
 
     def __init__(
@@ -95,6 +96,7 @@ class Core:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Any = None,
+        batches: dict[str, Any] | None = None,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -173,6 +175,17 @@ class Core:
         #: not ended (sessions/control.py; set by the Runtime, as `wake_parent` is): a drive
         #: whose session's deadline passed calls it after its last write.
         self.cancel_children: Callable[[Core, str], Any] = _no_children
+        #: {name: batch adapter} that BatchRequest(via=name) submits through (tarry.batches).
+        self.batches = checked_batches(batches)
+
+    def batch_check(self, via: str, key: str, body: Any) -> str | None:
+        """What is wrong with a BatchRequest of `via` (Execution.batch_check), or None."""
+        adapter = self.batches.get(via)
+        if adapter is None:
+            known = ", ".join(map(repr, self.batches)) or "none"
+            return f"via {via!r} names no batch adapter of this Runtime (registered: {known})"
+        problem: str | None = adapter.problem(key, body)
+        return problem
 
 
 def _no_parent(core: Core, key: str) -> None:
@@ -205,6 +218,27 @@ def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
             )
             raise InvalidArgument(msg)
     return adapters
+
+
+#: What a batch adapter must have (drivers/batches/adapter.py).
+_BATCH_METHODS = ("problem", "line", "submit", "find", "status", "results")
+
+
+def checked_batches(batches: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `batches`: {name: batch adapter} (OpenAIBatch, AnthropicBatch or alike)."""
+    if batches is not None and not isinstance(batches, dict):
+        msg = f"batches must be a dict {{name: batch adapter}} (got {describe(batches)})"
+        raise InvalidArgument(msg)
+    batches = dict(batches or {})
+    for name, adapter in batches.items():
+        lacks = [m for m in _BATCH_METHODS if not callable(getattr(adapter, m, None))]
+        if not isinstance(name, str) or not name or lacks:
+            msg = (
+                "batches maps a name to a batch adapter such as tarry.batches.OpenAIBatch "
+                f"(got {name!r}: {adapter!r}{', which lacks ' + ', '.join(lacks) if lacks else ''})"
+            )
+            raise InvalidArgument(msg)
+    return batches
 
 
 def checked_age(value: Any, name: str = "older_than", *, zero: bool = False) -> timedelta:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.clock import Clock
-from tarry.drivers.core import Core, checked_adapters
+from tarry.drivers.core import Core, checked_adapters, checked_batches
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
@@ -75,7 +75,9 @@ class Runtime:
     keeps, its last ones; 1000, 0 to capture none), `max_threads` (the size of the thread pool
     that the sync steps of concurrent lanes run on; 32) or `executor` (any
     `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
-    client's `get_executor()`; the caller's, never shut down by tarry). See docs/guarantees.md,
+    client's `get_executor()`; the caller's, never shut down by tarry), `batches` ({name: batch
+    adapter}, e.g. `{"openai": tarry.batches.OpenAIBatch(client=openai.OpenAI())}`: what
+    `BatchRequest(via=name)` is submitted through, see docs/batch.md). See docs/guarantees.md,
     docs/monitor.md, docs/concepts.md ("Where sync steps run").
     """
 
@@ -98,6 +100,7 @@ class Runtime:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Executor | None = None,
+        batches: dict[str, Any] | None = None,
     ) -> None:
         self._core = Core(
             store,
@@ -116,6 +119,7 @@ class Runtime:
             mail_ttl=mail_ttl,
             max_threads=max_threads,
             executor=executor,
+            batches=batches,
         )
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
@@ -435,7 +439,9 @@ class Runtime:
         waiting element refuses, is logged, and the round goes on. Each session is handled
         inside its own error boundary, as in `resume_due`. Between the two, each wait whose key
         holds a queued message that did not reach it (the delivery and the wait crossed in
-        processes that died, or the session was busy) takes it.
+        processes that died, or the session was busy) takes it. Last, with `batches`, the
+        batch round (docs/batch.md): waiting `BatchRequest`s are submitted, open batches
+        checked, and the results of ended ones delivered by key.
         """
         return polling.poll(self._core, limit)
 
@@ -531,6 +537,16 @@ class Runtime:
     @adapters.setter
     def adapters(self, adapters: dict[str, Any]) -> None:
         self._core.adapters = checked_adapters(adapters)
+
+    @property
+    def batches(self) -> dict[str, Any]:
+        """{name: batch adapter} that `BatchRequest(via=name)` submits through (tarry.batches);
+        `poll()` and workers submit, check and deliver them."""
+        return self._core.batches
+
+    @batches.setter
+    def batches(self, batches: dict[str, Any]) -> None:
+        self._core.batches = checked_batches(batches)
 
     @property
     def max_value_bytes(self) -> int:

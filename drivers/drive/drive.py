@@ -153,6 +153,7 @@ class Drive:
             mailbox=self._mailbox,
             children=self._children,
         )
+        self.ex.batch_check = core.batch_check
         # ex.rows holds the events not written yet; they are written once `flush_at` are. The
         # durability is the session's own, whichever process continues it. The engine asks
         # `_on_checkpoint` only when a write or a tick (`ex.due`) is due (Execution.watch).

@@ -399,4 +399,23 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "Discarded": _obj(["discarded"], {"discarded": {**_INT, "minimum": 0}}),
+    "BatchInfo": _obj(
+        ["submission_id", "via", "provider_id", "status", "total", "counts", "created_at"],
+        {
+            "submission_id": {**_STR, "description": "tarry's id, in the batch's metadata"},
+            "via": {**_STR, "description": "the adapter's name in Runtime(batches=...)"},
+            "provider_id": {**_NULLABLE_STR, "description": "null until recorded"},
+            "status": {**_STR, "description": "the provider's, as last seen"},
+            "total": {**_INT, "minimum": 0, "description": "requests in the batch"},
+            "counts": {
+                "type": "object",
+                "additionalProperties": _INT,
+                "description": "the provider's request counts, as last seen",
+            },
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "ended_at": {"anyOf": [_TIME, {"type": "null"}]},
+        },
+    ),
+    "BatchList": _obj(["batches"], {"batches": {"type": "array", "items": _ref("BatchInfo")}}),
 }

@@ -284,6 +284,8 @@ def _node_retrying(
 ) -> None:
     scope, _ = _scope(fields, path, owned)
     scope["retries"] = data["attempt"]
+    if data.get("spent"):  # the element's resume values were its failed attempt's
+        scope["resume_values"] = ()
 
 
 def _run_started(

@@ -19,6 +19,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.state.events import Event, rows_of
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.memory import upkeep as upkeep
+from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
     _copy,
@@ -39,7 +40,7 @@ from tarry.snapshots.tally import Totals
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
 
 
-class MemoryStore(TokensAndLeases, WaitsAndMail):
+class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
     """Sessions in a dict, encoded.
 
     `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
@@ -65,6 +66,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         self._tokens: dict[str, str] = {}
         self._used: set[str] = set()
         self._init_waits()
+        self._init_batches()
         self._marks: set[str] = set()
         self.bytes_written = 0
         self.bytes_read = 0

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from tarry.engine.errors import SnapshotError
+from tarry.snapshots.postgres import batches as batches_
 from tarry.snapshots.postgres import logs as logs_
 from tarry.snapshots.postgres import upkeep as upkeep
 from tarry.snapshots.postgres import waits as waits_
@@ -118,6 +119,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, waits_.ORDER_DESCRIPTION, waits_.ORDER_STATEMENTS),
     # Parked lanes in wait rows, and waits by session and time (postgres/waits.py).
     Migration(9, waits_.LANE_DESCRIPTION, waits_.LANE_STATEMENTS),
+    # Provider batch submissions (tarry.batches; postgres/batches.py).
+    Migration(10, batches_.DESCRIPTION, batches_.STATEMENTS),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

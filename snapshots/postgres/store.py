@@ -34,6 +34,7 @@ from tarry.snapshots.postgres import logs as logs_
 from tarry.snapshots.postgres import schema as schema_
 from tarry.snapshots.postgres import upkeep as upkeep
 from tarry.snapshots.postgres import writes as writes
+from tarry.snapshots.postgres.batches import Batches
 from tarry.snapshots.postgres.logs import Logs
 from tarry.snapshots.postgres.schema import Migration
 from tarry.snapshots.postgres.sql import (
@@ -93,7 +94,7 @@ def _nothing() -> None:
     pass
 
 
-class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
+class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batches):
     """Sessions in PostgreSQL, behind a pool of connections.
 
     `dsn`: a libpq connection string or URL (`postgresql://user:pw@host:5432/db`).

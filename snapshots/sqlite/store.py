@@ -20,6 +20,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
+from tarry.snapshots.sqlite import batches as batches_
 from tarry.snapshots.sqlite import logs as logs_
 from tarry.snapshots.sqlite import upkeep as upkeep
 from tarry.snapshots.sqlite import waits as waits_
@@ -63,7 +64,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
 SPILL_PAGES = 16_000
 
 
-class SQLiteStore(TokensAndLeases, WaitsAndMail):
+class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
     """Sessions in one SQLite file.
 
     One connection per store, behind a lock: SQLite runs one writer at a time anyway, and a
@@ -151,7 +152,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             self._db.execute(statement)
         waits_.upgrade_mail(self._db)
         waits_.upgrade_waits(self._db)
-        for statement in (*waits_.SCHEMA, *logs_.SCHEMA):
+        for statement in (*waits_.SCHEMA, *logs_.SCHEMA, *batches_.SCHEMA):
             self._db.execute(statement)
         if found < SCHEMA_VERSION:
             if 1 <= found < 2:  # a file made before waits: its paused sessions get theirs
