@@ -45,7 +45,7 @@ from typing import Any
 import attrs
 import pytest
 import tarry
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -55,15 +55,25 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from tarry import Child, Flow, ForEach, ManualClock, Runtime, Wait, step
+from tarry.engine.elements.child import end_key
 from tarry.snapshots import MemoryStore, SQLiteStore
 
 SCALE = max(1.0, float(os.environ.get("TARRY_PROOF_SCALE") or 1))
 #: Examples per store at scale 1 (PostgreSQL rules cost round trips: fewer of them).
-EXAMPLES = {"memory": 30, "sqlite": 20, "postgres": 15}
+EXAMPLES = {"memory": 60, "sqlite": 40, "postgres": 25}
 STEPS = 25
 
 LEASE = 30.0
 ENDED = frozenset({"completed", "failed", "cancelled"})
+#: The known bug this machine found (tests/drivers/sessions/test_children.py, the strict
+#: xfails test_cancelling_a_running_parent_cancels_the_children_its_drive_started and
+#: test_a_parent_lists_and_cancels_a_child_started_in_a_drive_that_failed): a parent's events
+#: name a child only once it paused on it or took its end, so the children a drive started and
+#: never paused on (the drive failed, or a cancel asked while it ran stopped it) are neither
+#: listed (`children`) nor cancelled with the parent. While it stands, the check "a cancelled
+#: parent has no live child" covers only the children its `children` lists; set False once
+#: it is fixed.
+KNOWN_ORPHANS = True
 #: A pick among the parents or children known so far (taken modulo their number).
 PICK = st.integers(0, 63)
 
@@ -213,12 +223,25 @@ class ChildrenMachine(RuleBasedStateMachine):
         return made
 
     def _runtime(self, store: Any = None) -> Runtime:
-        return Runtime(
+        rt = Runtime(
             store=store if store is not None else self.store,
             clock=self.clock,
             flows=[FAN, ONE, CHILD],
             lease=LEASE,
         )
+        core = rt._core  # the one hook into internals: the process dies before it wakes a parent
+        wake = core.wake_parent
+
+        def wake_or_die(core: Any, key: str) -> Any:
+            global ARMED
+            if ARMED is not None and (key, "wake", None) == ARMED:
+                ARMED = None
+                FIRED.append("")  # the child's end is saved and queued; nothing runs
+                raise Crash
+            return wake(core, key)
+
+        core.wake_parent = wake_or_die
+        return rt
 
     def _restart(self) -> None:
         """The process dies: its in-memory state goes with it."""
@@ -250,7 +273,11 @@ class ChildrenMachine(RuleBasedStateMachine):
             return op()
         except Crash:
             assert FIRED, "a Crash came out of a drive where none was armed"
-            self.crashed.add(FIRED[-1])
+            if not FIRED[-1]:
+                event("crash between a child's end and its parent's wake-up")
+            else:
+                event(f"crash in {'a child' if FIRED[-1] in self.children else 'a parent'}")
+                self.crashed.add(FIRED[-1])
             self._restart()
             return None
         finally:
@@ -325,7 +352,7 @@ class ChildrenMachine(RuleBasedStateMachine):
         self._drive(self.rt.poll)
 
     @precondition(lambda self: self.children)
-    @rule(pick=PICK, crash=st.sampled_from([None, "child", "parent"]))
+    @rule(pick=PICK, crash=st.sampled_from([None, "child", "parent", "wake"]))
     def deliver_child(self, pick: int, crash: str | None) -> None:
         """The message a child's Wait waits for (once per child); maybe a crash in the child's
         step after it, or in its parent's last step (reached when this end is the last)."""
@@ -339,14 +366,20 @@ class ChildrenMachine(RuleBasedStateMachine):
             ARMED = (cid, "after", None)
         elif crash == "parent":
             ARMED = (self.children[cid][0], "finish", None)
+        elif crash == "wake":
+            ARMED = (end_key(cid), "wake", None)
         self._drive(lambda: self.rt.deliver(child_key(cid), f"m-{cid}"))
 
     @precondition(lambda self: self.children)
-    @rule(pick=PICK)
-    def cancel_child(self, pick: int) -> None:
+    @rule(pick=PICK, crash=st.booleans())
+    def cancel_child(self, pick: int, crash: bool) -> None:
+        """Cancel a child; maybe the process dies before it wakes the parent."""
+        global ARMED
         cid = self._pick_child(pick)
         if cid is None or self._status(cid) in ("completed", "cancelled"):
             return
+        if crash:
+            ARMED = (end_key(cid), "wake", None)
         self._drive(lambda: self.rt.cancel(cid))
 
     @precondition(lambda self: self.parents)
@@ -381,6 +414,8 @@ class ChildrenMachine(RuleBasedStateMachine):
         self.clock.advance(LEASE + 1)
         outs = self._drive(self.rt.recover) or []
         recovered = {o.session_id for o in outs}
+        if recovered:
+            event("recover() continued a session")
         missing = {sid for sid in self.crashed - recovered if self._status(sid) == "running"}
         self.crashed -= recovered | (self.crashed - missing)
         # A crash during recovery leaves its session in `crashed` again (see `_drive`).
@@ -394,7 +429,9 @@ class ChildrenMachine(RuleBasedStateMachine):
         """Fix a failed child's input and resume it by its token: its end goes to the parent
         if the parent still waits, else stays queued for the parent's own resume."""
         cid = self._pick_child(pick, "failed")
-        if cid is None:
+        if cid is None or self._status(self.children[cid][0]) == "cancelled":
+            # (a cancelled parent's failed child can be resumed too; it then runs for nobody,
+            # and its end stays queued until `mail_ttl`: a choice of the caller, not checked)
             return
         token = self.rt.session(cid).outcome.token
         FIXED.add(cid)
@@ -442,12 +479,12 @@ class ChildrenMachine(RuleBasedStateMachine):
 
     def _check_ends(self, pid: str, parent: Parent, view: Any) -> None:
         """2: each Child element's end applied at most once."""
-        for event in view.events(after_seq=parent.seen_seq):
-            parent.seen_seq = event.seq
-            path = tuple(event.path)
-            if path in parent.children and event.type in ("node.completed", "node.failed"):
+        for logged in view.events(after_seq=parent.seen_seq):
+            parent.seen_seq = logged.seq
+            path = tuple(logged.path)
+            if path in parent.children and logged.type in ("node.completed", "node.failed"):
                 counts = parent.ends.setdefault(path, [0, 0])
-                counts[event.type == "node.failed"] += 1
+                counts[logged.type == "node.failed"] += 1
         for path, (done, failed) in parent.ends.items():
             assert done <= 1, f"parent {pid} applied the end of its Child {path} {done} times"
             assert failed <= 1 + parent.hand_resumes, (
@@ -496,7 +533,11 @@ class ChildrenMachine(RuleBasedStateMachine):
         """4: a lane waiting on an ended child has its end queued; a cancelled parent has no
         live child."""
         if view.status == "cancelled" and pid not in self.crashed:
+            # KNOWN_ORPHANS: only the children its events name are sure to be cancelled.
+            listed = set(view.children)
             for cid in parent.children.values():
+                if KNOWN_ORPHANS and cid not in listed:
+                    continue
                 status = self._status(cid)
                 assert status is None or status in ENDED or cid in self.crashed, (
                     f"parent {pid} was cancelled; its child {cid} is {status!r}"
@@ -508,6 +549,7 @@ class ChildrenMachine(RuleBasedStateMachine):
                 continue
             cid = row.key[len("tarry/child/") :]
             if self._status(cid) in ENDED:
+                event("a parent waits on a child that ended (its end queued)")
                 assert self.rt.store.queued(key=row.key, limit=1), (
                     f"parent {pid} waits at {row.path} on child {cid}, which ended, and its "
                     "end is not queued: lost"
@@ -547,6 +589,10 @@ class ChildrenMachine(RuleBasedStateMachine):
         self.checks()
         for pid, parent in self.parents.items():
             view = self.rt.session(pid)
+            error = view.state.error
+            event(f"a parent ends {view.status}" + (f" ({error.type})" if error else ""))
+            if parent.hand_resumes:
+                event("a failed parent was resumed by hand")
             if view.status == "failed":
                 assert view.state.error.type in ("ChildFailed", "child_cancelled"), (
                     f"parent {pid} failed with {view.state.error}"
