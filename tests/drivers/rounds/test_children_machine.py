@@ -60,7 +60,7 @@ from tarry.snapshots import MemoryStore, SQLiteStore
 
 SCALE = max(1.0, float(os.environ.get("TARRY_PROOF_SCALE") or 1))
 #: Examples per store at scale 1 (PostgreSQL rules cost round trips: fewer of them).
-EXAMPLES = {"memory": 60, "sqlite": 40, "postgres": 25}
+EXAMPLES = {"memory": 60, "sqlite": 40, "postgres": 15}
 STEPS = 25
 
 LEASE = 30.0
