@@ -191,6 +191,8 @@ class ChildrenMachine(RuleBasedStateMachine):
         self.delivered: set[str] = set()
         #: Sessions left running by a crash, until `recover`.
         self.crashed: set[str] = set()
+        #: Whether the last rule was a worker round with `deliver_pending` and no crash.
+        self.swept = False
 
     # -- stores and runtimes ----------------------------------------------------------------------
 
@@ -350,6 +352,20 @@ class ChildrenMachine(RuleBasedStateMachine):
     @rule()
     def poll(self) -> None:
         self._drive(self.rt.poll)
+        self.swept = not self.crashed
+
+    @rule(pick=PICK)
+    def resume_aborted(self, pick: int) -> None:
+        """Resume a branch an abort stopped (kind "system", reason "aborted"), by its token."""
+        tokens = []
+        for sid in sorted(self.parents) + sorted(self.children):
+            if self._status(sid) == "paused":
+                pauses = self.rt.session(sid).outcome.pauses
+                tokens += [p.token for p in pauses if p.reason == "aborted"]
+        if tokens:
+            token = tokens[pick % len(tokens)]
+            event("an aborted branch resumed by hand")
+            self._drive(lambda: self.rt.resume(token))
 
     @precondition(lambda self: self.children)
     @rule(pick=PICK, crash=st.sampled_from([None, "child", "parent", "wake"]))
@@ -463,6 +479,9 @@ class ChildrenMachine(RuleBasedStateMachine):
             self._check_live(pid, view)
             self._check_lanes(pid, parent, view)
             assert view.derive_state() == view.state, f"parent {pid}: derive_state() != state"
+        if self.swept:
+            self._check_swept()
+        self.swept = False
         for cid in self.children:
             try:
                 view = self.rt.session(cid)
@@ -554,6 +573,17 @@ class ChildrenMachine(RuleBasedStateMachine):
                     f"parent {pid} waits at {row.path} on child {cid}, which ended, and its "
                     "end is not queued: lost"
                 )
+
+    def _check_swept(self) -> None:
+        """4, after a poll: no child's end is queued beside a lane that waits on it (whatever
+        crossed, a crash between a child's end and its parent's wake-up or a busy parent, the
+        worker round's `deliver_pending` joined them)."""
+        for info in self.rt.mailbox(prefix="tarry/child/", limit=1000):
+            waiting = self.rt.store.waiters(info.key, 1)
+            assert not waiting, (
+                f"after a worker round, the end queued on {info.key!r} sits beside the lane "
+                f"{waiting[0].path} of {waiting[0].session_id} that waits on it: stranded"
+            )
 
     # -- the end: quiescence ------------------------------------------------------------------
 
