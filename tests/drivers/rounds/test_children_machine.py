@@ -5,10 +5,12 @@ Hypothesis interleaves, through the public API: new parents (a concurrent ForEac
 delivers queued ends, `deliver_pending`), a message to a child's own key (the child's flow is
 `[work, Wait("w", key="child-key/<child id>"), after]`, so the test says when each child ends),
 cancelling a child or a parent, aborting a parent, resuming a failed child (once its input is
-"fixed") or a failed parent by its token, and crashes: a step raising a BaseException of our own
-out of the drive (in a parent's lane before its Child, in a child after its Wait, in a parent's
-last step reached from a child's end), or a plain restart; either way the Runtime is dropped, a
-fresh one opened on the same store, and `recover()` runs once the ManualClock passed the lease.
+"fixed"), a failed parent or an aborted branch by its token, and crashes: a BaseException of our
+own out of the drive (raised in a parent's lane before its Child, in a child after its Wait, in a
+parent's last step reached from a child's end, or between the save that ends a child and its
+parent's wake-up: `Core.wake_parent`, the one internal hook), or a plain restart; either way the
+Runtime is dropped, a fresh one opened on the same store (for memory, the same MemoryStore), and
+`recover()` runs once the ManualClock passed the lease.
 
 After every rule it checks:
 
@@ -20,7 +22,8 @@ After every rule it checks:
    awaits recovery; else it is paused with a live, unused token (`store.waits` rows, checked by
    `store.find_token`) per waiting branch (or a child queued and due).
 4. Never lost: a parent lane that waits on a child that has ended has the child's end queued on
-   its key (`store.queued(key=...)`); a cancelled parent has no live child.
+   its key (`store.queued(key=...)`); after a worker round (`poll`), no child's end sits queued
+   beside the lane that waits on it; a cancelled parent has no live child (see KNOWN_ORPHANS).
 5. `derive_state() == state` for parents and children.
 
 At the end of each example everything is driven to quiescence (every waiting child gets its
@@ -619,7 +622,7 @@ class ChildrenMachine(RuleBasedStateMachine):
         self.checks()
         for pid, parent in self.parents.items():
             view = self.rt.session(pid)
-            error = view.state.error
+            error = view.outcome.error
             event(f"a parent ends {view.status}" + (f" ({error.type})" if error else ""))
             if parent.hand_resumes:
                 event("a failed parent was resumed by hand")
