@@ -123,7 +123,7 @@ def scratch_store(**options: Any) -> Any:
                     conn.execute(
                         "TRUNCATE tarry_sessions, tarry_events, tarry_values, tarry_tokens, "
                         "tarry_tallies, tarry_marks, tarry_waits, tarry_mail, tarry_logs, "
-                        "tarry_batches, tarry_batch_items"
+                        "tarry_batches, tarry_batch_items, tarry_children"
                     )
                 _spare.append(self.schema)
             super().close()

@@ -11,7 +11,6 @@ from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.values_out_of_line import Reader, resolved
 from tarry.drivers.tokens import Tokens
 from tarry.engine.describe import describe
-from tarry.engine.elements.child import children_in
 from tarry.engine.errors import InvalidArgument, SnapshotError
 from tarry.engine.state.events import RUN_RESUMED, Event
 from tarry.engine.state.lanes import concurrent, parked, restore
@@ -162,15 +161,8 @@ class SessionView:
     @property
     def children(self) -> list[str]:
         """The ids of the sessions this one started with `Child` elements, in the order it
-        started them (read from its events, a page at a time)."""
-        found: dict[str, None] = {}
-        after = 0
-        while True:
-            page = self.events(after, PAGE)
-            children_in(page, found)
-            if len(page) < PAGE:
-                return list(found)
-            after = page[-1].seq
+        started them (the store lists each from the transaction that created it)."""
+        return self._store.children(self.session_id)
 
     @property
     def forked_from(self) -> dict[str, Any] | None:

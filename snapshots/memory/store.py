@@ -61,6 +61,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self.ttl = ttl
         self.max_sessions = max_sessions
         self._lock = threading.RLock()
+        #: parent -> the children created with it, oldest first.
+        self._children: dict[str, builtins.list[str]] = {}
         self._sessions: dict[str, _Entry] = {}
         # Tokens by session id; a consumed one is also in `_used` until its session is gone.
         self._tokens: dict[str, str] = {}
@@ -73,7 +75,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self._swept: dt.datetime | None = None
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         batch = _encode_batch(events) if events else None
         with self._lock:
             self._evict(record.created_at)
@@ -87,6 +91,12 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._append(entry, events, batch)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            if parent is not None:
+                self._children.setdefault(parent, []).append(record.session_id)
+
+    def children(self, session_id: str) -> builtins.list[str]:
+        with self._lock:
+            return list(self._children.get(session_id, ()))
 
     def load(self, session_id: str) -> SessionRecord | None:
         with self._lock:
@@ -141,6 +151,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
     def delete(self, session_id: str) -> None:
         with self._lock:
             entry = self._sessions.pop(session_id, None)
+            self._children.pop(session_id, None)
             if entry is not None:
                 self._forget_waits(entry)
                 for token in entry.tokens:

@@ -171,7 +171,9 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         self.close()
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         row = ROWS.session_row(record, version=0)
         encoded = encode_events(events)
         _check_run(record.session_id, events, after=0)
@@ -185,6 +187,11 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
                 raise SessionExists(record.session_id) from exc
             if record.token:
                 _add_token(db, record.token, record.session_id)
+            if parent is not None:
+                db.execute(
+                    "INSERT INTO children (parent, child) VALUES (?, ?)",
+                    (parent, record.session_id),
+                )
             written = len(record.state) + _insert(db, record.session_id, events, encoded)
             self._seen = (record.session_id, *(row[i] for i in _INDEXED))
         self.bytes_written += written
@@ -258,10 +265,18 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         self.bytes_written += written
         return expected_version + 1
 
+    def children(self, session_id: str) -> builtins.list[str]:
+        with self._lock:
+            rows = self._cur.execute(
+                "SELECT child FROM children WHERE parent = ? ORDER BY rowid", (session_id,)
+            ).fetchall()
+        return [child for (child,) in rows]
+
     def delete(self, session_id: str) -> None:
         with self._write as db:
             for table in ("sessions", "events", "vals", "tokens", "tallies", "waits", "logs"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM children WHERE parent = ?", (session_id,))
             waits_.settle_claims(db, session_id, ())  # its claims are queued again
 
     def list(

@@ -244,15 +244,6 @@ def test_async_parent_and_child(store: Any) -> None:
     assert rt.session("ap").state.output == 9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "found by tests/drivers/rounds/test_children_machine.py: a cancel asked of a running "
-        "parent cascades only to the children in its stored events; a child it started in the "
-        "drive that the cancel then stops (here: before a crash, durability='pause') is left "
-        "queued, and a worker runs it for nobody"
-    ),
-)
 def test_cancelling_a_running_parent_cancels_the_children_its_drive_started() -> None:
     """The parent's drive stores lane 0's child, then its process dies in lane 1's first step
     (durability="pause": nothing of the parent is saved). A cancel of the parent, which is
@@ -298,14 +289,6 @@ def test_cancelling_a_running_parent_cancels_the_children_its_drive_started() ->
     assert RUNS == []  # nobody runs a cancelled parent's child
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "found by tests/drivers/rounds/test_children_machine.py: a parent's events name a "
-        "child only once it paused on it or took its end, so a child started by a drive that "
-        "failed before pausing is not in `children`, and cancelling the parent leaves it live"
-    ),
-)
 def test_a_parent_lists_and_cancels_a_child_started_in_a_drive_that_failed(store: Any) -> None:
     """Lane 1 stores its child; lane 0's Child fails (its id is taken), and so does the
     parent, in the same drive. The child is the parent's all the same: listed, and cancelled
