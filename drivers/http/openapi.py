@@ -195,6 +195,24 @@ PATHS: dict[str, Any] = {
         ],
         **{"404": _NOT_FOUND, "400": _BAD},
     ),
+    "/api/sessions/{sid}/items": _get(
+        "A page of an open ForEach's items, each with its status by index (done, running, "
+        "waiting, failed, not_started): it costs the page, not the ForEach",
+        _json(_ref("ItemsPage"), "items offset .. offset + limit - 1"),
+        [
+            SID,
+            _query(
+                "path",
+                {"type": "string", "minLength": 1, "maxLength": 1000},
+                "the open ForEach's path, its parts joined by / (`items`, `outer/2/inner`)",
+                empty=False,
+            )
+            | {"required": True},
+            _query("offset", {"type": "integer", "minimum": 0}, "the first index"),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "page size"),
+        ],
+        **{"404": _NOT_FOUND, "400": _BAD},
+    ),
     "/api/sessions/{sid}/logs": _get(
         "A page of the log records captured inside the session's steps",
         _json(_ref("LogsPage"), "records with seq > after"),

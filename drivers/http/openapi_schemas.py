@@ -215,6 +215,30 @@ SCHEMAS: dict[str, Any] = {
             "more": _BOOL,
         },
     ),
+    "ItemsPage": _obj(
+        ["session_id", "path", "size", "offset", "limit", "counts", "items"],
+        {
+            "session_id": _STR,
+            "path": _STR,
+            "size": {"type": ["integer", "null"]},
+            "offset": _INT,
+            "limit": _INT,
+            "counts": _obj(
+                ["done", "running", "waiting", "failed", "not_started"],
+                {s: _INT for s in ("done", "running", "waiting", "failed", "not_started")},
+            ),
+            "items": {
+                "type": "array",
+                "items": _obj(
+                    ["index", "status"],
+                    {
+                        "index": _INT,
+                        "status": {"enum": ["done", "running", "waiting", "failed", "not_started"]},
+                    },
+                ),
+            },
+        },
+    ),
     "LogRecord": _obj(
         ["seq", "at", "level", "levelno", "logger", "message", "path"],
         {

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from tarry.drivers.http.bodies import BadRequest, int_param, json_response, session_json
 from tarry.drivers.http.periods import period
+from tarry.drivers.reading.items import items_page
 from tarry.drivers.reading.jsonable import event_to_dict, log_to_dict
 from tarry.drivers.reading.paging import encode_cursor
 from tarry.drivers.reading.views import SessionView
@@ -18,6 +19,9 @@ from tarry.drivers.runtime import Runtime
 
 #: The most events one `GET .../events` returns.
 MAX_EVENTS = 10_000
+#: The most items one `GET .../items` returns, and the longest `?path=` it takes.
+MAX_ITEMS_PAGE = 1000
+MAX_ITEMS_PATH = 1000
 #: The most log records one `GET .../logs` returns.
 MAX_LOGS_PAGE = 10_000
 
@@ -96,6 +100,32 @@ class SessionRoutes:
                 "events": [event_to_dict(e) for e in events],
                 "last_seq": events[-1].seq if events else after,
                 "more": more,
+            }
+        )
+
+    async def list_items(self, request: Request) -> Response:
+        """A page of an open ForEach's items with the status of each, by index (the page's
+        per-item grid): costs the page, not the ForEach (drivers/reading/items.py)."""
+        path = request.query_params.get("path") or ""
+        if not path or len(path) > MAX_ITEMS_PATH or "\x00" in path:
+            raise BadRequest(
+                "BadRequest",
+                f"?path= must name an open ForEach (its path, parts joined by /; "
+                f"at most {MAX_ITEMS_PATH} characters)",
+            )
+        offset = int_param(request, "offset", 0, 0, None)
+        limit = int_param(request, "limit", 200, 1, MAX_ITEMS_PAGE)
+        view = await self._view(request)
+        page = await run_in_threadpool(items_page, view, path, offset, limit)
+        return json_response(
+            {
+                "session_id": page.session_id,
+                "path": page.path,
+                "size": page.size,
+                "offset": page.offset,
+                "limit": page.limit,
+                "counts": page.counts,
+                "items": page.items,
             }
         )
 
