@@ -195,6 +195,21 @@ PATHS: dict[str, Any] = {
         ],
         **{"404": _NOT_FOUND, "400": _BAD},
     ),
+    "/api/inbox": _get(
+        "The Gates waiting for a person, of every session, filtered by assignee (the one "
+        "waiting longest first); at most 10,000 wait rows are read",
+        _json(_ref("Inbox"), "the waiting Gates"),
+        [
+            _query("assignee", {"type": "string", "maxLength": 512}, "only this assignee's"),
+            _query(
+                "unassigned",
+                {"type": "string", "enum": ["true", "false"]},
+                "true: only the Gates without an assignee",
+            ),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "the most listed"),
+        ],
+        **{"400": _BAD},
+    ),
     "/api/sessions/{sid}/items": _get(
         "A page of an open ForEach's items, each with its status by index (done, running, "
         "waiting, failed, not_started): it costs the page, not the ForEach",

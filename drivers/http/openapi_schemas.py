@@ -215,6 +215,40 @@ SCHEMAS: dict[str, Any] = {
             "more": _BOOL,
         },
     ),
+    "Inbox": _obj(
+        ["gates", "more", "assignees", "scanned", "complete"],
+        {
+            "gates": {
+                "type": "array",
+                "items": _obj(
+                    [
+                        "session_id",
+                        "flow",
+                        "path",
+                        "message",
+                        "assignee",
+                        "reason",
+                        "expires_at",
+                        "since",
+                    ],
+                    {
+                        "session_id": _STR,
+                        "flow": _NULLABLE_STR,
+                        "path": _PATH,
+                        "message": _STR,
+                        "assignee": _NULLABLE_STR,
+                        "reason": _STR,
+                        "expires_at": _NULLABLE_STR,
+                        "since": _NULLABLE_STR,
+                    },
+                ),
+            },
+            "more": _BOOL,
+            "assignees": {"type": "object", "additionalProperties": _INT},
+            "scanned": _INT,
+            "complete": _BOOL,
+        },
+    ),
     "ItemsPage": _obj(
         ["session_id", "path", "size", "offset", "limit", "counts", "items"],
         {

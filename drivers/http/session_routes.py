@@ -9,8 +9,15 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from tarry.drivers.http.bodies import BadRequest, int_param, json_response, session_json
+from tarry.drivers.http.bodies import (
+    BadRequest,
+    int_param,
+    json_response,
+    session_json,
+    text_param,
+)
 from tarry.drivers.http.periods import period
+from tarry.drivers.reading.inbox import inbox
 from tarry.drivers.reading.items import items_page
 from tarry.drivers.reading.jsonable import event_to_dict, log_to_dict
 from tarry.drivers.reading.paging import encode_cursor
@@ -22,6 +29,9 @@ MAX_EVENTS = 10_000
 #: The most items one `GET .../items` returns, and the longest `?path=` it takes.
 MAX_ITEMS_PAGE = 1000
 MAX_ITEMS_PATH = 1000
+#: The most Gates one `GET /api/inbox` returns, and the most wait rows it reads.
+MAX_INBOX_PAGE = 500
+MAX_INBOX_SCAN = 10_000
 #: The most log records one `GET .../logs` returns.
 MAX_LOGS_PAGE = 10_000
 
@@ -126,6 +136,34 @@ class SessionRoutes:
                 "limit": page.limit,
                 "counts": page.counts,
                 "items": page.items,
+            }
+        )
+
+    async def list_inbox(self, request: Request) -> Response:
+        """The Gates waiting for a person, of every session: those of `?assignee=` (all when
+        absent; the unassigned ones with `?unassigned=true`), through the waits' kind index,
+        at most MAX_INBOX_SCAN wait rows read (drivers/reading/inbox.py)."""
+        assignee = text_param(request, "assignee", 512)
+        unassigned = request.query_params.get("unassigned") or "false"
+        if unassigned not in ("true", "false"):
+            raise BadRequest(
+                "BadRequest", f"?unassigned= must be true or false (got {unassigned!r})"
+            )
+        if unassigned == "true":
+            if assignee is not None:
+                raise BadRequest("BadRequest", "?assignee= and ?unassigned=true exclude each other")
+            assignee = ""
+        limit = int_param(request, "limit", 100, 1, MAX_INBOX_PAGE)
+        page = await run_in_threadpool(
+            partial(inbox, self.rt.store, assignee=assignee, limit=limit, scan=MAX_INBOX_SCAN)
+        )
+        return json_response(
+            {
+                "gates": page.gates,
+                "more": page.more,
+                "assignees": page.assignees,
+                "scanned": page.scanned,
+                "complete": page.complete,
             }
         )
 
