@@ -29,6 +29,8 @@ MAX_EVENTS = 10_000
 #: The most items one `GET .../items` returns, and the longest `?path=` it takes.
 MAX_ITEMS_PAGE = 1000
 MAX_ITEMS_PATH = 1000
+#: The longest `?flow=` taken (as documented: a flow's name).
+MAX_FLOW_NAME = 512
 #: The most Gates one `GET /api/inbox` returns, and the most wait rows it reads.
 MAX_INBOX_PAGE = 500
 MAX_INBOX_SCAN = 10_000
@@ -51,7 +53,7 @@ class SessionRoutes:
             raise BadRequest(
                 "BadRequest", "?status= must name a status (leave it out for every status)"
             )
-        status, flow = q.get("status") or None, q.get("flow") or None
+        status, flow = q.get("status") or None, text_param(request, "flow", MAX_FLOW_NAME)
         if offset:
             if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
                 raise BadRequest(
@@ -141,21 +143,21 @@ class SessionRoutes:
 
     async def list_inbox(self, request: Request) -> Response:
         """The Gates waiting for a person, of every session: those of `?assignee=` (all when
-        absent; the unassigned ones with `?unassigned=true`), through the waits' kind index,
-        at most MAX_INBOX_SCAN wait rows read (drivers/reading/inbox.py)."""
+        absent), and the unassigned ones too with `?unassigned=true` (only those without an
+        assignee), through the waits' kind index, at most MAX_INBOX_SCAN wait rows read
+        (drivers/reading/inbox.py)."""
         assignee = text_param(request, "assignee", 512)
         unassigned = request.query_params.get("unassigned") or "false"
         if unassigned not in ("true", "false"):
             raise BadRequest(
                 "BadRequest", f"?unassigned= must be true or false (got {unassigned!r})"
             )
+        whose: set[str] | None = None if assignee is None else {assignee}
         if unassigned == "true":
-            if assignee is not None:
-                raise BadRequest("BadRequest", "?assignee= and ?unassigned=true exclude each other")
-            assignee = ""
+            whose = (whose or set()) | {""}
         limit = int_param(request, "limit", 100, 1, MAX_INBOX_PAGE)
         page = await run_in_threadpool(
-            partial(inbox, self.rt.store, assignee=assignee, limit=limit, scan=MAX_INBOX_SCAN)
+            partial(inbox, self.rt.store, assignees=whose, limit=limit, scan=MAX_INBOX_SCAN)
         )
         return json_response(
             {
@@ -194,7 +196,7 @@ class SessionRoutes:
         )
 
     async def stats(self, request: Request) -> Response:
-        flow = request.query_params.get("flow") or None
+        flow = text_param(request, "flow", MAX_FLOW_NAME)
         since, until = period(request)
         return json_response(
             await run_in_threadpool(partial(self.rt.stats, flow=flow, since=since, until=until))

@@ -50,12 +50,12 @@ def _payload(blob: bytes) -> dict[str, Any]:
 def inbox(
     store: SessionStore,
     *,
-    assignee: str | None = None,
+    assignees: set[str] | None = None,
     limit: int = 100,
     scan: int = SCAN_MAX,
 ) -> InboxPage:
-    """The waiting Gates of `assignee` (every one when None; the unassigned ones when ""), at
-    most `limit`. InvalidArgument for a limit or scan < 1."""
+    """The waiting Gates of the `assignees` (every one when None; "" stands for the unassigned
+    ones), at most `limit`. InvalidArgument for a limit or scan < 1."""
     if type(limit) is not int or limit < 1 or type(scan) is not int or scan < 1:
         raise InvalidArgument("limit and scan must be ints >= 1")
     found: list[tuple[Any, dict[str, Any]]] = []
@@ -71,7 +71,7 @@ def inbox(
             who = payload.get("assignee")
             who = who if isinstance(who, str) else ""
             counts[who] += 1
-            if assignee is None or who == assignee:
+            if assignees is None or who in assignees:
                 if len(found) < limit:
                     found.append((wait, payload))
                 else:
