@@ -2,8 +2,9 @@
 a test: `make test` never runs it; tests/drivers/http/test_monitor_busy.py checks the bounds
 without timing).
 
-A ForEach of trivial steps with durability="step" runs in a background thread, paced to about
-`--rate` events a second, while the page follows it. Every few seconds the script clicks
+A ForEach of trivial steps with durability="step" runs in a worker process of its own (as
+beside `tarry serve`), sharing a SQLite store with the server, paced to about `--rate` events
+a second, while the page follows it. Every few seconds the script clicks
 between two sessions' rows and times the click until the detail shows the clicked session
 (click latency, goal <= 200 ms throughout), and reads the tab's JS heap after a garbage
 collection (CDP `Performance.getMetrics`; goal: growth < 20 MB) and the DOM's element count.
@@ -15,9 +16,9 @@ collection (CDP `Performance.getMetrics`; goal: growth < 20 MB) and the DOM's el
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,7 +44,12 @@ document.addEventListener("click", (e) => {
   const want = row.dataset.session;
   const check = () => {
     if (document.getElementById("detail-id").textContent === want) {
-      requestAnimationFrame(() => { window.__lastClick = performance.now() - t0; });
+      requestAnimationFrame(() => {
+        window.__lastClick = performance.now() - t0;
+        const fetched = performance.getEntriesByType("resource").filter((r) => r.name.endsWith("/api/sessions/" + want));
+        window.__lastFetch = fetched.length ? fetched[fetched.length - 1].duration : null;
+        performance.clearResourceTimings();
+      });
     } else requestAnimationFrame(check);
   };
   check();
@@ -55,30 +61,52 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, max(0, round(len(values) * p / 100) - 1))]
 
 
+def busy_flow(items: int, pause: float, stop: Path) -> Flow:
+    """A ForEach of `items` trivial steps, each sleeping `pause` until the file `stop` exists."""
+    state = {"stopped": False}
+
+    def step(ctx):
+        if not state["stopped"]:
+            if stop.exists():
+                state["stopped"] = True
+            else:
+                time.sleep(pause)
+        return ctx.index
+
+    return Flow("busy", [ForEach("items", list(range(items)), step)])
+
+
+def worker(db: str, items: int, pause: float, stop: Path) -> None:
+    """The busy session, run in a process of its own (as a worker beside `tarry serve`)."""
+    flow = busy_flow(items, pause, stop)
+    tarry.Runtime(store=db, flows=[flow]).run(flow, durability="step")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--rate", type=float, default=1000.0, help="events a second, about")
     parser.add_argument("--every", type=float, default=3.0, help="seconds between samples")
+    parser.add_argument(
+        "--worker", nargs=4, metavar=("DB", "ITEMS", "PAUSE", "STOP"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.worker:
+        db, items, pause, stop = args.worker
+        worker(db, int(items), float(pause), Path(stop))
+        return 0
 
-    stop = threading.Event()
     pause = EVENTS_PER_ITEM / args.rate
     items = int(args.seconds * args.rate / EVENTS_PER_ITEM * 2) + 1000
-
-    def step(ctx):
-        if not stop.is_set():
-            time.sleep(pause)
-        return ctx.index
-
-    busy = Flow("busy", [ForEach("items", list(range(items)), step)])
+    tmp = Path(tempfile.mkdtemp())
+    db, stop = f"sqlite:///{tmp}/busy.db", tmp / "stop"
     quick = Flow("quick", [lambda ctx: "done"])
-    tmp = tempfile.mkdtemp()
-    rt = tarry.Runtime(store=f"sqlite:///{tmp}/busy.db", flows=[busy, quick])
+    rt = tarry.Runtime(store=db, flows=[quick])
     other = rt.run(quick).session_id
-    runner = threading.Thread(target=lambda: rt.run(busy, durability="step"), daemon=True)
-    runner.start()
-    while not [s for s in rt.sessions(flow="busy")]:
+    runner = subprocess.Popen(
+        [sys.executable, __file__, "--worker", db, str(items), str(pause), str(stop)]
+    )
+    while not rt.sessions(flow="busy"):
         time.sleep(0.05)
     sid = rt.sessions(flow="busy")[0].session_id
 
@@ -87,6 +115,7 @@ def main() -> int:
 
     clicks: list[float] = []
     inpage: list[float] = []
+    fetches: list[float] = []  # of those, the detail's GET /api/sessions/{id}
     samples: list[tuple[float, int, int, int]] = []  # seconds, heap, elements, events
     with live(create_app(rt, poll_interval=0.2)) as base, sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
@@ -119,11 +148,12 @@ def main() -> int:
                 )
                 clicks.append(time.perf_counter() - t0)
                 inpage.append(page.evaluate("window.__lastClick"))
+                fetches.append(page.evaluate("window.__lastFetch"))
             page.wait_for_timeout(args.every * 1000)
             sample(time.monotonic() - start)
-        stop.set()
         browser.close()
-    runner.join(120)
+    stop.touch()
+    runner.wait(300)
 
     first, last = samples[0], samples[-1]
     rate = (last[3] - first[3]) / max(1e-9, last[0] - first[0])
@@ -140,6 +170,11 @@ def main() -> int:
     print(
         f"  through Playwright p50/max: {pct(driven, 50):.0f} / {driven[-1]:.0f} ms (adds the driver's round trips)"
     )
+    got = sorted(f for f in fetches if f is not None)
+    if got:
+        print(
+            f"  of which GET the session p50/max: {pct(got, 50):.0f} / {got[-1]:.0f} ms (the server)"
+        )
     print(f"JS heap start/end:           {first[1] / MB:.1f} / {last[1] / MB:.1f} MB")
     print(f"JS heap growth end/peak:     {growth:.1f} / {peak:.1f} MB (goal < 20 MB)")
     print(f"DOM elements max:            {max(s[2] for s in samples)}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,37 @@ from tarry.snapshots.store import SessionStore
 
 #: Events read at a time where a whole log is walked (`derive_state`), so memory stays flat.
 PAGE = 500
+
+
+class _Seen:
+    """How far this process has read the stored logs of the sessions it was asked the
+    children of, and the children found there: {(session id, created_at): (seq, children)},
+    the most recently read SEEN_MAX sessions. A stored log only grows (events are appended,
+    never changed), so reading on from `seq` finds the rest; `created_at` tells a session
+    deleted and made again under the same id from the one that was read."""
+
+    SEEN_MAX = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, datetime], tuple[int, dict[str, None]]] = OrderedDict()
+
+    def get(self, key: tuple[str, datetime]) -> tuple[int, dict[str, None]]:
+        with self._lock:
+            after, found = self._seen.get(key, (0, {}))
+            return after, dict(found)
+
+    def put(self, key: tuple[str, datetime], after: int, found: dict[str, None]) -> None:
+        with self._lock:
+            kept = self._seen.get(key)
+            if kept is None or kept[0] < after:
+                self._seen[key] = (after, dict(found))
+            self._seen.move_to_end(key)
+            while len(self._seen) > self.SEEN_MAX:
+                self._seen.popitem(last=False)
+
+
+_SEEN = _Seen()
 
 
 def state_of(record: SessionRecord) -> SessionState:
@@ -141,15 +174,23 @@ class SessionView:
     @property
     def children(self) -> list[str]:
         """The ids of the sessions this one started with `Child` elements, in the order it
-        started them (read from its events, a page at a time)."""
-        found: dict[str, None] = {}
-        after = 0
+        started them (read from its events, a page at a time). What the stored log showed is
+        kept in this process (`_SEEN`), so a session read again (a page polling a busy
+        session) reads only the events stored since: the cost is the new events, not the
+        log."""
+        key = (self._record.session_id, self._record.created_at)
+        after, found = _SEEN.get(key)
         while True:
-            page = self.events(after, PAGE)
+            page = self._store.events(self._record.session_id, after, PAGE)
             children_in(page, found)
+            if page:
+                after = page[-1].seq
             if len(page) < PAGE:
-                return list(found)
-            after = page[-1].seq
+                break
+        _SEEN.put(key, after, found)
+        if self._tail:  # a run in this process: the events its drive has not written yet
+            children_in([e for e in self._tail if e.seq > after], found)
+        return list(found)
 
     @property
     def forked_from(self) -> dict[str, Any] | None:
