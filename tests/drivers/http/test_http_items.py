@@ -186,35 +186,3 @@ def test_bad_requests() -> None:
     assert api.get(f"/api/sessions/{sid}/items?path=items&limit=0").status_code == 400
     assert api.get(f"/api/sessions/{sid}/items?path=items&limit=1001").status_code == 400
     assert api.get("/api/sessions/nosuch/items?path=items").status_code == 404
-
-
-def test_a_session_read_again_reads_only_its_new_events_for_its_children() -> None:
-    """GET /api/sessions/{id} of a busy session (polled by the page every 2 s) costs the
-    events stored since the last read, not the whole log (its children come from the log)."""
-    many = Flow("many", [ForEach("items", list(range(300)), item_step), Gate("end")])
-    rt = tarry.Runtime(flows=[many])
-    out = rt.run(many)
-    counting = Counting(rt.store)
-    read: list[int] = []
-    events = counting.store.events
-
-    def counted(sid, after=0, limit=None):
-        found = events(sid, after, limit)
-        read.append(len(found))
-        return found
-
-    counting.events = counted  # type: ignore[attr-defined]
-    view = rt.session(out.session_id)
-    view._store = counting  # noqa: SLF001
-    assert view.children == []
-    first = sum(read)
-    assert first > 900  # the whole log, once
-    read.clear()
-    again = rt.session(out.session_id)
-    again._store = counting  # noqa: SLF001
-    assert again.children == []
-    assert sum(read) == 0  # nothing new since
-
-
-def item_step(ctx):
-    return ctx.index
