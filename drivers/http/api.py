@@ -165,9 +165,10 @@ class Api(SessionRoutes, ReadingRoutes, MailRoutes, BatchRoutes):
         new = body.get("session_id")
         if new is not None and (not isinstance(new, str) or not new):
             raise BadRequest("BadRequest", f'"session_id" must be a non-empty string (got {new!r})')
-        fork = partial(
-            self.rt.fork, sid, at_seq=body.get("at_seq"), at=body.get("at"), session_id=new
-        )
+        at_seq = body.get("at_seq")
+        if type(at_seq) is float and at_seq.is_integer():  # 7.0 is an integer in JSON Schema
+            at_seq = int(at_seq)
+        fork = partial(self.rt.fork, sid, at_seq=at_seq, at=body.get("at"), session_id=new)
 
         def run() -> Outcome:
             try:

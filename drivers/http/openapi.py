@@ -42,6 +42,28 @@ _REFUSED = _error(
     "the value does not fit what the session waits for (InvalidResumeValue, "
     "NotSerializable); nothing changed"
 )
+#: A logging level: a number, or a name in either case.
+_LEVEL = {
+    "anyOf": [
+        {"type": "string", "pattern": "^[0-9]{1,18}$"},
+        {
+            "enum": [
+                n
+                for name in [
+                    "NOTSET",
+                    "DEBUG",
+                    "INFO",
+                    "WARN",
+                    "WARNING",
+                    "ERROR",
+                    "CRITICAL",
+                    "FATAL",
+                ]
+                for n in (name, name.lower())
+            ]
+        },
+    ]
+}
 _SSE = {
     "description": "server-sent events: one message per event (`id:` its seq, `data:` the "
     "event as JSON)",
@@ -76,8 +98,10 @@ def _post(
         "responses": {**responses, "401": _UNAUTHORIZED, "403": _error("a cross-origin request")},
     }
     if body is not None:
+        # Required when its schema asks for something (a field, one of several): the server
+        # refuses a request without it.
         operation["requestBody"] = {
-            "required": False,
+            "required": bool(body.get("required") or body.get("oneOf") or body.get("anyOf")),
             "content": {"application/json": {"schema": body}},
         }
     return {"post": operation}
@@ -114,7 +138,10 @@ PATHS: dict[str, Any] = {
             _query("version", _STR, "a registered version of it"),
             _query("fingerprint", _STR, "the version with this fingerprint (a session's own)"),
         ],
-        **{"404": _error("no flow of that name (and version) is registered (UnknownFlow)")},
+        **{
+            "404": _error("no flow of that name (and version) is registered (UnknownFlow)"),
+            "400": _BAD,
+        },
     ),
     "/api/sessions": {
         **_get(
@@ -195,12 +222,45 @@ PATHS: dict[str, Any] = {
         ],
         **{"404": _NOT_FOUND, "400": _BAD},
     ),
+    "/api/inbox": _get(
+        "The Gates waiting for a person, of every session, filtered by assignee (the one "
+        "waiting longest first); at most 10,000 wait rows are read",
+        _json(_ref("Inbox"), "the waiting Gates"),
+        [
+            _query("assignee", {"type": "string", "maxLength": 512}, "only this assignee's"),
+            _query(
+                "unassigned",
+                {"type": "string", "enum": ["true", "false"]},
+                "true: the Gates without an assignee too (only those, without ?assignee=)",
+            ),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "the most listed"),
+        ],
+        **{"400": _BAD},
+    ),
+    "/api/sessions/{sid}/items": _get(
+        "A page of an open ForEach's items, each with its status by index (done, running, "
+        "waiting, failed, not_started): it costs the page, not the ForEach",
+        _json(_ref("ItemsPage"), "items offset .. offset + limit - 1"),
+        [
+            SID,
+            _query(
+                "path",
+                {"type": "string", "minLength": 1, "maxLength": 1000},
+                "the open ForEach's path, its parts joined by / (`items`, `outer/2/inner`)",
+                empty=False,
+            )
+            | {"required": True},
+            _query("offset", {"type": "integer", "minimum": 0}, "the first index"),
+            _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "page size"),
+        ],
+        **{"404": _NOT_FOUND, "400": _BAD},
+    ),
     "/api/sessions/{sid}/logs": _get(
         "A page of the log records captured inside the session's steps",
         _json(_ref("LogsPage"), "records with seq > after"),
         [
             SID,
-            _query("level", _STR, "the lowest level shown (DEBUG, INFO, WARNING, ...)"),
+            _query("level", _LEVEL, "the lowest level shown (DEBUG, INFO, WARNING, ...)"),
             _query("after", {"type": "integer", "minimum": 0}, "the last seq already seen"),
             _query("limit", {"type": "integer", "minimum": 1, "maximum": 10000}, "page size"),
         ],
@@ -284,7 +344,11 @@ PATHS: dict[str, Any] = {
                     "items": {"type": ["string", "integer"]},
                     "description": 'an element\'s path, e.g. ["tickets", 3, "triage"]',
                 },
-                "session_id": {**_STR, "description": "the new session's id (default: a new one)"},
+                "session_id": {
+                    **_STR,
+                    "minLength": 1,
+                    "description": "the new session's id (default: a new one)",
+                },
             },
             "oneOf": [{"required": ["at_seq"]}, {"required": ["at"]}],
             "additionalProperties": False,
@@ -328,7 +392,11 @@ PATHS: dict[str, Any] = {
     ),
     "/api/resume": _post(
         "Resume by token",
-        _obj(["token"], {"token": _STR, "value": _ANY}, additionalProperties=False),
+        _obj(
+            ["token"],
+            {"token": {**_STR, "minLength": 1}, "value": _ANY},
+            additionalProperties=False,
+        ),
         {
             "200": _json(_ref("Outcome"), "the outcome"),
             "400": _BAD,
@@ -372,6 +440,7 @@ PATHS: dict[str, Any] = {
                 "a key that is empty, longer than 512 characters or holds NUL "
                 "(InvalidArgument), or a body other than none or {} (BadRequest)"
             ),
+            "404": _error("a key holding a line break: no route takes it (NotFound)"),
         },
         [
             {
@@ -412,6 +481,21 @@ PATHS: dict[str, Any] = {
 }
 
 
+#: The largest integer a query parameter takes (bodies.MAX_QUERY_INT: a bigint).
+MAX_QUERY_INT = 2**63 - 1
+
+
+def _bounded(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every integer query parameter without a maximum gets the server's (2^63-1)."""
+    for ops in paths.values():
+        for op in ops.values():
+            for param in op.get("parameters", ()):
+                schema = param["schema"]
+                if param["in"] == "query" and schema.get("type") == "integer":
+                    schema.setdefault("maximum", MAX_QUERY_INT)
+    return paths
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (a fresh copy: callers may change it)."""
     return copy.deepcopy(
@@ -430,7 +514,7 @@ def document() -> dict[str, Any]:
             },
             "servers": [{"url": "/"}],
             "security": [{"bearer": []}, {"cookie": []}],
-            "paths": PATHS,
+            "paths": _bounded(copy.deepcopy(PATHS)),
             "components": {
                 "schemas": SCHEMAS,
                 "securitySchemes": {

@@ -224,6 +224,64 @@ SCHEMAS: dict[str, Any] = {
             "more": _BOOL,
         },
     ),
+    "Inbox": _obj(
+        ["gates", "more", "assignees", "scanned", "complete"],
+        {
+            "gates": {
+                "type": "array",
+                "items": _obj(
+                    [
+                        "session_id",
+                        "flow",
+                        "path",
+                        "message",
+                        "assignee",
+                        "reason",
+                        "expires_at",
+                        "since",
+                    ],
+                    {
+                        "session_id": _STR,
+                        "flow": _NULLABLE_STR,
+                        "path": _PATH,
+                        "message": _STR,
+                        "assignee": _NULLABLE_STR,
+                        "reason": _STR,
+                        "expires_at": _NULLABLE_STR,
+                        "since": _NULLABLE_STR,
+                    },
+                ),
+            },
+            "more": _BOOL,
+            "assignees": {"type": "object", "additionalProperties": _INT},
+            "scanned": _INT,
+            "complete": _BOOL,
+        },
+    ),
+    "ItemsPage": _obj(
+        ["session_id", "path", "size", "offset", "limit", "counts", "items"],
+        {
+            "session_id": _STR,
+            "path": _STR,
+            "size": {"type": ["integer", "null"]},
+            "offset": _INT,
+            "limit": _INT,
+            "counts": _obj(
+                ["done", "running", "waiting", "failed", "not_started"],
+                {s: _INT for s in ("done", "running", "waiting", "failed", "not_started")},
+            ),
+            "items": {
+                "type": "array",
+                "items": _obj(
+                    ["index", "status"],
+                    {
+                        "index": _INT,
+                        "status": {"enum": ["done", "running", "waiting", "failed", "not_started"]},
+                    },
+                ),
+            },
+        },
+    ),
     "LogRecord": _obj(
         ["seq", "at", "level", "levelno", "logger", "message", "path"],
         {

@@ -10,7 +10,13 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from tarry.drivers.http.bodies import BadRequest, error_response, int_param, json_response
+from tarry.drivers.http.bodies import (
+    BadRequest,
+    error_response,
+    int_param,
+    json_response,
+    text_param,
+)
 from tarry.drivers.http.flows import flow_summary, structure
 from tarry.drivers.http.openapi import document
 from tarry.drivers.http.periods import period
@@ -76,7 +82,7 @@ class ReadingRoutes:
         """Sessions created per bucket of [since, until), by their current status."""
         since, until = period(request)
         buckets = int_param(request, "buckets", 24, 1, MAX_BUCKETS)
-        flow = request.query_params.get("flow") or None
+        flow = text_param(request, "flow", 512)
         if until is None:  # the end of the current minute: the last bucket holds "now"
             now = self.rt.clock.now()
             until = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)

@@ -9,8 +9,16 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
-from tarry.drivers.http.bodies import BadRequest, int_param, json_response, session_json
+from tarry.drivers.http.bodies import (
+    BadRequest,
+    int_param,
+    json_response,
+    session_json,
+    text_param,
+)
 from tarry.drivers.http.periods import period
+from tarry.drivers.reading.inbox import inbox
+from tarry.drivers.reading.items import items_page
 from tarry.drivers.reading.jsonable import event_to_dict, log_to_dict
 from tarry.drivers.reading.paging import encode_cursor
 from tarry.drivers.reading.views import SessionView
@@ -18,6 +26,14 @@ from tarry.drivers.runtime import Runtime
 
 #: The most events one `GET .../events` returns.
 MAX_EVENTS = 10_000
+#: The most items one `GET .../items` returns, and the longest `?path=` it takes.
+MAX_ITEMS_PAGE = 1000
+MAX_ITEMS_PATH = 1000
+#: The longest `?flow=` taken (as documented: a flow's name).
+MAX_FLOW_NAME = 512
+#: The most Gates one `GET /api/inbox` returns, and the most wait rows it reads.
+MAX_INBOX_PAGE = 500
+MAX_INBOX_SCAN = 10_000
 #: The most log records one `GET .../logs` returns.
 MAX_LOGS_PAGE = 10_000
 
@@ -37,7 +53,7 @@ class SessionRoutes:
             raise BadRequest(
                 "BadRequest", "?status= must name a status (leave it out for every status)"
             )
-        status, flow = q.get("status") or None, q.get("flow") or None
+        status, flow = q.get("status") or None, text_param(request, "flow", MAX_FLOW_NAME)
         if offset:
             if q.get("cursor") or q.get("q") or q.get("since") or q.get("until"):
                 raise BadRequest(
@@ -99,6 +115,60 @@ class SessionRoutes:
             }
         )
 
+    async def list_items(self, request: Request) -> Response:
+        """A page of an open ForEach's items with the status of each, by index (the page's
+        per-item grid): costs the page, not the ForEach (drivers/reading/items.py)."""
+        path = request.query_params.get("path") or ""
+        if not path or len(path) > MAX_ITEMS_PATH or "\x00" in path:
+            raise BadRequest(
+                "BadRequest",
+                f"?path= must name an open ForEach (its path, parts joined by /; "
+                f"at most {MAX_ITEMS_PATH} characters)",
+            )
+        offset = int_param(request, "offset", 0, 0, None)
+        limit = int_param(request, "limit", 200, 1, MAX_ITEMS_PAGE)
+        view = await self._view(request)
+        page = await run_in_threadpool(items_page, view, path, offset, limit)
+        return json_response(
+            {
+                "session_id": page.session_id,
+                "path": page.path,
+                "size": page.size,
+                "offset": page.offset,
+                "limit": page.limit,
+                "counts": page.counts,
+                "items": page.items,
+            }
+        )
+
+    async def list_inbox(self, request: Request) -> Response:
+        """The Gates waiting for a person, of every session: those of `?assignee=` (all when
+        absent), and the unassigned ones too with `?unassigned=true` (only those without an
+        assignee), through the waits' kind index, at most MAX_INBOX_SCAN wait rows read
+        (drivers/reading/inbox.py)."""
+        assignee = text_param(request, "assignee", 512)
+        unassigned = request.query_params.get("unassigned") or "false"
+        if unassigned not in ("true", "false"):
+            raise BadRequest(
+                "BadRequest", f"?unassigned= must be true or false (got {unassigned!r})"
+            )
+        whose: set[str] | None = None if assignee is None else {assignee}
+        if unassigned == "true":
+            whose = (whose or set()) | {""}
+        limit = int_param(request, "limit", 100, 1, MAX_INBOX_PAGE)
+        page = await run_in_threadpool(
+            partial(inbox, self.rt.store, assignees=whose, limit=limit, scan=MAX_INBOX_SCAN)
+        )
+        return json_response(
+            {
+                "gates": page.gates,
+                "more": page.more,
+                "assignees": page.assignees,
+                "scanned": page.scanned,
+                "complete": page.complete,
+            }
+        )
+
     async def list_logs(self, request: Request) -> Response:
         level: int | str | None = request.query_params.get("level") or None
         if isinstance(level, str) and level.isdigit():
@@ -126,7 +196,7 @@ class SessionRoutes:
         )
 
     async def stats(self, request: Request) -> Response:
-        flow = request.query_params.get("flow") or None
+        flow = text_param(request, "flow", MAX_FLOW_NAME)
         since, until = period(request)
         return json_response(
             await run_in_threadpool(partial(self.rt.stats, flow=flow, since=since, until=until))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import tarry
-from tarry import Flow, Gate
+from tarry import Flow, ForEach, Gate
 
 pytest.importorskip("starlette")
 jsonschema = pytest.importorskip("jsonschema")
@@ -31,6 +31,8 @@ def work(ctx):
 
 
 FLOW = Flow("documented", [work, Gate("approve")], version="1")
+#: A session with an open ForEach, for GET /api/sessions/{sid}/items.
+EACH = Flow("documented_each", [ForEach("each", [1, 2], [Gate("approve")])])
 
 
 def app_routes(app: Any) -> dict[str, set[str]]:
@@ -92,11 +94,13 @@ def _example(param: dict[str, Any], sid: str) -> str | None:
         "version": "1",
         "fingerprint": FLOW.fingerprint,
         "prefix": "doc/",
+        "path": "each",
     }.get(name)
 
 
 def test_each_documented_get_answers_in_its_documented_shape() -> None:
-    rt = tarry.Runtime(flows=[FLOW])
+    rt = tarry.Runtime(flows=[FLOW, EACH])
+    each = rt.run(EACH)
     out = rt.run(FLOW, 1)
     rt.deliver("doc/mail", {"kept": True})  # so that the mailbox's answer is not empty
     api = TestClient(
@@ -113,7 +117,8 @@ def test_each_documented_get_answers_in_its_documented_shape() -> None:
         url = path
         query = {}
         for param in op["parameters"]:
-            value = _example(param, out.session_id)
+            sid = each.session_id if path.endswith("/items") else out.session_id
+            value = _example(param, sid)
             if param["in"] == "path":
                 url = url.replace("{" + param["name"] + "}", value)
             elif value is not None and param["name"] not in ("offset", "fingerprint", "cursor"):

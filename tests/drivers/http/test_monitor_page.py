@@ -427,7 +427,7 @@ def test_search_by_id_prefix_or_flow_name(site, page) -> None:
     expect(rows.first).to_have_attribute("data-session", sid)
     page.fill("#search", "approval")
     expect(rows).to_have_count(2)
-    for flow in rows.locator("td:nth-child(2)").all_text_contents():
+    for flow in rows.locator("td:nth-child(3)").all_text_contents():
         assert flow == "approval"
 
 
