@@ -216,6 +216,12 @@ class Step(Element):
                         size += n
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        if ex.pooled:
+            # A lane's sync step ran on the pool: when its call began (it may have waited for a
+            # thread after `node.started`), for stats to time the execution, not the queue.
+            began = getattr(ctx, "_began", None)
+            if began is not None:
+                data["began"] = began
         return self._record(ex, path, data, output, out_size, size, ctx._metrics, route, result)
 
     def _record(
