@@ -73,6 +73,7 @@ class Core:
         "logs",
         "executors",
         "keeper",
+        "tracing",
     )
 
     def __init__(
@@ -168,6 +169,9 @@ class Core:
         #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
         #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
         self.wake_parent: Callable[[Core, str], Any] = _no_parent
+        #: OpenTelemetry spans of this runtime's sessions (drivers/telemetry/otel.py), or None:
+        #: set by the Runtime (`tracing=`); a drive never asks for it.
+        self.tracing: Any = None
 
 
 def _no_parent(core: Core, key: str) -> None:

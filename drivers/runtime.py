@@ -75,7 +75,10 @@ class Runtime:
     keeps, its last ones; 1000, 0 to capture none), `max_threads` (the size of the thread pool
     that the sync steps of concurrent lanes run on; 32) or `executor` (any
     `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
-    client's `get_executor()`; the caller's, never shut down by tarry). See docs/guarantees.md,
+    client's `get_executor()`; the caller's, never shut down by tarry), `tracing`
+    (OpenTelemetry spans of its drives and steps: True for the global tracer provider, a
+    tracer provider, False; None, the default, follows the `TARRY_TRACING` environment
+    variable; docs/operations.md). See docs/guarantees.md,
     docs/monitor.md, docs/concepts.md ("Where sync steps run").
     """
 
@@ -98,6 +101,7 @@ class Runtime:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Executor | None = None,
+        tracing: Any = None,
     ) -> None:
         self._core = Core(
             store,
@@ -119,6 +123,10 @@ class Runtime:
         )
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
+        if tracing is not False:  # OpenTelemetry spans (docs/operations.md)
+            from tarry.drivers.telemetry import tracing_of
+
+            self._core.tracing = tracing_of(self._core, tracing)
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a

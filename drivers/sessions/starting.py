@@ -79,6 +79,9 @@ def begin(
         )
         raise InvalidArgument(msg)
     sid = session_id or uuid.uuid4().hex
+    meta = dict(meta or {})
+    if core.tracing is not None:  # the session's trace context, for every drive of it
+        core.tracing.started(sid, flow.name, meta)
     now = core.clock.now()
     record = SessionRecord(
         session_id=sid,
@@ -91,7 +94,7 @@ def begin(
         lease_until=now + timedelta(seconds=core.lease),
         created_at=now,
         updated_at=now,
-        meta=dict(meta or {}),
+        meta=meta,
         durability=durability,
     )
     initial = SessionState(session_id=sid, flow=flow.name)
