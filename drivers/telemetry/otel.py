@@ -268,7 +268,7 @@ class Tracing:
         """The drive ended with `outcome`: so do the nodes still in progress in it."""
         for path in list(drive.leaves):
             self._leaf(drive, sid, path, at, outcome)
-        for path, span in sorted(drive.containers.items(), key=lambda item: -len(item[0])):
+        for _, span in sorted(drive.containers.items(), key=lambda item: -len(item[0])):
             span.set_attribute("tarry.outcome", outcome)
             span.end(end_time=at)
         drive.containers.clear()
