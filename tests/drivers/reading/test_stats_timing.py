@@ -42,6 +42,32 @@ def test_a_step_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
     assert rt.stats().flows["queued"]["items/work"] == node
 
 
+def test_a_failed_attempt_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock, max_threads=1)
+    second_started = threading.Event()
+
+    def watch(event: tarry.Event) -> None:
+        if event.type == "node.started" and event.path[1:] == (1, "work"):
+            second_started.set()
+
+    rt.subscribe(watch)
+
+    @step
+    def work(ctx: tarry.Context) -> int:
+        if ctx.item == "slow":
+            assert second_started.wait(10)
+            clock.advance(4)
+            return 1
+        raise ValueError("at once")
+
+    flow = Flow("queued", [ForEach("items", lambda ctx: ctx.input, [work], concurrency=2)])
+    assert rt.run(flow, ["slow", "failing"]).failed
+    node = rt.stats().nodes["work"]
+    assert (node.executions, node.failures) == (2, 1)
+    assert node.mean_seconds == pytest.approx(2.0)  # 4 s and 0 s, not 4 s and 4 s
+
+
 def test_the_waiting_of_a_pause_is_reported_apart(store) -> None:
     clock = ManualClock()
     rt = Runtime(store=store, clock=clock)
