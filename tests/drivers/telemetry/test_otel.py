@@ -181,3 +181,24 @@ def test_tracing_without_opentelemetry_is_a_typed_error(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     with pytest.raises(tarry.InvalidArgument, match=r"tarry\[otel\]"):
         Runtime(tracing=True)
+
+
+def test_async_runs_are_traced_alike() -> None:
+    import asyncio
+
+    tracer, exporter = provider()
+    rt = Runtime(tracing=tracer)
+
+    async def fetch(ctx: tarry.Context) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    out = asyncio.run(rt.arun(Flow("a", [fetch, Gate("ok")])))
+    assert out.paused
+    assert asyncio.run(rt.aresume(out.token, True)).ok
+    spans = exporter.get_finished_spans()
+    drives = by_name(spans, "tarry.drive a")
+    assert [d.attributes["tarry.outcome"] for d in drives] == ["paused", "completed"]
+    (fetched,) = by_name(spans, "step fetch")
+    assert fetched.attributes["tarry.outcome"] == "ok"
+    assert len({s.context.trace_id for s in spans}) == 1
