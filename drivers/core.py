@@ -49,6 +49,7 @@ class Core:
     __slots__ = (
         "store",
         "wake_parent",
+        "cancel_children",
         "clock",
         "ns",
         "durability",
@@ -74,6 +75,7 @@ class Core:
         "executors",
         "keeper",
         "tracing",
+        "batches",
     )
 
     def __init__(
@@ -95,6 +97,7 @@ class Core:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Any = None,
+        batches: dict[str, Any] | None = None,
     ) -> None:
         if durability not in DURABILITY:
             msg = f"durability must be 'pause' or 'step' (got {durability!r})"
@@ -172,9 +175,28 @@ class Core:
         #: OpenTelemetry spans of this runtime's sessions (drivers/telemetry/otel.py), or None:
         #: set by the Runtime (`tracing=`); a drive never asks for it.
         self.tracing: Any = None
+        #: cancel_children(core, session id): cancel the children a session started that have
+        #: not ended (sessions/control.py; set by the Runtime, as `wake_parent` is): a drive
+        #: whose session's deadline passed calls it after its last write.
+        self.cancel_children: Callable[[Core, str], Any] = _no_children
+        #: {name: batch adapter} that BatchRequest(via=name) submits through (tarry.batches).
+        self.batches = checked_batches(batches)
+
+    def batch_check(self, via: str, key: str, body: Any) -> str | None:
+        """What is wrong with a BatchRequest of `via` (Execution.batch_check), or None."""
+        adapter = self.batches.get(via)
+        if adapter is None:
+            known = ", ".join(map(repr, self.batches)) or "none"
+            return f"via {via!r} names no batch adapter of this Runtime (registered: {known})"
+        problem: str | None = adapter.problem(key, body)
+        return problem
 
 
 def _no_parent(core: Core, key: str) -> None:
+    return None
+
+
+def _no_children(core: Core, session_id: str) -> None:
     return None
 
 
@@ -200,6 +222,27 @@ def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
             )
             raise InvalidArgument(msg)
     return adapters
+
+
+#: What a batch adapter must have (drivers/batches/adapter.py).
+_BATCH_METHODS = ("problem", "line", "submit", "find", "status", "results")
+
+
+def checked_batches(batches: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `batches`: {name: batch adapter} (OpenAIBatch, AnthropicBatch or alike)."""
+    if batches is not None and not isinstance(batches, dict):
+        msg = f"batches must be a dict {{name: batch adapter}} (got {describe(batches)})"
+        raise InvalidArgument(msg)
+    batches = dict(batches or {})
+    for name, adapter in batches.items():
+        lacks = [m for m in _BATCH_METHODS if not callable(getattr(adapter, m, None))]
+        if not isinstance(name, str) or not name or lacks:
+            msg = (
+                "batches maps a name to a batch adapter such as tarry.batches.OpenAIBatch "
+                f"(got {name!r}: {adapter!r}{', which lacks ' + ', '.join(lacks) if lacks else ''})"
+            )
+            raise InvalidArgument(msg)
+    return batches
 
 
 def checked_age(value: Any, name: str = "older_than", *, zero: bool = False) -> timedelta:

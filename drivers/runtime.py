@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.clock import Clock
-from tarry.drivers.core import Core, checked_adapters
+from tarry.drivers.core import Core, checked_adapters, checked_batches
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue, refuse_in_loop, settle
 from tarry.drivers.lazy_module import lazy_module
@@ -75,7 +75,9 @@ class Runtime:
     keeps, its last ones; 1000, 0 to capture none), `max_threads` (the size of the thread pool
     that the sync steps of concurrent lanes run on; 32) or `executor` (any
     `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
-    client's `get_executor()`; the caller's, never shut down by tarry), `tracing`
+    client's `get_executor()`; the caller's, never shut down by tarry), `batches` ({name: batch
+    adapter}, e.g. `{"openai": tarry.batches.OpenAIBatch(client=openai.OpenAI())}`: what
+    `BatchRequest(via=name)` is submitted through, see docs/batch.md), `tracing`
     (OpenTelemetry spans of its drives and steps: True for the global tracer provider, a
     tracer provider, False; None, the default, follows the `TARRY_TRACING` environment
     variable; docs/operations.md). See docs/guarantees.md,
@@ -101,6 +103,7 @@ class Runtime:
         mail_ttl: timedelta = MAIL_TTL,
         max_threads: int | None = None,
         executor: Executor | None = None,
+        batches: dict[str, Any] | None = None,
         tracing: Any = None,
     ) -> None:
         self._core = Core(
@@ -120,9 +123,11 @@ class Runtime:
             mail_ttl=mail_ttl,
             max_threads=max_threads,
             executor=executor,
+            batches=batches,
         )
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
+        self._core.cancel_children = _cancel_children
         if tracing is not False:  # OpenTelemetry spans (docs/operations.md)
             from tarry.drivers.telemetry import tracing_of
 
@@ -144,6 +149,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Start a session of `flow`. Sync for sync flows; an awaitable of the Outcome once an
         async step is met (typed as the Outcome, see Outcome; `arun` always awaits).
@@ -153,6 +159,9 @@ class Runtime:
         `durability`: the session's own ("pause" or "step"; the Runtime's when None), kept by
         every resume, recovery and worker that continues it. `actor`: who starts it (a login
         name, an OS user), recorded in its `run.started` event; so on every control method.
+        `deadline`: a timezone-aware datetime, or seconds from now (a number or timedelta),
+        by which the session must have ended, else it fails with "deadline_exceeded" (the
+        flow's `deadline=` when None; one already past fails it at once).
         """
         # Typed as the Outcome (see the class): an awaitable of it once an async step is met.
         return begin(  # type: ignore[return-value]
@@ -165,6 +174,7 @@ class Runtime:
             asynchronous=False,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
 
     def run_sync(
@@ -176,12 +186,19 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, but async steps are driven on a private event loop. Never awaitable."""
         refuse_in_loop("run_sync", "arun")
         return settle(
             self.run(
-                flow, input, session_id=session_id, meta=meta, durability=durability, actor=actor
+                flow,
+                input,
+                session_id=session_id,
+                meta=meta,
+                durability=durability,
+                actor=actor,
+                deadline=deadline,
             )
         )
 
@@ -194,6 +211,7 @@ class Runtime:
         meta: dict[str, Any] | None = None,
         durability: str | None = None,
         actor: str | None = None,
+        deadline: datetime | float | timedelta | None = None,
     ) -> Outcome:
         """Like `run`, always as an awaitable; back-offs wait with `asyncio.sleep`."""
         result = begin(
@@ -206,6 +224,7 @@ class Runtime:
             asynchronous=True,
             actor=actor,
             resume=prepare,
+            deadline=deadline,
         )
         if is_awaitable(result):
             result = await result
@@ -428,7 +447,9 @@ class Runtime:
         waiting element refuses, is logged, and the round goes on. Each session is handled
         inside its own error boundary, as in `resume_due`. Between the two, each wait whose key
         holds a queued message that did not reach it (the delivery and the wait crossed in
-        processes that died, or the session was busy) takes it.
+        processes that died, or the session was busy) takes it. Last, with `batches`, the
+        batch round (docs/batch.md): waiting `BatchRequest`s are submitted, open batches
+        checked, and the results of ended ones delivered by key.
         """
         return polling.poll(self._core, limit)
 
@@ -524,6 +545,16 @@ class Runtime:
     @adapters.setter
     def adapters(self, adapters: dict[str, Any]) -> None:
         self._core.adapters = checked_adapters(adapters)
+
+    @property
+    def batches(self) -> dict[str, Any]:
+        """{name: batch adapter} that `BatchRequest(via=name)` submits through (tarry.batches);
+        `poll()` and workers submit, check and deliver them."""
+        return self._core.batches
+
+    @batches.setter
+    def batches(self, batches: dict[str, Any]) -> None:
+        self._core.batches = checked_batches(batches)
 
     @property
     def max_value_bytes(self) -> int:
@@ -649,3 +680,7 @@ class Runtime:
 
 def _wake_parent(core: Core, key: str) -> Any:
     return delivering.wake_parent(core, key)
+
+
+def _cancel_children(core: Core, session_id: str) -> None:
+    control.cancel_children(core, session_id)  # (control is loaded only when a deadline passes)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tarry.drivers.batches.round import batch_round
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.limits import check_limit
@@ -313,6 +314,14 @@ class Worker:
                 self._report("delivered", delivered, outcomes)
             if not self._stopping:
                 self._report("resumed", polling.ask_adapters(core, self._round), outcomes)
+            if not self._stopping:
+                tried: set[str] = set()
+                results = batch_round(
+                    core,
+                    self._round,
+                    lambda values: deliver_importing(self.runtime, values, tried),
+                )
+                self._report("delivered", results, outcomes)
         finally:
             self._hand_back(core)
         self.runtime.retain()  # prunes by `Runtime(retention=)`, at most once a minute

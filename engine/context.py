@@ -312,6 +312,12 @@ class Context:
         return self._ex.session_id
 
     @property
+    def ending(self) -> str | None:
+        """In a flow's `cleanup=` body: how its body ended, "completed", "failed",
+        "cancelled" or "deadline_exceeded". None anywhere else."""
+        return self._ex.state.ending
+
+    @property
     def outputs(self) -> Outputs:
         """The latest output of a completed element by name, innermost scope first: a
         read-only view when large (over 256 bytes encoded), else a private copy."""

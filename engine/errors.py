@@ -282,3 +282,23 @@ class UnknownRoute(TarryError):
             f"Graph {graph!r}: node {node!r} returned action {action!r}, "
             f"but routes[{node!r}] names only {known!r}"
         )
+
+
+# --- provider batch APIs (tarry.batches) ----------------------------------------------------
+
+
+class BatchItemFailed(TarryError):
+    """A provider's batch answered one `BatchRequest` with an error (`error`: what the provider
+    said, a dict). Retryable: resuming the failed session submits that request again, in a
+    later batch."""
+
+    def __init__(self, message: str, *, key: str | None = None, error: Any = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.error = error
+
+
+class InvalidBatchRequest(TarryError, ValueError):
+    """A `BatchRequest` that cannot be submitted as it is: a body the provider's format cannot
+    carry, a `via` naming no registered adapter, or a key over the provider's `custom_id`
+    limit. Not retryable: nothing was uploaded."""

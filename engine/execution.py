@@ -85,6 +85,7 @@ class Execution:
         "pooled",
         "mailbox",
         "mail_taken",
+        "batch_check",
         "children",
         "held",
         "views",
@@ -158,6 +159,10 @@ class Execution:
         #: those deliveries from the store with the session's next write).
         self.mailbox = mailbox
         self.mail_taken: list[str] = []
+        #: batch_check(via, key, body): what is wrong with a BatchRequest for the batch adapter
+        #: registered as `via`, or None (set by a driver that has batch adapters; None: not
+        #: checked here, the batch round refuses it instead).
+        self.batch_check: Callable[[str, str, Any], str | None] | None = None
         #: children(path, session_id, flow, input): a `Child` element reached asks the driver
         #: to start its session (any worker runs it) unless it exists: (its id, the end of one
         #: that had ended already as `child_end` data or signals.NO_MAIL, whether it existed).

@@ -53,11 +53,14 @@ from tarry.engine import (
     UnknownToken,
     Wait,
 )
+from tarry.engine.elements.batch_request import BatchRequest
 from tarry.engine.elements.step import step
 from tarry.engine.errors import (
+    BatchItemFailed,
     ChildFailed,
     ConcurrentUpdate,
     InvalidArgument,
+    InvalidBatchRequest,
     PayloadTooLarge,
     SecretRequired,
     SnapshotTooLarge,
@@ -101,6 +104,8 @@ def resume(token: str | None, value: Any = None, *, flow: Flow, **runtime_kwargs
 __all__ = [
     "NOT_READY",
     "AsyncInSyncContext",
+    "BatchItemFailed",
+    "BatchRequest",
     "Branch",
     "Child",
     "ChildFailed",
@@ -116,6 +121,7 @@ __all__ = [
     "Gate",
     "Graph",
     "InvalidArgument",
+    "InvalidBatchRequest",
     "InvalidFlow",
     "InvalidResumeValue",
     "LogRecord",

@@ -78,9 +78,17 @@ class SessionStore(Protocol):
     """
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         """Insert a new session (version 0) and its first `events`, in one transaction;
-        SessionExists (nothing written) if the id is taken."""
+        SessionExists (nothing written) if the id is taken. `parent`: the session whose Child
+        element starts this one, which then lists it (`children`) from this transaction on,
+        whether or not the parent's own drive ever writes again."""
+
+    def children(self, session_id: str) -> builtins.list[str]:
+        """The sessions created with `parent=session_id`, oldest first (an index range). A
+        pruned parent's list goes with it; a pruned child stays listed."""
 
     def load(self, session_id: str) -> SessionRecord | None:
         """The session's record, or None."""

@@ -122,7 +122,8 @@ def scratch_store(**options: Any) -> Any:
                 with self._pool.connection() as conn:
                     conn.execute(
                         "TRUNCATE tarry_sessions, tarry_events, tarry_values, tarry_tokens, "
-                        "tarry_tallies, tarry_marks, tarry_waits, tarry_mail, tarry_logs"
+                        "tarry_tallies, tarry_marks, tarry_waits, tarry_mail, tarry_logs, "
+                        "tarry_batches, tarry_batch_items, tarry_children"
                     )
                 _spare.append(self.schema)
             super().close()

@@ -34,3 +34,29 @@ def test_batch_eval_answers_grades_and_publishes_a_thousand_prompts(tmp_path: Pa
     resumed = [e for e in events if e.type == "run.resumed" and e.path[0] == "grade"]
     assert sorted(e.path[1] for e in resumed) == list(range(1000))
     assert view.derive_state() == view.state
+
+
+def test_openai_batch_eval_sends_a_thousand_prompts_as_one_batch(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'eval.db'}"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "openai_batch_eval.py"), store],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "paused with 1000 BatchRequests waiting" in lines[0]
+    assert "1 file upload, 1 batch" in lines[1] and "1000 requests" in lines[1]
+    assert "delivered 1000 answers" in lines[3]
+    assert "'right': 1000" in lines[-1]
+
+    import tarry
+
+    rt = tarry.Runtime(store=store)
+    [summary] = rt.sessions()
+    view = rt.session(summary.session_id)
+    assert view.status == "completed"
+    [batch] = rt.store.batches(open=False)
+    assert batch.status == "completed" and batch.total == 1000 and batch.ended_at is not None
+    assert view.derive_state() == view.state

@@ -109,6 +109,10 @@ PUBLIC = {
     "SecretRequired",
     # logs captured from steps
     "LogRecord",
+    # provider batch APIs (tarry.batches)
+    "BatchRequest",
+    "BatchItemFailed",
+    "InvalidBatchRequest",
 }
 
 
@@ -132,6 +136,21 @@ def test_snapshots_all_is_pinned() -> None:
         "loads",
         "register",
     }
+
+
+def test_batches_all_is_pinned() -> None:
+    batches = importlib.import_module("tarry.batches")
+    assert set(batches.__all__) == {
+        "AnthropicBatch",
+        "BatchAdapter",
+        "BatchItemFailed",
+        "BatchRecord",
+        "BatchRequest",
+        "BatchStatus",
+        "InvalidBatchRequest",
+        "OpenAIBatch",
+    }
+    assert batches.BatchRequest is tarry.BatchRequest
 
 
 def test_errors_are_tarry_errors() -> None:

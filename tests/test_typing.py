@@ -24,6 +24,12 @@ TYPED = Path(__file__).resolve().parent / "typed"
 PUBLIC_MODULES = [
     "tarry",
     "tarry.__main__",
+    "tarry.batches",
+    "tarry.drivers.batches.adapter",
+    "tarry.drivers.batches.providers",
+    "tarry.drivers.batches.round",
+    "tarry.engine.elements.batch_request",
+    "tarry.snapshots.batch_records",
     "tarry.drivers",
     "tarry.drivers.adapters",
     "tarry.drivers.clock",

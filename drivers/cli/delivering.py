@@ -1,5 +1,8 @@
 """`tarry deliver`: resume the waits on a key (`Wait(key=...)`) with a value, or a whole results
-file of them, streamed through `deliver_many` a batch at a time."""
+file of them, streamed through `deliver_many` a batch at a time. `--format openai|anthropic`
+reads a provider's batch result file as it is (drivers/batches/results.py): each line's
+`custom_id` is the key, its response body (or its error, which fails a BatchRequest with
+BatchItemFailed) the value; requests the provider did not finish are counted, not delivered."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from tarry.drivers.batches.results import READERS, UNFINISHED
 from tarry.drivers.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, json_arg, runtime_of
 from tarry.drivers.cli.progress import count_progress
 from tarry.drivers.cli.text import summary
@@ -33,6 +37,8 @@ class Tally:
         self.kept = 0
         self.errors: list[tuple[int | None, str]] = []
         self.by_session: dict[str, Any] = {}
+        #: Lines of requests the provider did not finish (expired, cancelled): not delivered.
+        self.unfinished = 0
 
     @property
     def delivered(self) -> int:
@@ -79,7 +85,7 @@ def _deliver_file(rt: Runtime, args: argparse.Namespace, tally: Tally) -> None:
         batch: dict[str, Any] = {}
         lines: dict[str, int] = {}
         done = 0
-        for number, parsed in _lines(stream, tally):
+        for number, parsed in _lines(stream, tally, getattr(args, "format", "jsonl")):
             if parsed is None:
                 done += 1
                 continue
@@ -114,8 +120,12 @@ def _open(name: str) -> tuple[IO[str], int | None]:
         raise UsageError(msg) from exc
 
 
-def _lines(stream: IO[str], tally: Tally) -> Iterator[tuple[int, tuple[str, Any] | None]]:
-    """(line number, (key, value)) for each line; None for a blank or refused line (reported)."""
+def _lines(
+    stream: IO[str], tally: Tally, format: str = "jsonl"
+) -> Iterator[tuple[int, tuple[str, Any] | None]]:
+    """(line number, (key, value)) for each line, read in `format`; None for a blank or
+    refused line (reported) or a request the provider did not finish (counted)."""
+    read = READERS[format]
     for number, line in enumerate(stream, 1):
         if not line.strip():
             yield number, None
@@ -126,17 +136,23 @@ def _lines(stream: IO[str], tally: Tally) -> Iterator[tuple[int, tuple[str, Any]
             tally.refused(number, f"not valid JSON ({exc.msg} at column {exc.colno})")
             yield number, None
             continue
-        if not isinstance(item, dict) or "key" not in item or set(item) - {"key", "value"}:
-            tally.refused(number, 'expected {"key": ..., "value": ...}')
+        try:
+            key, value = read(item)
+        except ValueError as exc:
+            tally.refused(number, str(exc))
+            yield number, None
+            continue
+        if value is UNFINISHED:
+            tally.unfinished += 1
             yield number, None
             continue
         try:
-            check_key(item["key"])
+            check_key(key)
         except TarryError as exc:
             tally.refused(number, str(exc))
             yield number, None
             continue
-        yield number, (item["key"], item.get("value"))
+        yield number, (key, value)
 
 
 def _flush(
@@ -171,6 +187,7 @@ def _report(args: argparse.Namespace, tally: Tally) -> int:
                 {
                     "delivered": tally.delivered,
                     "kept": tally.kept,
+                    "unfinished": tally.unfinished,
                     "errors": [
                         {"line": line, "message": problem} for line, problem in tally.errors
                     ],
@@ -184,5 +201,6 @@ def _report(args: argparse.Namespace, tally: Tally) -> int:
         print(
             f"delivered to {tally.delivered} session{'s' * (tally.delivered != 1)}, "
             f"kept {tally.kept} as mail, {len(tally.errors)} refused"
+            + (f", {tally.unfinished} not finished by the provider" if tally.unfinished else "")
         )
     return EXIT_ERROR if tally.errors else EXIT_OK

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 
 from tarry.drivers.cli import (
+    batches_cli,
     completion,
     delivering,
     driving,
@@ -171,6 +172,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch", type=int, default=delivering.BATCH, help="lines per batch (default: 1000)"
     )
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "openai", "anthropic"),
+        default="jsonl",
+        help="what --file holds: {key, value} lines (jsonl, the default), or an OpenAI batch "
+        "output/error file or an Anthropic message batch results file, as downloaded",
+    )
+
+    # `batches` has no handler of its own, as `mail` below.
+    about = "the provider batches that BatchRequests were submitted in (tarry.batches)"
+    p = sub.add_parser("batches", help=about, description=about, parents=[store])
+    batch_commands = p.add_subparsers(required=True)
+    p = batch_commands.add_parser(
+        "ls",
+        parents=[store, as_json],
+        help="open batches: adapter, provider id, status, counts and age",
+        description="open batches (with --all, ended ones too): adapter, provider id, status, "
+        "request counts and age",
+    )
+    p.set_defaults(handler=batches_cli.ls)
+    p.add_argument("--all", action="store_true", help="ended batches too")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default: 100)")
 
     # `mail` has no handler of its own: argparse requires a sub-command, whose handler runs.
     about = "the messages queued on keys no Wait has taken yet"
@@ -279,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:OBJ",
         help="adapters for poll: a dict {pause kind: adapter}, or a callable returning one "
         "(repeatable)",
+    )
+    p.add_argument(
+        "--batches",
+        action="append",
+        default=[],
+        metavar="MODULE:OBJ",
+        help="provider batch adapters for BatchRequests: a dict {name: adapter} such as "
+        "{'openai': tarry.batches.OpenAIBatch(client)}, or a callable returning one (repeatable)",
     )
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument(

@@ -42,6 +42,10 @@ def worker(args: argparse.Namespace) -> int:
     for ref in args.adapters:
         adapters.update(load_adapters(ref))
     rt.adapters = adapters  # InvalidArgument (exit 2) for anything that is not one
+    batches: dict[str, Any] = {}
+    for ref in getattr(args, "batches", []):
+        batches.update(load_adapters(ref))
+    rt.batches = batches  # tarry.batches adapters: the worker submits and delivers BatchRequests
 
     def report(source: str, out: Outcome) -> None:
         print(f"{source} {out.session_id}: {summary(out)}", flush=True)

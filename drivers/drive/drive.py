@@ -20,6 +20,7 @@ from tarry.drivers.drive.outcome import (
 )
 from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrValue, Result, drive
 from tarry.drivers.drive.values import bounds, copy
+from tarry.drivers.limits import log
 from tarry.drivers.sessions.children import end_post, start_child
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import NotSerializable, SnapshotTooLarge
@@ -29,8 +30,14 @@ from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event, EventLog
 from tarry.engine.state.lanes import concurrent, park, parked, restore
-from tarry.engine.state.records import ErrorInfo, PauseState, SessionState, pause_to_data
-from tarry.engine.state.reducer import error_to_data
+from tarry.engine.state.records import (
+    DEADLINE_EXCEEDED,
+    ErrorInfo,
+    PauseState,
+    SessionState,
+    pause_to_data,
+)
+from tarry.engine.state.reducer import error_from_data, error_to_data
 from tarry.snapshots.codec.pack import loads
 from tarry.snapshots.records import (
     SessionRecord,
@@ -46,6 +53,9 @@ if TYPE_CHECKING:
 
 
 _OPENINGS = frozenset({ev.NODE_STARTED, ev.ITERATION_STARTED})
+
+#: A result `_finish_cleanup` hands on when the run's ending event is recorded already.
+ENDED = "ended"
 
 #: With durability="pause", a drive still writes its events (and the values they refer to) once
 #: this many are unwritten, at the next checkpoint after a step completed. A long run then holds
@@ -107,6 +117,10 @@ class Drive:
         "first",
         "honoured",
         "parked_now",
+        "deadline",
+        "expired",
+        "going",
+        "cascade",
         "posted",
     )
 
@@ -139,6 +153,7 @@ class Drive:
             mailbox=self._mailbox,
             children=self._children,
         )
+        self.ex.batch_check = core.batch_check
         # ex.rows holds the events not written yet; they are written once `flush_at` are. The
         # durability is the session's own, whichever process continues it. The engine asks
         # `_on_checkpoint` only when a write or a tick (`ex.due`) is due (Execution.watch).
@@ -186,6 +201,20 @@ class Drive:
         self.honoured: str | None = None
         #: How many lanes its last write parked (the outcome lists those without the store).
         self.parked_now = 0
+        #: When the session fails with "deadline_exceeded" (None: no deadline, or its body
+        #: ended and its cleanup runs, which no deadline stops). Checked at every checkpoint:
+        #: the engine asks at each one while there is a deadline (a clock read per element).
+        self.deadline = state.deadline if state.ending is None else None
+        if self.deadline is not None:
+            self.ex.watch = True
+        #: The deadline passed at a checkpoint: the run stopped there for it.
+        self.expired = False
+        #: (sleep, asleep, start) of the pump, once the drive started: a cleanup that begins
+        #: when the body ended is driven with them (see `_begin_cleanup`).
+        self.going: tuple[Any, ...] | None = None
+        #: Its deadline ended the session's body in this drive: the children it started that
+        #: have not ended are cancelled after its last write.
+        self.cascade = False
         #: The end key its last write queued the child's end on (a child that ended), for
         #: whoever drove it to wake the parent (`Core.wake_parent`).
         self.posted: str | None = None
@@ -196,7 +225,24 @@ class Drive:
         # Its lease is kept while a step runs longer than a third of it (lease_keeper.py).
         self.core.keeper.add(self)
         try:
+            if self.deadline is not None and self.core.clock.now() >= self.deadline:
+                # Its deadline passed before anything ran (given in the past, or passed while
+                # no process held the session): it fails at once.
+                return self._finish((FAILED, deadline_error(self.ex.state, ())))
             gen = self.flow._run(self.ex)
+            backoff, asleep, start = self._pump_with()
+            if self.logs is not None:  # the drive runs with its capture watching (logs.py)
+                return self.logs.around(
+                    drive, gen, self._finish, backoff, asleep, self.asynchronous, start
+                )
+            return drive(gen, self._finish, backoff, asleep, self.asynchronous, start)
+        except BaseException:
+            self._ended()
+            raise
+
+    def _pump_with(self) -> tuple[Any, ...]:
+        """What the pump needs besides the generator: (sleep, asleep, start)."""
+        if self.going is None:
             sleep, asleep = sleepers(self.core.clock)
             start = self.core.executors.start  # where the sync steps of concurrent lanes run
 
@@ -206,14 +252,8 @@ class Drive:
                 if time.monotonic() >= self.renew_at:
                     self._renew()
 
-            if self.logs is not None:  # the drive runs with its capture watching (logs.py)
-                return self.logs.around(
-                    drive, gen, self._finish, backoff, asleep, self.asynchronous, start
-                )
-            return drive(gen, self._finish, backoff, asleep, self.asynchronous, start)
-        except BaseException:
-            self._ended()
-            raise
+            self.going = (backoff, asleep, start)
+        return self.going
 
     def _ended(self) -> None:
         # An abort that arrived too late to stop this drive must not stop the next one.
@@ -228,6 +268,7 @@ class Drive:
         self.ex.stop = _stopped
         self.ex.watch = True
         self.ex.mailbox = None
+        self.going = None  # its back-off calls back into this Drive: the same cycle
         self.ex.children = None
 
     def fail_now(self, error: ErrorInfo) -> Outcome:
@@ -248,6 +289,9 @@ class Drive:
         the state holds. The first checkpoint past them stops it."""
         if self.ex.restoring and _on_the_way(path, self.ex.restoring):
             return False
+        if self.deadline is not None and self.core.clock.now() >= self.deadline:
+            self.expired = True
+            return True
         if self.aborts and self.ex.session_id in self.aborts:
             return True
         if self.lost:
@@ -281,7 +325,10 @@ class Drive:
         if (progress or mono >= self.renew_at) and not self._renew():
             return True
         self.stop = core.store.stop_requested(sid)
-        if self.stop is not None:
+        if self.stop is not None and not (self.stop == "cancel" and self.ex.state.ending):
+            # (A stored cancel while the cleanup runs is the cancel it runs after, stored until
+            # its last write, or one more: the cleanup goes on either way. A cancel asked in
+            # this process, or while the cleanup waits, stops it: see `_finish_cleanup`.)
             return True
         if progress:
             self.progress_at = mono + TICK
@@ -394,6 +441,25 @@ class Drive:
         if self.lost:  # another worker owns the session now: write nothing
             self._ended()
             return Outcome(ERROR, sid, error=LEASE_LOST)
+        if kind == STOPPED and self.expired:  # its deadline passed: it fails there
+            kind, value = FAILED, deadline_error(ex.state, value.path)
+            result = (kind, value)
+        if kind == FAILED and value.type == DEADLINE_EXCEEDED and ex.state.ending is None:
+            # Its children that have not ended are cancelled, as by a cancel of it, once its
+            # last write is done (a waiting session's: rounds/timers.py `_expire`).
+            self.cascade = True
+        if self.flow.cleanup is not None and ex.state.status == "running":
+            try:
+                if ex.state.ending is None:
+                    ending = self._ending(kind, value)
+                    if ending is not None:
+                        return self._begin_cleanup(ending, kind, value)
+                else:
+                    result = self._finish_cleanup(kind, value)
+                    kind, value = result
+            except BaseException:
+                self._ended()
+                raise
         try:
             if kind == DONE:
                 ex.emit(ev.RUN_COMPLETED, (), {"output": value})
@@ -422,9 +488,13 @@ class Drive:
                 self._fail(value)
                 # A failed session can be retried, skipped or cancelled: it keeps a token.
                 token = self.core.tokens.new_key()
+            # ENDED: its ending event is recorded already (a cancel after its cleanup).
             token = self._write(token, waits)
         finally:
             self._ended()
+        if self.cascade:
+            self.cascade = False
+            self._cancel_children(sid)
         tokens = self.core.tokens
         public = None if token is None else tokens.token(token)  # token: the store key
         if kind != PAUSED or ex.state.status != "paused":
@@ -458,6 +528,100 @@ class Drive:
                     by_path[w.path] = tokens.token(w.token)
         return outcome_of(ex.state, public, self.meta, by_path, read=ex.value, waits=shown)
 
+    # -- the flow's cleanup ------------------------------------------------------------------
+    def _ending(self, kind: str, value: Any) -> str | None:
+        """How the body ended, for its cleanup, when the result `(kind, value)` ends it; None
+        when it does not (a pause, an abort: the body goes on later)."""
+        if kind == DONE:
+            return "completed"
+        if kind == FAILED:
+            return DEADLINE_EXCEEDED if value.type == DEADLINE_EXCEEDED else "failed"
+        if kind == PAUSED and self._cancel_asked():
+            return "cancelled"
+        if kind == STOPPED and not self.aborts.get(self.ex.session_id, self.stop != "cancel"):
+            return "cancelled"
+        return None
+
+    def _begin_cleanup(self, ending: str, kind: str, value: Any) -> AwaitableOrValue[Outcome]:
+        """Record that the body ended (`cleanup.started`, with the data its ending event will
+        carry) and drive the cleanup body on in this drive; its end comes back to `_finish`."""
+        ex = self.ex
+        sid = ex.session_id
+        path: tuple[Any, ...] = ()
+        if kind == DONE:
+            end: dict[str, Any] = {"output": value}
+        elif kind == FAILED:
+            end = {"error": error_to_data(value)}
+            path = value.path
+        else:  # cancelled: who asked, recorded in its `run.cancelled`
+            end = self._stop_actor(sid)
+            self.honoured = self.stop  # its last write clears the stored request it honours
+            self.stop = None
+            self.core.running.forget_abort(sid, ex)  # the cleanup's checkpoints go on
+            path = getattr(value, "path", ())
+        end["path"] = path
+        # Waits of its body that the store still holds (branches parked by earlier drives, or
+        # waiting while another was resumed) end here: nothing of the body runs again, and a
+        # cleanup that pauses must not leave them live. (This drive holds the session: no
+        # other resume uses them meanwhile.)
+        live = [w.token for w in self.core.store.waits(sid)]
+        if live:
+            self.core.store.consume_tokens(live)
+        ex.emit(ev.CLEANUP_STARTED, (), {"ending": ending, "end": end})
+        # The body's generator is over: what it left in the Execution goes with it.
+        ex.restoring = {}
+        ex.lanes = 0
+        ex.pooled = False
+        self.deadline = None
+        self.expired = False
+        ex.watch = self.lost
+        backoff, asleep, start = self._pump_with()
+        return drive(self.flow._run(ex), self._finish, backoff, asleep, self.asynchronous, start)
+
+    def _finish_cleanup(self, kind: str, value: Any) -> Result:
+        """The cleanup body's result `(kind, value)`: what the drive then does. A pause or an
+        abort stops the cleanup as it would the body (it goes on when resumed); a completed
+        or failed cleanup is recorded (`cleanup.ended`) and the run ends as its body did; a
+        cancelled one ends the session cancelled, its `cleanup_error` of type "cancelled"."""
+        ex = self.ex
+        state = ex.state
+        if kind == PAUSED and not self._cancel_asked():
+            return (kind, value)
+        if kind == STOPPED and self.aborts.get(ex.session_id, self.stop != "cancel"):
+            return (kind, value)
+        if kind != DONE and kind != FAILED:
+            # Cancelled while it ran (not by the cancel it runs after: see `_tick`): the
+            # cleanup stops, and the session ends cancelled.
+            sid = ex.session_id
+            ex.emit(ev.CLEANUP_ENDED, (), {"error": error_to_data(CLEANUP_CANCELLED)})
+            self.honoured = self.stop
+            ex.emit(ev.RUN_CANCELLED, (), self._stop_actor(sid))
+            return (ENDED, None)
+        if not state.cleaned:
+            data: dict[str, Any] = {}
+            if kind == FAILED:
+                data["error"] = error_to_data(value)
+            ex.emit(ev.CLEANUP_ENDED, (), data)
+        end = dict(state.ending_data)
+        path = tuple(end.pop("path", ()))
+        ending = state.ending
+        if ending == "completed":
+            return (DONE, end.get("output"))
+        if ending == "cancelled":
+            self.honoured = self.honoured or self.stop
+            ex.emit(ev.RUN_CANCELLED, path, end)
+            return (ENDED, None)
+        error = error_from_data(end["error"])
+        return (FAILED, error)
+
+    def _cancel_children(self, sid: str) -> None:
+        """Cancel the children of a session whose deadline passed (its own end is written).
+        A child that cannot be cancelled here is logged: its parent's end stands."""
+        try:
+            self.core.cancel_children(self.core, sid)
+        except Exception:
+            log().exception("session %s: its children could not all be cancelled", sid)
+
     def _cancel_asked(self) -> bool:
         """Whether a cancel was asked of this drive: in this process, or read from the store."""
         return self.aborts.get(self.ex.session_id) is False or self.stop == "cancel"
@@ -482,9 +646,12 @@ class Drive:
         wake = None
         if state.status == "paused":
             # The earliest timer, back-off or deadline of the waits its snapshot holds (the
-            # store adds those of the lanes parked by earlier drives).
+            # store adds those of the lanes parked by earlier drives), and the session's own
+            # deadline: the timers fail it then (rounds/timers.py).
             self.shown = all_pauses(state)
             times = [t for p in self.shown if (t := p.wake_at or p.expires_at) is not None]
+            if state.deadline is not None and state.ending is None:
+                times.append(state.deadline)
             wake = min(times) if times else None
             waits = self._park([*waits, *self._orphans(waits)])
             self.parked_now = sum(1 for w in waits if w.lane)
@@ -604,6 +771,23 @@ def next_record(
         meta=rec.meta,
         durability=rec.durability,
     )
+
+
+def deadline_error(state: SessionState, path: tuple[Any, ...]) -> ErrorInfo:
+    """The failure of a session whose deadline passed, stopped at `path`."""
+    at = "" if state.deadline is None else f" ({state.deadline.isoformat()})"
+    return ErrorInfo(
+        type=DEADLINE_EXCEEDED,
+        message=f"session {state.session_id!r} did not end by its deadline{at}",
+        path=path,
+        retryable=False,
+    )
+
+
+#: The cleanup error of a cleanup that a cancel stopped.
+CLEANUP_CANCELLED = ErrorInfo(
+    type="cancelled", message="the cleanup was cancelled before it ended", retryable=False
+)
 
 
 def too_large(state: SessionState, size: int, limit: int) -> ErrorInfo:

@@ -63,6 +63,13 @@ class Running:
                 return True
         return False
 
+    def forget_abort(self, session_id: str, execution: Any) -> None:
+        """The drive of `session_id` with `execution` honoured the abort asked of it, and goes
+        on (its flow's cleanup runs): its checkpoints no longer stop for that abort."""
+        with self._lock:
+            if self.sessions.get(session_id) is execution:
+                self.aborts.pop(session_id, None)
+
     def ended(self, session_id: str, execution: Any) -> None:
         """The drive of `session_id` with `execution` is over. It leaves `sessions` and drops
         any abort asked of it in one step under the lock that `request_abort` takes: an abort

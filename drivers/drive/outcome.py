@@ -169,6 +169,8 @@ def outcome_of(
     status = state.status
     sid = state.session_id
     meta = dict(meta or {})
+    if state.cleanup_error is not None:  # its flow's cleanup failed (the session's end stands)
+        meta["cleanup_error"] = state.cleanup_error
     if status == "completed":
         return Outcome(OK, sid, output=state.output, meta=meta)
     if status == "paused":

@@ -160,7 +160,10 @@ async def _pump_async(
                 result = pump(gen, value)
         kind = type(result)
         if kind is not Await and kind is not Backoff and kind is not Select and kind is not Offload:
-            return finish(result)
+            done = finish(result)
+            # `finish` may go on with another generator (a flow's cleanup, see drive.py),
+            # which may hand back an awaitable of its own.
+            return await done if is_awaitable(done) else done  # type: ignore[no-any-return]
         signal = result
 
 

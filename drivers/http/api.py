@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import settle
+from tarry.drivers.http.batch_routes import BatchRoutes
 from tarry.drivers.http.bodies import (
     MAX_QUERY_INT,
     BadRequest,
@@ -44,7 +45,7 @@ from tarry.engine.errors import (
 # --- the routes --------------------------------------------------------------------------------
 
 
-class Api(SessionRoutes, ReadingRoutes, MailRoutes):
+class Api(SessionRoutes, ReadingRoutes, MailRoutes, BatchRoutes):
     """The route handlers over one runtime."""
 
     def __init__(

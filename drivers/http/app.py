@@ -101,6 +101,7 @@ def create_app(
         Route("/api/sessions/{sid}/replay", api.replay_session, methods=["GET"]),
         Route("/api/sessions/{sid}/events/stream", api.stream_session, methods=["GET"]),
         Route("/api/sessions/{sid}/logs", api.list_logs, methods=["GET"]),
+        Route("/api/sessions/{sid}/batches", api.list_session_batches, methods=["GET"]),
         Route("/api/sessions/{sid}/resume", api.resume_session, methods=["POST"]),
         Route("/api/sessions/{sid}/abort", api.abort_session, methods=["POST"]),
         Route("/api/sessions/{sid}/cancel", api.cancel_session, methods=["POST"]),

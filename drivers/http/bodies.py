@@ -74,12 +74,14 @@ def session_json(view: SessionView, now: datetime | None = None) -> dict[str, An
     if stale:
         data["status"] = STALE
     token, status = data["token"], data["status"]
+    # A failed session whose cleanup ran is over: its body does not run again.
+    cleaned = status == "failed" and data["ending"] is not None
     data["actions"] = {
-        "resume": token is not None and status in ("paused", "failed"),
+        "resume": token is not None and status in ("paused", "failed") and not cleaned,
         "cancel": status in ("paused", "failed", "running", STALE),
         "abort": status in ("running", STALE),
         "recover": stale,
-        "skip": token is not None and status == "failed",
+        "skip": token is not None and status == "failed" and not cleaned,
     }
     data["children"] = children_json(view, data["children"])
     # The diagram of the very version it runs (GET it: 404 when this server lacks it).

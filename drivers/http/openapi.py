@@ -206,6 +206,13 @@ PATHS: dict[str, Any] = {
         ],
         **{"404": _NOT_FOUND, "400": _BAD},
     ),
+    "/api/sessions/{sid}/batches": _get(
+        "The open provider batches (tarry.batches) that hold the session's waiting "
+        "BatchRequests: provider id, status, request counts",
+        _json(_ref("BatchList"), "oldest first"),
+        [SID],
+        **{"404": _NOT_FOUND},
+    ),
     "/api/sessions/{sid}/events/stream": _get(
         "The session's events, then each new one as it is stored (SSE)",
         _SSE,

@@ -161,6 +161,15 @@ SCHEMAS: dict[str, Any] = {
             "metrics": {"type": "object"},
             "last_seq": _INT,
             "token": _NULLABLE_STR,
+            "deadline": {
+                "type": ["string", "null"],
+                "description": "when it fails with deadline_exceeded if still not ended",
+            },
+            "ending": {
+                **_NULLABLE_STR,
+                "description": "how its flow's body ended, once its cleanup began",
+            },
+            "cleanup_error": {**_ANY, "description": "what its flow's cleanup failed with"},
             "actions": _obj(
                 ["resume", "cancel", "abort", "skip"],
                 {
@@ -401,4 +410,23 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "Discarded": _obj(["discarded"], {"discarded": {**_INT, "minimum": 0}}),
+    "BatchInfo": _obj(
+        ["submission_id", "via", "provider_id", "status", "total", "counts", "created_at"],
+        {
+            "submission_id": {**_STR, "description": "tarry's id, in the batch's metadata"},
+            "via": {**_STR, "description": "the adapter's name in Runtime(batches=...)"},
+            "provider_id": {**_NULLABLE_STR, "description": "null until recorded"},
+            "status": {**_STR, "description": "the provider's, as last seen"},
+            "total": {**_INT, "minimum": 0, "description": "requests in the batch"},
+            "counts": {
+                "type": "object",
+                "additionalProperties": _INT,
+                "description": "the provider's request counts, as last seen",
+            },
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "ended_at": {"anyOf": [_TIME, {"type": "null"}]},
+        },
+    ),
+    "BatchList": _obj(["batches"], {"batches": {"type": "array", "items": _ref("BatchInfo")}}),
 }

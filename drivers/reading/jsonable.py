@@ -115,6 +115,10 @@ def session_to_dict(view: Any) -> dict[str, Any]:
         "token": view.outcome.token,
         "parent": view.parent,
         "children": view.children,
+        # A deadline and a cleanup (Flow(deadline=, cleanup=)): None when the session has none.
+        "deadline": state.deadline,
+        "ending": state.ending,
+        "cleanup_error": state.cleanup_error,
     }
 
 

@@ -11,11 +11,10 @@ from tarry.drivers.drive.outcome import Outcome, outcome_of
 from tarry.drivers.drive.values_out_of_line import Reader, resolved
 from tarry.drivers.tokens import Tokens
 from tarry.engine.describe import describe
-from tarry.engine.elements.child import children_in
 from tarry.engine.errors import InvalidArgument, SnapshotError
 from tarry.engine.state.events import RUN_RESUMED, Event
 from tarry.engine.state.lanes import concurrent, parked, restore
-from tarry.engine.state.records import SessionState
+from tarry.engine.state.records import ErrorInfo, SessionState
 from tarry.engine.state.reducer import apply, own
 from tarry.snapshots.records import SessionRecord, decode_lane, decode_state
 from tarry.snapshots.store import SessionStore
@@ -123,6 +122,27 @@ class SessionView:
         return self._record.durability
 
     @property
+    def deadline(self) -> datetime | None:
+        """When the session fails with "deadline_exceeded" if still not ended (None: none)."""
+        return self._head().deadline
+
+    @property
+    def ending(self) -> str | None:
+        """How its flow's body ended, once its `cleanup=` began: "completed", "failed",
+        "cancelled" or "deadline_exceeded" (None before, or without a cleanup)."""
+        return self._head().ending
+
+    @property
+    def cleanup_error(self) -> ErrorInfo | None:
+        """What its flow's `cleanup=` body failed with, if it did: recorded on the session,
+        which still ended as its body did (completed, failed, cancelled)."""
+        return self._head().cleanup_error
+
+    def _head(self) -> SessionState:
+        """The state as stored or live, without reading what it keeps out of line."""
+        return self._state if self._state is not None else state_of(self._record)
+
+    @property
     def fingerprint(self) -> str:
         """The fingerprint of the flow version the session runs with."""
         return self._record.fingerprint
@@ -141,15 +161,8 @@ class SessionView:
     @property
     def children(self) -> list[str]:
         """The ids of the sessions this one started with `Child` elements, in the order it
-        started them (read from its events, a page at a time)."""
-        found: dict[str, None] = {}
-        after = 0
-        while True:
-            page = self.events(after, PAGE)
-            children_in(page, found)
-            if len(page) < PAGE:
-                return list(found)
-            after = page[-1].seq
+        started them (the store lists each from the transaction that created it)."""
+        return self._store.children(self.session_id)
 
     @property
     def forked_from(self) -> dict[str, Any] | None:

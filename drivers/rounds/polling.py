@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from tarry.drivers.adapters import NOT_READY, ResumeRequest, decoding_request, is_bulk
+from tarry.drivers.batches.round import batch_round
 from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import settle
@@ -53,7 +54,8 @@ def poll(core: Core, limit: int, round: Round | None = None) -> list[Outcome]:
     round = round or Round()
     outcomes = resume_due(core, limit, round)
     outcomes += deliver_pending(core, round, limit)
-    return outcomes + ask_adapters(core, round)
+    outcomes += ask_adapters(core, round)
+    return outcomes + batch_round(core, round)
 
 
 def ask_adapters(core: Core, round: Round | None = None) -> list[Outcome]:

@@ -15,24 +15,27 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
+from tarry.drivers.drive.drive import deadline_error
 from tarry.drivers.drive.outcome import Outcome, all_pauses
 from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
 from tarry.drivers.sessions.batch import resume_keys
 from tarry.drivers.sessions.children import QUEUED, fail_unknown_flow
-from tarry.drivers.sessions.control import cancel_stopped
+from tarry.drivers.sessions.control import cancel_stopped, end_waiting
 from tarry.drivers.sessions.resuming import prepare, stored_state
 from tarry.drivers.sessions.starting import settle_parent
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
     SessionNotResumable,
+    SnapshotError,
     TokenAlreadyUsed,
     UnknownToken,
 )
-from tarry.engine.state.lanes import concurrent
-from tarry.engine.state.records import ErrorInfo, SessionState
+from tarry.engine.state.lanes import concurrent, parked, restore
+from tarry.engine.state.records import DEADLINE_EXCEEDED, ErrorInfo, SessionState
+from tarry.engine.state.reducer import error_to_data, own
 from tarry.snapshots.records import SessionRecord, decode_lane
 
 #: Due sessions claimed at a time: a worker holds no more than it is about to resume, so that
@@ -93,7 +96,7 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
     if token is None:
         return None
     if record.stop is not None:  # a stop request its run paused before it saw
-        return _honour_stop(core, record)
+        return _honour_stop(core, record, flow_of(core, record, round, "resume_due"))
     flow = flow_of(core, record, round, "resume_due")
     if flow is None:
         # A queued child that no worker can run fails (and so does its Child element), rather
@@ -103,6 +106,14 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
             settle_parent(core.wake_parent(core, ended))
         return None
     state = stored_state(core, record)
+    deadline = state.deadline
+    if (
+        deadline is not None
+        and deadline <= now
+        and state.ending is None
+        and state.status == "paused"
+    ):
+        return _expire(core, record, state, flow)
     if state.status == "paused" and concurrent(state):
         return _fire_lanes(core, record, state, flow, now)
     pause = state.pause
@@ -145,14 +156,53 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return None  # resumed, cancelled or fired by someone else first
 
 
-def _honour_stop(core: Core, record: SessionRecord) -> Outcome | None:
+def _expire(core: Core, record: SessionRecord, state: SessionState, flow: Flow) -> Outcome | None:
+    """A waiting session whose deadline passed fails with "deadline_exceeded" at its wait:
+    through the token of its wait as a timeout that fails the run does, or, when its flow has
+    a cleanup, with every wait ended and the cleanup run first (control.end_waiting)."""
+    token = record.token
+    assert token is not None  # (_fire returned before)
+    pause = state.pause
+    path = pause.path if pause is not None else ()
+    error = deadline_error(state, path)
+    try:
+        if not state.cleanup:
+            core.records.keep(token, record)
+            return settle(prepare(core, token, flow, False, trigger="deadline", failure=error))
+        if parked(state):  # its lanes come back from their rows: the cleanup drops them all
+            waits = core.store.waits(record.session_id)
+            with contextlib.suppress(SnapshotError):
+                state = restore(own(state), [decode_lane(w.lane) for w in waits if w.lane])
+        else:
+            waits = core.store.waits(record.session_id)
+        tokens = [w.token for w in waits]
+        if token not in tokens:
+            tokens.append(token)
+        end = {"error": error_to_data(error), "path": path}
+        done = end_waiting(core, record, state, tokens, None, DEADLINE_EXCEEDED, end, flow)
+        if done is None:
+            return None
+        outcome = settle(done)
+        # Its children that have not ended are cancelled, as by a cancel of it (a drive
+        # that fails it without a cleanup does so itself: drive.py `_finish`).
+        core.cancel_children(core, record.session_id)
+        return outcome
+    except (TokenAlreadyUsed, UnknownToken, SessionNotResumable, ConcurrentUpdate):
+        return None  # resumed, cancelled or fired by someone else first
+
+
+def _honour_stop(core: Core, record: SessionRecord, flow: Flow | None) -> Outcome | None:
     """A paused session that keeps a stop request (stored while it ran; its run paused before
-    it saw it, so it is due now): a cancel cancels it; an abort asked it to stop, and it waits
-    already: the request is cleared, and it is due when its waits are."""
+    it saw it, so it is due now): a cancel cancels it (its cleanup run first, when its flow
+    has one); an abort asked it to stop, and it waits already: the request is cleared, and it
+    is due when its waits are (or its deadline)."""
     if record.stop == "cancel":
-        return cancel_stopped(core, record, None, None)
+        done = cancel_stopped(core, record, None, None, flow)
+        return None if done is None else settle(done)
     state = stored_state(core, record)
     times = [t for p in all_pauses(state) if (t := p.wake_at or p.expires_at) is not None]
+    if state.deadline is not None and state.ending is None:
+        times.append(state.deadline)
     record.wake_at = min(times) if times else None  # (the store adds those of parked lanes)
     record.lease_owner = record.lease_until = None
     # (record.stop: the request it honours. Resumed or cancelled meanwhile: its drive, or
@@ -228,9 +278,12 @@ def hand_back(core: Core, session_id: str) -> bool:
     told to stop does with the session it was running. False when the session is not such a
     pause (it was resumed or ended meanwhile, say)."""
     record = core.store.load(session_id)
-    if record is None or record.status != "paused" or record.wake_at is not None:
+    if record is None or record.status != "paused":
         return False
-    pause = stored_state(core, record).pause
+    state = stored_state(core, record)
+    if record.wake_at is not None and record.wake_at != state.deadline:
+        return False  # due at a timer of its own (its deadline alone is no wait's)
+    pause = state.pause
     if (
         pause is None
         or pause.kind != "system"

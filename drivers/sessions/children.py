@@ -21,7 +21,7 @@ from tarry.drivers.limits import MAX_SESSION_ID, valid_session_id
 from tarry.drivers.reading.views import state_of
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
-from tarry.engine.elements.child import child_end, children_in, end_key
+from tarry.engine.elements.child import child_end, end_key
 from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import ConcurrentUpdate, InvalidArgument, SessionExists, UnknownFlow
 from tarry.engine.short_hash import short_hash
@@ -77,7 +77,7 @@ def start_child(
     core.flows.register(flow)  # this process may run it (and its end resumes the parent here)
     record, events = queued(core, cid, flow, input, parent)
     try:
-        core.store.create(record, events=events)
+        core.store.create(record, events=events, parent=parent.session_id)
     except SessionExists:
         existing = core.store.load(cid)
         if existing is None or existing.meta.get(PARENT) != parent.session_id:
@@ -164,8 +164,10 @@ def parent_of(meta: dict[str, Any]) -> str | None:
 
 
 def children_of(core: Core, session_id: str) -> list[str]:
-    """The children a session started, in the order it started them (from its events)."""
-    return list(children_in(core.store.events(session_id)))
+    """The children a session started, in the order it started them (the store lists each
+    from the transaction that created it: a parent whose drive died or failed before it
+    wrote again lists it too)."""
+    return core.store.children(session_id)
 
 
 def is_queued(state: SessionState) -> bool:

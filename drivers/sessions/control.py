@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from tarry.drivers.core import Core
+from tarry.drivers.drive.drive import CLEANUP_CANCELLED
 from tarry.drivers.drive.outcome import Outcome, outcome_of
+from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import check_actor, valid_session_id
 from tarry.drivers.sessions.children import children_of, end_post
-from tarry.drivers.sessions.resuming import key_of, stored_state
-from tarry.drivers.sessions.starting import settle_parent
+from tarry.drivers.sessions.resuming import key_of, prepare, stored_state
+from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.tokens import looks_like_token
 from tarry.engine.describe import describe
 from tarry.engine.elements.child import end_key
+from tarry.engine.elements.flow import Flow
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -26,7 +30,8 @@ from tarry.engine.errors import (
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import Event
 from tarry.engine.state.lanes import parked, restore
-from tarry.engine.state.reducer import apply, own
+from tarry.engine.state.records import DEADLINE_EXCEEDED, SessionState
+from tarry.engine.state.reducer import apply, error_to_data, fold, own
 from tarry.snapshots.records import SessionRecord, decode_lane, encode_state
 from tarry.snapshots.store import ENDED
 
@@ -58,12 +63,18 @@ def cancel(core: Core, token_or_session_id: str, actor: str | None = None) -> Ou
     """Cancel a session (by its id or a token of it), and the children it started that have
     not ended (each with their own)."""
     outcome = _cancel(core, token_or_session_id, actor)
-    for child in _live_children(core, outcome.session_id):
+    cancel_children(core, outcome.session_id, actor)
+    return outcome
+
+
+def cancel_children(core: Core, session_id: str, actor: str | None = None) -> None:
+    """Cancel the children a session started that have not ended: it is being cancelled, or
+    its deadline passed (`Core.cancel_children`, which drives call after their last write)."""
+    for child in _live_children(core, session_id):
         with contextlib.suppress(UnknownSession, SessionNotResumable, ConcurrentUpdate):
             cancel(core, child, actor)
-            # Its end is for a parent being cancelled: nothing will take it.
+            # Its end is for a parent that has ended its wait on it: nothing will take it.
             core.store.discard(end_key(child))
-    return outcome
 
 
 def _live_children(core: Core, session_id: str) -> list[str]:
@@ -110,7 +121,7 @@ def _cancel(core: Core, token_or_session_id: str, actor: str | None) -> Outcome:
             raise SessionNotResumable(sid, record.status, "cancel")
         done = cancel_stopped(core, record, key, actor)
         if done is not None:
-            return done
+            return settle(done)  # a cleanup that met an async step: driven to its end here
         record = core.store.load(sid)  # a resume moved it on meanwhile: look again
         if record is None:
             raise UnknownSession(sid)
@@ -126,10 +137,18 @@ def _cancel(core: Core, token_or_session_id: str, actor: str | None) -> Outcome:
 
 
 def cancel_stopped(
-    core: Core, record: SessionRecord, key: str | None, actor: str | None
-) -> Outcome | None:
+    core: Core,
+    record: SessionRecord,
+    key: str | None,
+    actor: str | None,
+    flow: Flow | None = None,
+) -> AwaitableOrValue[Outcome] | None:
     """Cancel a paused or failed session as `record` shows it, or None when it moved on
     since (nothing changed).
+
+    A session whose flow has a cleanup that has not run yet (`cleanup=`) runs it first, with
+    `ctx.ending == "cancelled"`, and ends cancelled after it (see `end_waiting`): with `flow`,
+    or the one registered (UnknownFlow, nothing changed, when this process has none).
 
     Every live token of the session — one per waiting branch, and the record's own — is used
     in ONE transaction with the `run.cancelled` event (`consume_tokens`, all or nothing), so a
@@ -151,12 +170,21 @@ def cancel_stopped(
         with contextlib.suppress(SnapshotError):
             state = restore(own(state), [decode_lane(w.lane) for w in waits if w.lane])
     data = {} if actor is None else {"actor": actor}
+    if state.cleanup and state.ending is None and tokens:
+        return end_waiting(
+            core, record, state, tokens, key, "cancelled", {**data, "path": ()}, flow
+        )
     now = core.clock.now()
-    event = Event(state.last_seq + 1, ev.RUN_CANCELLED, sid, now, (), data)
+    specs: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    if state.ending is not None and not state.cleaned:
+        # Its cleanup waits: it ends here, stopped by the cancel (see drive._finish_cleanup).
+        specs.append((ev.CLEANUP_ENDED, (), {"error": error_to_data(CLEANUP_CANCELLED)}))
+    specs.append((ev.RUN_CANCELLED, (), data))
+    after, events = fold(state, now, specs)
     until = now + timedelta(seconds=core.lease)
     try:
         refused = core.store.consume_tokens(
-            tokens, owner=core.owner, until=until, events={sid: [event]} if tokens else {}
+            tokens, owner=core.owner, until=until, events={sid: events} if tokens else {}
         )
     except ConcurrentUpdate:  # its log moved on since we read it
         return None
@@ -166,10 +194,11 @@ def cancel_stopped(
         return None
     # With no token to use, the save's compare-and-set is the whole check; else the event went
     # with the tokens.
-    written = [] if tokens else [event]
+    written = [] if tokens else events
     core.states.drop(record.state)
-    state = apply(state, event)
-    core.hub.notify(event)
+    state = after
+    for event in events:
+        core.hub.notify(event)
     record.state = encode_state(
         state, fingerprint=record.fingerprint, flow_version=record.flow_version
     )
@@ -191,6 +220,53 @@ def cancel_stopped(
     if post is not None:
         settle_parent(core.wake_parent(core, post[0]))
     return outcome_of(state, None)
+
+
+def end_waiting(
+    core: Core,
+    record: SessionRecord,
+    state: SessionState,
+    tokens: list[str],
+    key: str | None,
+    ending: str,
+    end: dict[str, Any],
+    flow: Flow | None,
+) -> AwaitableOrValue[Outcome] | None:
+    """End the body of a waiting session whose flow has a cleanup (cancelled, or its deadline
+    passed) and run the cleanup: every live token (`tokens`) is used in ONE transaction with
+    the `cleanup.started` event (as a cancel uses them with `run.cancelled`), and the session
+    is then driven here, its cleanup first. None when it moved on since (nothing changed).
+
+    `state`: the stored state with its parked lanes back; `end`: the data of the event that
+    ends the run after the cleanup (with its `path`)."""
+    sid = record.session_id
+    flow = core.flows.flow_for(record, flow, False)  # UnknownFlow before anything is used
+    now = core.clock.now()
+    event = Event(
+        state.last_seq + 1, ev.CLEANUP_STARTED, sid, now, (), {"ending": ending, "end": end}
+    )
+    until = now + timedelta(seconds=core.lease)
+    try:
+        refused = core.store.consume_tokens(
+            tokens, owner=core.owner, until=until, events={sid: [event]}
+        )
+    except ConcurrentUpdate:  # its log moved on since we read it
+        return None
+    if refused:
+        if key is not None and refused.get(key) == "used":
+            raise TokenAlreadyUsed(sid)
+        return None
+    core.states.drop(record.state)
+    state = apply(state, event)
+    return start(
+        core,
+        flow,
+        record,
+        state,
+        [event],
+        meta={"trigger": "deadline" if ending == DEADLINE_EXCEEDED else "cancel"},
+        resume=prepare,
+    )
 
 
 def _request_cancel(core: Core, sid: str, actor: str | None) -> Outcome | None:

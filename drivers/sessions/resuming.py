@@ -308,6 +308,9 @@ def _check(
     if record.status == "running" and not skip and failure is None:
         # Its token is live, so another of its waits is being resumed: take turns.
         raise _Busy(f"session {record.session_id!r} is running")
+    if state.ending is not None and state.status == "failed":
+        # Its body ended and its cleanup ran: the body does not run again (nothing to retry).
+        raise not_resumable(core, key, record.session_id, "failed", "skip" if skip else "resume")
     state, pause, lane = wait_of(core, key, state)
     if kept is None or flow.fingerprint != record.fingerprint or state is not kept:
         # (A state this runtime kept is one its own run of that very flow wrote: it fits.

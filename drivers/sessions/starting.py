@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.core import Core
@@ -49,10 +50,13 @@ def begin(
     asynchronous: bool,
     actor: str | None = None,
     resume: Resume,
+    deadline: Any = None,
 ) -> AwaitableOrValue[Outcome]:
     """Check the arguments, create the session with its `run.started` event, and drive it.
     `durability` is the session's own (the Runtime's default when None). `resume`: how a
-    wait of the session is resumed by its token (resuming.prepare; see `late_mail`)."""
+    wait of the session is resumed by its token (resuming.prepare; see `late_mail`).
+    `deadline`: a timezone-aware datetime, or seconds from now (a number or a timedelta);
+    the flow's own `deadline=` when None. Recorded in `run.started`."""
     check_actor(actor)
     core.tokens.check()  # SecretRequired: no unsigned session goes into a signed store
     if durability is None:
@@ -83,6 +87,11 @@ def begin(
     if core.tracing is not None:  # the session's trace context, for every drive of it
         core.tracing.started(sid, flow.name, meta)
     now = core.clock.now()
+    due = deadline_at(deadline, flow, now)
+    if due is not None:
+        started["deadline"] = due
+    if flow.cleanup is not None:
+        started["cleanup"] = True
     record = SessionRecord(
         session_id=sid,
         flow=flow.name,
@@ -101,6 +110,34 @@ def begin(
     state, events = fold(initial, now, [(ev.RUN_STARTED, (), started)])
     core.store.create(record, events=events)  # SessionExists: nothing changed
     return start(core, flow, record, state, events, asynchronous=asynchronous, resume=resume)
+
+
+def deadline_at(deadline: Any, flow: Flow, now: datetime) -> datetime | None:
+    """When a session started `now` must have ended: `deadline` (a run's), else the flow's;
+    InvalidArgument for anything but an aware datetime, a finite number or a timedelta. A
+    time already past is kept: the session then fails at once (see drive.py)."""
+    if deadline is None:
+        return None if flow.deadline is None else now + timedelta(seconds=flow.deadline)
+    if isinstance(deadline, datetime):
+        if deadline.tzinfo is None or deadline.utcoffset() is None:
+            msg = f"deadline must be a timezone-aware datetime (got the naive {deadline!r})"
+            raise InvalidArgument(msg)
+        return deadline.astimezone(UTC)
+    if isinstance(deadline, timedelta):
+        seconds = deadline.total_seconds()
+    elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
+        seconds = float(deadline)
+    else:
+        msg = f"deadline must be a datetime or seconds (got {describe(deadline)})"
+        raise InvalidArgument(msg)
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_SECONDS:
+        msg = f"deadline must be a finite number of seconds (got {describe(deadline)})"
+        raise InvalidArgument(msg)
+    return now + timedelta(seconds=seconds)
+
+
+#: The most seconds a deadline may lie ahead (or behind): about a thousand years.
+_MAX_SECONDS = 3.2e10
 
 
 def start(

@@ -12,7 +12,7 @@ as it is: its end is taken at once and the element does not pause.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator
 from typing import Any
 
 from tarry.engine.context import Scope
@@ -56,21 +56,6 @@ def child_end(
     elif status == "failed":
         end["error"] = dict(error or {})
     return end
-
-
-def children_in(events: Iterable[Any], found: dict[str, None] | None = None) -> dict[str, None]:
-    """The children that a session's `events` show it started, in order (added to `found`):
-    each it waited on (`run.paused` on a child) and each whose end it took at once."""
-    found = {} if found is None else found
-    for event in events:
-        data = event.data
-        if event.type == ev.RUN_PAUSED and data.get("reason") == "child":
-            payload = data.get("payload")
-            if isinstance(payload, dict) and isinstance(payload.get("session_id"), str):
-                found.setdefault(payload["session_id"])
-        elif event.type == ev.NODE_COMPLETED and isinstance(data.get("child"), str):
-            found.setdefault(data["child"])
-    return found
 
 
 def _session_id(value: Any) -> str | None:

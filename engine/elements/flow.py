@@ -3,7 +3,9 @@ another flow's body, which runs inline as a container."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Iterable
+from datetime import timedelta
 from typing import Any
 
 from tarry.engine.bounds import frame_bytes
@@ -25,6 +27,10 @@ from tarry.engine.short_hash import short_hash
 from tarry.engine.state import events as ev
 
 _STARTED = {"kind": "flow"}
+
+#: The name the cleanup body of a session's flow runs under: its elements' paths begin with it
+#: (`("@cleanup", "release")`). A flow with a cleanup may not name a top-level element so.
+CLEANUP = "@cleanup"
 
 
 def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
@@ -51,18 +57,54 @@ class Flow(Element):
     outer flow's fingerprint (bump it to refuse sessions started before its meaning changed).
     A body is fixed when its flow is built; a flow that contains itself (a body changed
     afterwards to close a cycle) raises InvalidFlow when a flow around it is built.
+
+    **Deadline.** `deadline=seconds` (a positive number or a timedelta): a session of this flow
+    still not ended that long after it started fails with `error.type == "deadline_exceeded"`
+    (`Runtime.run(deadline=)` overrides it per session). It is recorded in the session's
+    `run.started` event, so whichever process holds the session enforces it: a running drive
+    at its next checkpoint, a waiting session by the timers (`resume_due`, workers). It is
+    not part of the fingerprint: changing it changes only the sessions started afterwards.
+
+    **Cleanup.** `cleanup=body` (an element, a callable, or a list of them, like `body`) runs
+    once after the body ended in any way — completed, failed, cancelled, deadline exceeded —
+    with `ctx.ending` saying which, under the path `("@cleanup", ...)`. Its first element gets
+    the body's output as `ctx.prev` when the body completed (else None). It may pause and be
+    resumed like any body; then the session ends as the body did (a completed body's output,
+    a failed body's error, cancelled). Its own failure is recorded as the session's
+    `cleanup_error` and changes nothing else. It is part of the fingerprint. Only the
+    session's flow takes `cleanup=` and `deadline=`: a nested Flow given either raises
+    InvalidFlow when the flow around it is built.
     """
 
     kind = "flow"
 
-    def __init__(self, name: str, body: Any, *, version: str | int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        body: Any,
+        *,
+        version: str | int | None = None,
+        deadline: float | timedelta | None = None,
+        cleanup: Any = None,
+    ) -> None:
         self.name = check_name(name, "Flow")
         self.body = as_body(body, name)
         self.version = version
+        #: The seconds a session of it may take (None: no deadline).
+        self.deadline = _seconds(deadline)
+        #: The cleanup body, run as a Flow of its own named CLEANUP (None: no cleanup).
+        self.cleanup: Flow | None = None
+        if cleanup is not None:
+            if any(e.name == CLEANUP for e in self.body):
+                msg = f"flow {name!r} has a cleanup, so no element of its body may be named {CLEANUP!r}"
+                raise InvalidFlow(msg)
+            self.cleanup = Flow(CLEANUP, cleanup)
         self._index: dict[tuple[str, ...], Element] = {}
         #: Each element's (and each Parallel branch's) place in the tree, in order.
         self._places: dict[tuple[str, ...], int] = {}
         self._build_index(self.body, (), (self,))
+        if self.cleanup is not None:
+            self._build_index((self.cleanup,), (), (self,))
         self.fingerprint = short_hash(repr(self._describe()))
 
     def _build_index(
@@ -77,6 +119,16 @@ class Flow(Element):
             bodies = element._bodies()
             if not bodies:
                 continue
+            if (
+                type(element) is Flow
+                and element.name != CLEANUP
+                and (element.cleanup is not None or element.deadline is not None)
+            ):
+                msg = (
+                    f"flow {element.name!r} inside {within[0].name!r} has a cleanup or a "
+                    "deadline; only a session's own flow takes them"
+                )
+                raise InvalidFlow(msg)
             if any(element is outer for outer in within):
                 names = "/".join(e.name for e in within + (element,))
                 msg = f"{element.kind} {element.name!r} contains itself ({names})"
@@ -92,8 +144,11 @@ class Flow(Element):
 
     def _describe(self) -> tuple[Any, ...]:
         # The root's description, unchanged since before flows nested: the fingerprints of
-        # existing sessions' flows stay what they were.
-        return ("flow", self.name, self.version, tuple(e._describe() for e in self.body))
+        # existing sessions' flows stay what they were (a cleanup adds to it, when given).
+        described = ("flow", self.name, self.version, tuple(e._describe() for e in self.body))
+        if self.cleanup is not None:
+            return described + (("cleanup", self.cleanup._describe()),)
+        return described
 
     def elements(self) -> list[Element]:
         """Every element of the flow's tree, in the order of the tree."""
@@ -131,12 +186,37 @@ class Flow(Element):
 
     def _root(self, ex: Execution) -> Generator[Signal, Any, Any]:
         state = ex.state
+        if state.ending is not None:  # the body ended: the drive runs the cleanup now
+            return (yield from self._clean(ex))
         start = len(state.outputs)
         # A large input or output kept out of line (state.OutOfLine) is handed on as its
         # reference, and read only where it is used: by `ctx.prev` (CopyingContext), or when a
         # body that runs nothing returns it (run_body). A resume never reads it for nothing.
         prev = resume_prev(self.body, start, state.outputs, state.input)
         result = yield from run_body(ex, self.body, (), start, prev, ROOT)
+        return unwrap(result)
+
+    def _clean(self, ex: Execution) -> Generator[Signal, Any, Any]:
+        """Run the cleanup body (under CLEANUP), from where its frame stands on a resume; its
+        result. Nothing when it ran already (`cleaned`: a recovery after `cleanup.ended`).
+        The drive records its end (`cleanup.ended`), not a `node.completed`: its output is
+        nobody's, and the state keeps no entry for it."""
+        cleanup = self.cleanup
+        state = ex.state
+        if cleanup is None or state.cleaned:
+            return None
+        path = (CLEANUP,)
+        body = cleanup.body
+        prev = state.ending_data.get("output") if state.ending == "completed" else None
+        frame = ex.take_frame(path)
+        if frame is None:
+            ex.room -= frame_bytes(path)
+            ex.emit(ev.NODE_STARTED, path, _STARTED)
+            child, first = 0, prev
+        else:
+            child = frame.child
+            first = resume_prev(body, child, frame.child_outputs, prev)
+        result = yield from run_body(ex, body, path, child, first, ROOT)
         return unwrap(result)
 
     def _inline(
@@ -163,3 +243,20 @@ class Flow(Element):
 
     def __repr__(self) -> str:
         return f"Flow({self.name!r}, version={self.version!r})"
+
+
+def _seconds(deadline: Any) -> float | None:
+    """A Flow's `deadline=` as seconds; InvalidFlow unless a positive number or timedelta."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, timedelta):
+        seconds = deadline.total_seconds()
+    elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
+        seconds = float(deadline)
+    else:
+        msg = f"Flow deadline= must be seconds (a number) or a timedelta (got {deadline!r})"
+        raise InvalidFlow(msg)
+    if not math.isfinite(seconds) or seconds <= 0:
+        msg = f"Flow deadline= must be positive and finite (got {deadline!r})"
+        raise InvalidFlow(msg)
+    return seconds

@@ -17,7 +17,7 @@ from tarry.engine.elements.element import Element
 from tarry.engine.elements.flow import Flow
 from tarry.engine.elements.waits import _Waiting
 from tarry.engine.errors import InvalidResumeValue
-from tarry.engine.state.records import STATUSES, ContainerFrame, SessionState
+from tarry.engine.state.records import ENDINGS, STATUSES, ContainerFrame, SessionState
 
 Path = tuple[Any, ...]
 
@@ -51,6 +51,14 @@ def inconsistency(flow: Flow, state: SessionState) -> str | None:
     # Paths are compared with ==, never hashed: a tampered one may hold anything.
     base: Path = ()
     current: Element | None = body[done] if done < len(body) else None
+    if state.ending is not None:
+        # The body ended and its cleanup runs (or ran): the only element in progress is the
+        # cleanup, a Flow of its own at ("@cleanup",).
+        current = None if state.cleaned else flow.cleanup
+        if state.ending not in ENDINGS:
+            return f"its body ended as {state.ending!r}, none of {', '.join(ENDINGS)}"
+        if current is None and not state.cleaned:
+            return "its body's cleanup runs, but the flow has no cleanup"
     problem, base, current, last = _walk(state.container_stack, base, current, None)
     if problem is not None:
         return problem

@@ -21,6 +21,11 @@ NODE_RETRYING = "node.retrying"
 NODE_SKIPPED = "node.skipped"
 ITERATION_STARTED = "container.iteration_started"
 ITERATION_COMPLETED = "container.iteration_completed"
+#: The flow's body ended (data: `ending`, and `end`: the data of the event that ends the run
+#: once its cleanup is over); its `cleanup=` body runs next. See engine/elements/flow.py.
+CLEANUP_STARTED = "cleanup.started"
+#: The cleanup body ended (data: `error` when it failed); the run's ending event follows.
+CLEANUP_ENDED = "cleanup.ended"
 
 EVENT_TYPES = frozenset(
     {
@@ -37,6 +42,8 @@ EVENT_TYPES = frozenset(
         NODE_SKIPPED,
         ITERATION_STARTED,
         ITERATION_COMPLETED,
+        CLEANUP_STARTED,
+        CLEANUP_ENDED,
     }
 )
 

@@ -11,6 +11,10 @@ CONTAINER_KINDS = frozenset({"foreach", "loop", "branch", "graph", "parallel", "
 #: The kind of the frame of one in-flight iteration (or branch) of a concurrent container.
 LANE = "lane"
 STATUSES = ("running", "paused", "completed", "failed", "cancelled")
+#: How a flow's body ended, as its cleanup sees it (`ctx.ending`, `SessionState.ending`).
+ENDINGS = ("completed", "failed", "cancelled", "deadline_exceeded")
+#: The error type of a session that its deadline ended (`Flow(deadline=)`, `run(deadline=)`).
+DEADLINE_EXCEEDED = "deadline_exceeded"
 
 
 # The two records the reducer changes on every event keep their fields in a __dict__ (not
@@ -153,6 +157,15 @@ class SessionState:
     waited; they are handed to that node's interrupts in order and cleared when it completes.
     `retries` counts the failed attempts of the step in progress (so a back-off that paused the
     session, and was resumed in another process, goes on with the right attempt number).
+
+    `deadline`: when the session fails with "deadline_exceeded" if still not ended (recorded
+    by `run.started`, so any process enforces it). `cleanup`: its flow has a `cleanup=` body
+    (recorded by `run.started`, so a process that cancels it knows it needs the flow).
+    `ending`: how the flow's body ended, once its cleanup began (`cleanup.started`), with
+    `ending_data` the data of the event that ends the run when the cleanup is over (the
+    body's output, its error, who cancelled); `cleaned`: the cleanup is over
+    (`cleanup.ended`), with `cleanup_error` if it failed. None/False/{} until then, so a
+    snapshot written before these fields existed reads the same.
     """
 
     session_id: str
@@ -169,6 +182,12 @@ class SessionState:
     metrics: dict[str, float] = attrs.field(factory=dict)
     resume_values: tuple[Any, ...] = ()
     retries: int = 0
+    deadline: datetime | None = None
+    cleanup: bool = False
+    ending: str | None = None
+    ending_data: dict[str, Any] = attrs.field(factory=dict)
+    cleaned: bool = False
+    cleanup_error: ErrorInfo | None = None
 
 
 def from_fields(cls: type[Any], fields: dict[str, Any]) -> Any:

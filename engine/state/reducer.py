@@ -284,6 +284,8 @@ def _node_retrying(
 ) -> None:
     scope, _ = _scope(fields, path, owned)
     scope["retries"] = data["attempt"]
+    if data.get("spent"):  # the element's resume values were its failed attempt's
+        scope["resume_values"] = ()
 
 
 def _run_started(
@@ -294,6 +296,10 @@ def _run_started(
     fields["input"] = OutOfLine(seq) if "out_of_line" in data else data.get("input")
     fields["shared"] = dict(data.get("state") or {})
     fields["status"] = "running"
+    if "deadline" in data:
+        fields["deadline"] = data["deadline"]
+    if data.get("cleanup"):
+        fields["cleanup"] = True
 
 
 def _run_paused(
@@ -342,6 +348,8 @@ def _run_resumed(
 def _run_completed(
     fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
 ) -> None:
+    if fields["ending_data"]:  # its cleanup kept what this event says: no longer needed
+        fields["ending_data"] = {}
     fields["status"] = "completed"
     fields["output"] = data.get("output")
     fields["container_stack"] = ()
@@ -351,6 +359,8 @@ def _run_completed(
 def _run_failed(
     fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
 ) -> None:
+    if fields["ending_data"]:  # its cleanup kept what this event says: no longer needed
+        fields["ending_data"] = {}
     fields["status"] = "failed"
     fields["error"] = error_from_data(data["error"])
     fields["pause"] = None
@@ -363,8 +373,35 @@ def _run_failed(
 def _run_cancelled(
     fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
 ) -> None:
+    if fields["ending_data"]:  # its cleanup kept what this event says: no longer needed
+        fields["ending_data"] = {}
     fields["status"] = "cancelled"
     fields["pause"] = None
+
+
+def _cleanup_started(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
+    """The flow's body ended (`ending`) and its cleanup runs: the body's frames and wait are
+    dropped (nothing of the body runs again), and what ends the run afterwards is kept."""
+    fields["ending"] = data["ending"]
+    fields["ending_data"] = data.get("end") or {}
+    fields["container_stack"] = ()
+    fields["pause"] = None
+    fields["resume_values"] = ()
+    fields["retries"] = 0
+    fields["status"] = "running"
+
+
+def _cleanup_ended(
+    fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any], owned: bool
+) -> None:
+    fields["cleaned"] = True
+    fields["container_stack"] = ()
+    fields["resume_values"] = ()
+    fields["retries"] = 0
+    if "error" in data:
+        fields["cleanup_error"] = error_from_data(data["error"])
 
 
 #: The reducer of each type that changes the state (the live run calls them: no Event built).
@@ -381,6 +418,8 @@ REDUCERS = {
     ev.RUN_COMPLETED: _run_completed,
     ev.RUN_FAILED: _run_failed,
     ev.RUN_CANCELLED: _run_cancelled,
+    ev.CLEANUP_STARTED: _cleanup_started,
+    ev.CLEANUP_ENDED: _cleanup_ended,
     # node.skipped is only recorded in the log.
 }
 

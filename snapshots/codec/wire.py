@@ -60,6 +60,19 @@ def state_to_data(state: SessionState) -> Data:
     }
     if held:
         _write_held(data, inp, outputs)
+    # A deadline and a cleanup's progress: written only when set, so a state without them
+    # is what it always was and a snapshot written before them reads as it did.
+    if f["deadline"] is not None:
+        data["deadline"] = f["deadline"]
+    if f["cleanup"]:
+        data["cleanup"] = True
+    if f["ending"] is not None:
+        data["ending"] = f["ending"]
+        data["ending_data"] = f["ending_data"]
+    if f["cleaned"]:
+        data["cleaned"] = True
+    if f["cleanup_error"] is not None:
+        data["cleanup_error"] = error_to_data(f["cleanup_error"])
     return data
 
 
@@ -267,6 +280,13 @@ def state_from_data(o: Any) -> SessionState:
     }
     if "input_at" in o or "outputs_at" in o:
         _read_held(o, fields)
+    cleanup_error = o.get("cleanup_error")
+    fields["deadline"] = _time(o, "deadline")
+    fields["cleanup"] = _bool(o, "cleanup", False)
+    fields["ending"] = _text(o, "ending", None)
+    fields["ending_data"] = _names(o, "ending_data")
+    fields["cleaned"] = _bool(o, "cleaned", False)
+    fields["cleanup_error"] = None if cleanup_error is None else error_from_data(cleanup_error)
     return from_fields(SessionState, fields)
 
 

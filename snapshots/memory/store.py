@@ -19,6 +19,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists
 from tarry.engine.state.events import Event, rows_of
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.memory import upkeep as upkeep
+from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
     _copy,
@@ -39,7 +40,7 @@ from tarry.snapshots.tally import Totals
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
 
 
-class MemoryStore(TokensAndLeases, WaitsAndMail):
+class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
     """Sessions in a dict, encoded.
 
     `ttl` (seconds): a session not updated for that long is evicted, unless it is running.
@@ -60,18 +61,23 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
         self.ttl = ttl
         self.max_sessions = max_sessions
         self._lock = threading.RLock()
+        #: parent -> the children created with it, oldest first.
+        self._children: dict[str, builtins.list[str]] = {}
         self._sessions: dict[str, _Entry] = {}
         # Tokens by session id; a consumed one is also in `_used` until its session is gone.
         self._tokens: dict[str, str] = {}
         self._used: set[str] = set()
         self._init_waits()
+        self._init_batches()
         self._marks: set[str] = set()
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         batch = _encode_batch(events) if events else None
         with self._lock:
             self._evict(record.created_at)
@@ -85,6 +91,12 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
             self._append(entry, events, batch)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            if parent is not None:
+                self._children.setdefault(parent, []).append(record.session_id)
+
+    def children(self, session_id: str) -> builtins.list[str]:
+        with self._lock:
+            return list(self._children.get(session_id, ()))
 
     def load(self, session_id: str) -> SessionRecord | None:
         with self._lock:
@@ -139,6 +151,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail):
     def delete(self, session_id: str) -> None:
         with self._lock:
             entry = self._sessions.pop(session_id, None)
+            self._children.pop(session_id, None)
             if entry is not None:
                 self._forget_waits(entry)
                 for token in entry.tokens:

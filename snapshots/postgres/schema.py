@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from tarry.engine.errors import SnapshotError
+from tarry.snapshots.postgres import batches as batches_
 from tarry.snapshots.postgres import logs as logs_
 from tarry.snapshots.postgres import upkeep as upkeep
 from tarry.snapshots.postgres import waits as waits_
@@ -118,6 +119,23 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, waits_.ORDER_DESCRIPTION, waits_.ORDER_STATEMENTS),
     # Parked lanes in wait rows, and waits by session and time (postgres/waits.py).
     Migration(9, waits_.LANE_DESCRIPTION, waits_.LANE_STATEMENTS),
+    # Provider batch submissions (tarry.batches; postgres/batches.py).
+    Migration(10, batches_.DESCRIPTION, batches_.STATEMENTS),
+    # Each session a Child element started, by its parent (SessionStore.children): written
+    # with the child; a pruned parent's list goes with it.
+    Migration(
+        11,
+        "the children of each session, by parent",
+        (
+            """CREATE TABLE tarry_children (
+                id     bigserial PRIMARY KEY,
+                parent text COLLATE "C" NOT NULL
+                    REFERENCES tarry_sessions (session_id) ON DELETE CASCADE,
+                child  text COLLATE "C" NOT NULL
+            )""",
+            "CREATE INDEX tarry_children_parent ON tarry_children (parent, id)",
+        ),
+    ),
 )
 
 # Migrations of one schema are serialised by a transaction-level advisory lock on this

@@ -34,6 +34,7 @@ from tarry.snapshots.postgres import logs as logs_
 from tarry.snapshots.postgres import schema as schema_
 from tarry.snapshots.postgres import upkeep as upkeep
 from tarry.snapshots.postgres import writes as writes
+from tarry.snapshots.postgres.batches import Batches
 from tarry.snapshots.postgres.logs import Logs
 from tarry.snapshots.postgres.schema import Migration
 from tarry.snapshots.postgres.sql import (
@@ -93,7 +94,7 @@ def _nothing() -> None:
     pass
 
 
-class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
+class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batches):
     """Sessions in PostgreSQL, behind a pool of connections.
 
     `dsn`: a libpq connection string or URL (`postgresql://user:pw@host:5432/db`).
@@ -224,7 +225,9 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
             self.bytes_read += read
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         sid = record.session_id
         check_batch(events)
         if events and events[0].seq != 1:  # a new session's log starts at 1
@@ -233,10 +236,13 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         args: dict[str, Any] = dict(zip(NAMES, ROWS.session_row(record, version=0), strict=True))
         if events:
             args.update(seqs=[e.seq for e in events], types=[e.type for e in events], blobs=encoded)
+        if parent is not None:
+            args["parent"] = parent
         try:
             with self._pool.connection() as conn:
                 # The primary key decides, so two processes creating one id cannot both win.
-                row = conn.execute(writes.create_sql(bool(events), bool(record.token)), args)
+                sql = writes.create_sql(bool(events), bool(record.token), parent is not None)
+                row = conn.execute(sql, args)
                 _created, appended = row.fetchone() or (0, 0)
         except pg_errors.UniqueViolation as exc:
             if exc.diag.constraint_name == "tarry_sessions_pkey":
@@ -245,6 +251,13 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail):
         if appended != len(events):  # cannot be: the log of a new session is empty
             raise conflict(None, sid, events)
         self._count(written=len(record.state) + sum(map(len, encoded)))
+
+    def children(self, session_id: str) -> builtins.list[str]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT child FROM tarry_children WHERE parent = %s ORDER BY id", (session_id,)
+            ).fetchall()
+        return [child for (child,) in rows]
 
     def load(self, session_id: str) -> SessionRecord | None:
         with self._pool.connection() as conn:

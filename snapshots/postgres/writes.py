@@ -45,7 +45,7 @@ _LAST_SEQ = "(SELECT COALESCE(max(seq), 0) FROM tarry_events WHERE session_id = 
 
 
 @functools.cache
-def create_sql(events: bool, token: bool) -> str:
+def create_sql(events: bool, token: bool, parent: bool = False) -> str:
     """Insert a session, its token and its first events. A taken id fails on the primary key
     (the caller's SessionExists); the foreign keys of the token and the events are checked at
     the end of the statement, when the session's row is there."""
@@ -62,6 +62,11 @@ def create_sql(events: bool, token: bool) -> str:
         parts.append(
             "appended AS (INSERT INTO tarry_events (session_id, seq, type, blob) "
             f"SELECT created.session_id, e.s, e.t, e.b FROM created, {_EVENTS} RETURNING 1)"
+        )
+    if parent:  # a Child's session: its parent lists it from now on
+        parts.append(
+            "listed AS (INSERT INTO tarry_children (parent, child) "
+            "SELECT %(parent)s, session_id FROM created RETURNING 1)"
         )
     counted = "(SELECT count(*) FROM appended)" if events else "0"
     return f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM created), {counted}"

@@ -57,6 +57,11 @@ _LATER_INDEXES = (
     *upkeep.SCHEMA,
     # Store-wide marks (SessionStore.mark), e.g. that a Runtime with a secret uses the store.
     "CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY)",
+    # Each session a Child element started, by its parent, in the order they were created
+    # (SessionStore.children): written with the child, so a parent whose drive never wrote
+    # again (it died, it failed) still lists it and a cancel of it reaches it.
+    "CREATE TABLE IF NOT EXISTS children (parent TEXT NOT NULL, child TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS children_parent ON children (parent)",
 )
 
 #: Columns added since version 1, with their definitions: added to files made before them.

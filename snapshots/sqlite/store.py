@@ -20,6 +20,7 @@ from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
+from tarry.snapshots.sqlite import batches as batches_
 from tarry.snapshots.sqlite import logs as logs_
 from tarry.snapshots.sqlite import upkeep as upkeep
 from tarry.snapshots.sqlite import waits as waits_
@@ -63,7 +64,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
 SPILL_PAGES = 16_000
 
 
-class SQLiteStore(TokensAndLeases, WaitsAndMail):
+class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
     """Sessions in one SQLite file.
 
     One connection per store, behind a lock: SQLite runs one writer at a time anyway, and a
@@ -151,7 +152,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
             self._db.execute(statement)
         waits_.upgrade_mail(self._db)
         waits_.upgrade_waits(self._db)
-        for statement in (*waits_.SCHEMA, *logs_.SCHEMA):
+        for statement in (*waits_.SCHEMA, *logs_.SCHEMA, *batches_.SCHEMA):
             self._db.execute(statement)
         if found < SCHEMA_VERSION:
             if 1 <= found < 2:  # a file made before waits: its paused sessions get theirs
@@ -170,7 +171,9 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         self.close()
 
     # -- sessions --------------------------------------------------------------------------
-    def create(self, record: SessionRecord, *, events: Sequence[Event] = ()) -> None:
+    def create(
+        self, record: SessionRecord, *, events: Sequence[Event] = (), parent: str | None = None
+    ) -> None:
         row = ROWS.session_row(record, version=0)
         encoded = encode_events(events)
         _check_run(record.session_id, events, after=0)
@@ -184,6 +187,11 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
                 raise SessionExists(record.session_id) from exc
             if record.token:
                 _add_token(db, record.token, record.session_id)
+            if parent is not None:
+                db.execute(
+                    "INSERT INTO children (parent, child) VALUES (?, ?)",
+                    (parent, record.session_id),
+                )
             written = len(record.state) + _insert(db, record.session_id, events, encoded)
             self._seen = (record.session_id, *(row[i] for i in _INDEXED))
         self.bytes_written += written
@@ -257,10 +265,18 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail):
         self.bytes_written += written
         return expected_version + 1
 
+    def children(self, session_id: str) -> builtins.list[str]:
+        with self._lock:
+            rows = self._cur.execute(
+                "SELECT child FROM children WHERE parent = ? ORDER BY rowid", (session_id,)
+            ).fetchall()
+        return [child for (child,) in rows]
+
     def delete(self, session_id: str) -> None:
         with self._write as db:
             for table in ("sessions", "events", "vals", "tokens", "tallies", "waits", "logs"):
                 db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM children WHERE parent = ?", (session_id,))
             waits_.settle_claims(db, session_id, ())  # its claims are queued again
 
     def list(

@@ -114,6 +114,9 @@ def prune(
                     f"DELETE FROM {table} WHERE session_id IN (SELECT value FROM json_each(?))",
                     (doomed,),
                 )
+            db.execute(  # the lists of their children (a child stays: it is listed once)
+                "DELETE FROM children WHERE parent IN (SELECT value FROM json_each(?))", (doomed,)
+            )
             db.execute(  # a claim is not a consumption: their claims are queued again
                 "UPDATE mail SET claimed_by = '' "
                 "WHERE claimed_by IN (SELECT value FROM json_each(?))",

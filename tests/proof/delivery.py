@@ -1,11 +1,14 @@
-"""The delivery campaign: the stateful property test of keyed delivery at campaign size.
+"""The delivery campaign: the stateful property tests of keyed delivery and of the child road
+(which rides on it) at campaign size.
 
     .venv/bin/python tests/proof/delivery.py --json OUT.json [--seed N] [--full]
 
 Runs tests/drivers/rounds/test_delivery_machine.py (a hypothesis RuleBasedStateMachine that
 interleaves deliver, deliver_many, broadcast, resume, resume_many, cancel, abort, prune, worker
 rounds and crashes, checking every promise of "Delivery you can trust" after each rule) on every
-store it can reach, with TARRY_PROOF_SCALE=25 under `--full` (4 quick) — each scale unit is as
+store it can reach, and tests/drivers/rounds/test_children_machine.py (parents and their child
+sessions under worker rounds, polls, deliveries, cancels, aborts, crashes and recovery), with
+TARRY_PROOF_SCALE=25 under `--full` (4 quick) — each scale unit is as
 many state machines again, each up to that many times longer (at most 4×). Writes the JSON the
 other campaigns write, which tests/proof/report.py turns into docs/guarantees.md.
 """
@@ -23,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TEST = HERE.parent / "drivers" / "rounds" / "test_delivery_machine.py"
+ROUNDS = HERE.parent / "drivers" / "rounds"
+TESTS = [ROUNDS / "test_delivery_machine.py", ROUNDS / "test_children_machine.py"]
 
 
 def campaign(seed: int, scale: float) -> dict[str, Any]:
@@ -34,7 +38,7 @@ def campaign(seed: int, scale: float) -> dict[str, Any]:
             sys.executable,
             "-m",
             "pytest",
-            str(TEST),
+            *map(str, TESTS),
             "-p",
             "no:cacheprovider",
             f"--hypothesis-seed={seed}",
@@ -58,7 +62,9 @@ def campaign(seed: int, scale: float) -> dict[str, Any]:
         "seconds": round(seconds, 1),
         "seed": seed,
         "figures": {
-            "stores run (memory, SQLite, PostgreSQL when reachable)": counts.get("passed", 0)
+            "machine runs (delivery, children; memory, SQLite, PostgreSQL when reachable)": counts.get(
+                "passed", 0
+            )
             + failures,
             "stores skipped": counts.get("skipped", 0),
             "scale (TARRY_PROOF_SCALE)": scale,

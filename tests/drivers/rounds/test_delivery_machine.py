@@ -821,12 +821,14 @@ class DeliveryMachine(RuleBasedStateMachine):
                 seen.stop = None
 
     def _gone(self, message: Any) -> bool:
-        """Whether `message` was consumed: taken by a Wait, or resumed into a branch whose
-        session was cancelled before the Wait completed (the resume recorded it)."""
+        """Whether `message` was consumed: taken by a Wait, or resumed into a branch (the
+        resume recorded it) whose Wait has not completed yet: the session holds it, as a run
+        stopped before that Wait (an abort at the first checkpoint of a recovery) or cancelled
+        does. A session that completed took it, or lost it."""
         if message in self.taken:
             return True
         sid = self.resumed_into.get(message)
-        return sid is not None and self.seen[sid].status == "cancelled"
+        return sid is not None and self.seen[sid].status != "completed"
 
     def _check_derived(self, sid: str, view: Any) -> None:
         """Promise 3: the state is the fold of the events."""

@@ -242,3 +242,82 @@ def test_async_parent_and_child(store: Any) -> None:
     assert out.paused
     rt.resume_due()
     assert rt.session("ap").state.output == 9
+
+
+def test_cancelling_a_running_parent_cancels_the_children_its_drive_started() -> None:
+    """The parent's drive stores lane 0's child, then its process dies in lane 1's first step
+    (durability="pause": nothing of the parent is saved). A cancel of the parent, which is
+    running, is honoured when a recovered drive reaches its next checkpoint: the parent ends
+    cancelled, and the child it started must end cancelled with it."""
+    from tarry import ManualClock
+    from tarry.snapshots import MemoryStore
+
+    died: list[int] = []
+
+    def dies_on_one(ctx: Any) -> Any:
+        if ctx.item == 1 and not died:
+            died.append(1)
+            raise KeyboardInterrupt  # the process dies mid-drive
+        return ctx.item
+
+    slow = Flow("slow", [double, Wait("w")])
+    fan = Flow(
+        "fan_dies",
+        [
+            ForEach(
+                "items",
+                [0, 1],
+                [dies_on_one, Child("c", slow, input=lambda ctx: ctx.item)],
+                concurrency=None,
+            )
+        ],
+    )
+    store = MemoryStore()
+    clock = ManualClock()
+    rt = Runtime(store=store, clock=clock, lease=5)
+    with pytest.raises(KeyboardInterrupt):
+        rt.run(fan, None, session_id="p", durability="pause")
+    assert rt.session("p").status == "running"
+    assert rt.session("p.items.0.c").status == "paused"  # stored queued before the crash
+    after = Runtime(store=store, clock=clock, flows=[fan])
+    assert after.cancel("p").meta["stop_requested"] == "cancel"
+    clock.advance(10)
+    after.recover()
+    assert after.session("p").status == "cancelled"
+    assert after.session("p.items.0.c").status == "cancelled"
+    after.resume_due()
+    assert RUNS == []  # nobody runs a cancelled parent's child
+
+
+def test_a_parent_lists_and_cancels_a_child_started_in_a_drive_that_failed(store: Any) -> None:
+    """Lane 1 stores its child; lane 0's Child fails (its id is taken), and so does the
+    parent, in the same drive. The child is the parent's all the same: listed, and cancelled
+    with it."""
+    slow = Flow("slow", [double, Wait("w")])
+    fan = Flow(
+        "fan_taken",
+        [
+            ForEach(
+                "items",
+                [0, 1],
+                [
+                    lambda ctx: ctx.item,
+                    Child(
+                        "c",
+                        slow,
+                        input=lambda ctx: ctx.item,
+                        session_id=lambda ctx: "taken" if ctx.item == 0 else None,
+                    ),
+                ],
+                concurrency=None,
+            )
+        ],
+    )
+    rt = Runtime(store=store)
+    rt.run(Flow("other", [Wait("w")]), None, session_id="taken")
+    out = rt.run(fan, None, session_id="p")
+    assert out.status == "error" and out.error.type == "InvalidArgument"
+    assert rt.session("p.items.1.c").parent == "p"
+    assert rt.session("p").children == ["p.items.1.c"]
+    rt.cancel("p")
+    assert rt.session("p.items.1.c").status == "cancelled"

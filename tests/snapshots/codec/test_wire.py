@@ -48,7 +48,39 @@ def cattrs_converter() -> Any:
             ContainerFrame, conv, **{name: override(omit=True) for name in lane_fields}
         ),
     )
+    # Likewise the fields a state gained for deadlines and cleanups (written only when set).
+    conv.register_unstructure_hook(
+        SessionState,
+        make_dict_unstructure_fn(
+            SessionState, conv, **{name: override(omit=True) for name in ENDING_FIELDS}
+        ),
+    )
     return conv
+
+
+ENDING_FIELDS = ("deadline", "cleanup", "ending", "ending_data", "cleaned", "cleanup_error")
+
+
+def test_deadline_and_cleanup_fields_round_trip_and_are_left_out_when_unset() -> None:
+    at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    error = ErrorInfo("ValueError", "boom", ("@cleanup", "close"), True, 1, "tb")
+    state = SessionState(
+        session_id="s",
+        deadline=at,
+        cleanup=True,
+        ending="failed",
+        ending_data={"error": {"type": "E", "message": "m"}},
+        cleaned=True,
+        cleanup_error=error,
+    )
+    back = decode_state(encode_state(state))
+    assert back == state
+    plain = wire.state_to_data(SessionState(session_id="s"))
+    assert not set(ENDING_FIELDS) & set(plain)  # an old reader's snapshot, byte for byte
+    # a snapshot written before the fields existed reads with their defaults
+    old = wire.state_from_data({"session_id": "s"})
+    assert (old.deadline, old.cleanup, old.ending, old.ending_data) == (None, False, None, {})
+    assert (old.cleaned, old.cleanup_error) == (False, None)
 
 
 def test_the_converter_uses_the_hand_written_hooks() -> None:

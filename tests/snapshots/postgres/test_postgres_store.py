@@ -76,6 +76,7 @@ def test_a_fresh_schema_is_migrated_to_the_current_version(postgres: Any, schema
         "tarry_tallies",
         "tarry_marks",
         "tarry_waits", "tarry_mail", "tarry_logs",
+        "tarry_batches", "tarry_batch_items", "tarry_children",
     }  # fmt: skip
     assert applied(schema) == [m.version for m in postgres.MIGRATIONS]
 
