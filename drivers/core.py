@@ -74,6 +74,7 @@ class Core:
         "logs",
         "executors",
         "keeper",
+        "tracing",
         "batches",
     )
 
@@ -171,6 +172,9 @@ class Core:
         #: (rounds/delivering.py; set by the Runtime, which imports that module: the drives
         #: that end children cannot). Returns the parent's outcome, awaitable or not, or None.
         self.wake_parent: Callable[[Core, str], Any] = _no_parent
+        #: OpenTelemetry spans of this runtime's sessions (drivers/telemetry/otel.py), or None:
+        #: set by the Runtime (`tracing=`); a drive never asks for it.
+        self.tracing: Any = None
         #: cancel_children(core, session id): cancel the children a session started that have
         #: not ended (sessions/control.py; set by the Runtime, as `wake_parent` is): a drive
         #: whose session's deadline passed calls it after its last write.

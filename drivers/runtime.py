@@ -77,7 +77,10 @@ class Runtime:
     `concurrent.futures.Executor` to run them on instead, e.g. a `ProcessPoolExecutor` or a Dask
     client's `get_executor()`; the caller's, never shut down by tarry), `batches` ({name: batch
     adapter}, e.g. `{"openai": tarry.batches.OpenAIBatch(client=openai.OpenAI())}`: what
-    `BatchRequest(via=name)` is submitted through, see docs/batch.md). See docs/guarantees.md,
+    `BatchRequest(via=name)` is submitted through, see docs/batch.md), `tracing`
+    (OpenTelemetry spans of its drives and steps: True for the global tracer provider, a
+    tracer provider, False; None, the default, follows the `TARRY_TRACING` environment
+    variable; docs/operations.md). See docs/guarantees.md,
     docs/monitor.md, docs/concepts.md ("Where sync steps run").
     """
 
@@ -101,6 +104,7 @@ class Runtime:
         max_threads: int | None = None,
         executor: Executor | None = None,
         batches: dict[str, Any] | None = None,
+        tracing: Any = None,
     ) -> None:
         self._core = Core(
             store,
@@ -124,6 +128,10 @@ class Runtime:
         # A child's end wakes its parent through the delivery road (loaded when first used).
         self._core.wake_parent = _wake_parent
         self._core.cancel_children = _cancel_children
+        if tracing is not False:  # OpenTelemetry spans (docs/operations.md)
+            from tarry.drivers.telemetry import tracing_of
+
+            self._core.tracing = tracing_of(self._core, tracing)
 
     def register(self, flow: Flow) -> Flow:
         """Make `flow` available to `resume`, timers and recovery, which find the flow of a

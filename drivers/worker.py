@@ -217,6 +217,7 @@ class Worker:
         report: Report | None = None,
         import_flows: bool = True,
         limit: int = 100,
+        on_round: Callable[[float, bool], Any] | None = None,
     ) -> None:
         if not (isinstance(interval, int | float) and interval > 0):
             msg = f"interval must be a positive number of seconds (got {interval!r})"
@@ -227,6 +228,9 @@ class Worker:
         self.report = report
         self.import_flows = import_flows
         self.limit = limit
+        #: on_round(seconds, failed): told of each round's time, and whether it raised (the
+        #: Prometheus metrics' `Metrics.round`).
+        self.on_round = on_round
         self._stopping = False
         self._wake = threading.Event()
         self._tried: set[str] = set()
@@ -283,7 +287,19 @@ class Worker:
 
     def _run_round(self) -> tuple[list[Outcome], bool]:
         """One round; its outcomes, and whether it handled a full batch (then more may be
-        waiting, and the next round starts at once)."""
+        waiting, and the next round starts at once). Timed for `on_round`, if given."""
+        if self.on_round is None:
+            return self._round_once()
+        began = time.monotonic()
+        try:
+            found = self._round_once()
+        except BaseException:
+            self.on_round(time.monotonic() - began, True)
+            raise
+        self.on_round(time.monotonic() - began, False)
+        return found
+
+    def _round_once(self) -> tuple[list[Outcome], bool]:
         core = _core(self.runtime)
         outcomes: list[Outcome] = []
         try:

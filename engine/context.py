@@ -240,7 +240,19 @@ class Context:
     read_only_views.py.
     """
 
-    __slots__ = ("_ex", "path", "prev", "_scope", "attempt", "_state", "_metrics", "_interrupts")
+    # `_began`: set (on the pool thread) when a concurrent lane's sync step starts running,
+    # not before: read with getattr (see executors.py `timed`) so no other step pays for it.
+    __slots__ = (
+        "_ex",
+        "path",
+        "prev",
+        "_scope",
+        "attempt",
+        "_state",
+        "_metrics",
+        "_interrupts",
+        "_began",
+    )
 
     def __init__(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, attempt: int = 1

@@ -50,11 +50,13 @@ def fail(
     attempt: int = 1,
     metrics: dict[str, float] | None = None,
     retryable: bool | None = None,
+    began: int | None = None,
 ) -> NodeFailure:
     """Record `node.failed` for `exc` at `path` and return the exception to raise.
 
     `retryable` defaults to: a tarry error about the flow or a value will fail again
-    unchanged, user code may not.
+    unchanged, user code may not. `began`: when the attempt's call began on a pool thread
+    (ns), recorded for stats as a completion's is.
     """
     error = ErrorInfo(
         type=error_type(exc),
@@ -64,16 +66,22 @@ def fail(
         attempts=attempt,
         traceback=_tail("".join(_format(exc))),
     )
-    return record_failure(ex, error, metrics=metrics)
+    return record_failure(ex, error, metrics=metrics, began=began)
 
 
 def record_failure(
-    ex: Execution, error: ErrorInfo, *, metrics: dict[str, float] | None = None
+    ex: Execution,
+    error: ErrorInfo,
+    *,
+    metrics: dict[str, float] | None = None,
+    began: int | None = None,
 ) -> NodeFailure:
     """Emit `node.failed` for `error` (at `error.path`) and return the exception to raise."""
     data: dict[str, Any] = {"error": error_to_data(error), "attempt": max(error.attempts, 1)}
     if metrics:
         data["metrics"] = metrics
+    if began is not None:
+        data["began"] = began
     ex.emit(ev.NODE_FAILED, error.path, data)
     return NodeFailure(error)
 

@@ -181,10 +181,18 @@ def stats(args: argparse.Namespace) -> int:
         print(dumps(stats))
         return EXIT_OK
     print("sessions  " + "  ".join(f"{k} {v}" for k, v in sorted(stats.by_status.items())))
-    if stats.nodes:
-        print(f"{'node':<30} {'runs':>8} {'failures':>8} {'mean s':>10}")
-        for name, node in sorted(stats.nodes.items()):
-            print(f"{name:<30} {node.executions:>8} {node.failures:>8} {node.mean_seconds:>10.4f}")
+    if stats.flows:
+        # Nodes by flow and path (one name in two flows is two rows); waiting apart from runs.
+        print(
+            f"{'flow':<16} {'node':<30} {'runs':>8} {'failures':>8} {'mean s':>10} "
+            f"{'waits':>6} {'mean wait s':>12}"
+        )
+        for flow, nodes in sorted(stats.flows.items()):
+            for path, node in sorted(nodes.items()):
+                print(
+                    f"{flow:<16} {path:<30} {node.executions:>8} {node.failures:>8} "
+                    f"{node.mean_seconds:>10.4f} {node.waits:>6} {node.mean_waiting_seconds:>12.4f}"
+                )
     if stats.metrics:
         print("metrics  " + "  ".join(f"{k} {v:g}" for k, v in sorted(stats.metrics.items())))
     return EXIT_OK

@@ -313,6 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--once", action="store_true", help="one round, then exit")
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (tarry[prometheus])",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for all)",
+    )
+    p.add_argument(
         "--retention",
         type=pruning.duration,
         metavar="DURATION",

@@ -50,7 +50,8 @@ def worker(args: argparse.Namespace) -> int:
     def report(source: str, out: Outcome) -> None:
         print(f"{source} {out.session_id}: {summary(out)}", flush=True)
 
-    worker = Worker(rt, interval=args.interval, report=report)
+    metrics = serve_metrics(rt, args)
+    worker = Worker(rt, interval=args.interval, report=report, on_round=metrics and metrics.round)
     if args.once:
         worker.run_once()
         return EXIT_OK
@@ -73,6 +74,30 @@ def worker(args: argparse.Namespace) -> int:
     else:
         err("tarry worker: stopped")
     return EXIT_OK
+
+
+def serve_metrics(rt: Any, args: argparse.Namespace) -> Any:
+    """The worker's Prometheus metrics, served on `--metrics-port` (None without it)."""
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    if not 0 <= port <= 65535:
+        msg = f"--metrics-port must be a port number, 0 to 65535 (got {port})"
+        raise UsageError(msg)
+    try:
+        from tarry.drivers.telemetry.prometheus import Metrics
+    except ImportError:
+        msg = "--metrics-port needs prometheus_client: pip install 'tarry[prometheus]'"
+        raise UsageError(msg) from None
+    metrics = Metrics(rt)
+    try:
+        server = metrics.serve(port, args.metrics_host)
+    except OSError as exc:
+        msg = f"--metrics-port {port}: cannot listen on {args.metrics_host} ({exc.strerror})"
+        raise UsageError(msg) from None
+    host, bound = server.server_address[:2]
+    err(f"tarry worker: metrics at http://{host}:{bound}/metrics")
+    return metrics
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 from contextvars import copy_context
+from functools import partial
 from typing import Any
 
 from tarry.engine.context import Interrupted
@@ -79,9 +80,11 @@ class Executors:
         if self.remote:
             return self._send(executor, offload)
         if WATCHER.get() is None:
-            return executor.submit(offload.fn, offload.ctx)
+            return executor.submit(timed, offload.fn, offload.ctx)
         # Logs are captured: the call runs in a copy of the drive's context, and says whose it is.
-        return executor.submit(copy_context().run, call_in_lane, offload.fn, offload.ctx)
+        return executor.submit(
+            copy_context().run, call_in_lane, partial(timed, offload.fn), offload.ctx
+        )
 
     def _pool(self) -> Any:
         with self._lock:  # two drives of one Runtime may start their first lanes at once
@@ -130,6 +133,14 @@ class Executors:
 
 
 _MISSING = object()
+
+
+def timed(fn: Any, ctx: Any) -> Any:
+    """`fn(ctx)` on a pool thread, noting on `ctx` when it began (the Runtime's clock, in ns):
+    the step's completion records it (`began`), and stats time the step from there, not from
+    its `node.started`, which a lane emits before the call may wait for a free thread."""
+    ctx._began = ctx._ex.ns()
+    return fn(ctx)
 
 
 def _is_thread_pool(executor: Any) -> bool:

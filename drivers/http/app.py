@@ -32,6 +32,7 @@ from tarry.drivers.http.bodies import (
 )
 from tarry.drivers.http.edge import Edge
 from tarry.drivers.http.guard import Guard, is_loopback_host
+from tarry.drivers.http.metrics import metrics_route
 from tarry.drivers.http.reading import NoSuchFlow, on_unknown_flow
 from tarry.drivers.http.users import ADMIN, Users, parse_users
 from tarry.drivers.runtime import Runtime
@@ -118,6 +119,9 @@ def create_app(
         Route("/api/stats/timeline", api.stats_timeline, methods=["GET"]),
         Route("/api/events/stream", api.stream_all, methods=["GET"]),
     ]
+    metrics_at, metrics = metrics_route(runtime)  # with tarry[prometheus] only
+    if metrics_at is not None:
+        routes.append(metrics_at)
     handlers: dict[Any, Any] = {}
     psycopg = sys.modules.get("psycopg")  # loaded when the store is PostgreSQL
     if psycopg is not None:  # a value PostgreSQL refuses is the caller's: 400, not logged
@@ -140,6 +144,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    app.state.metrics = metrics
     #: Ends every open event stream; `serve` calls it when the server begins to shut down.
     app.state.close_streams = api.streams.close_all
     return app

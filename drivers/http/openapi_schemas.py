@@ -311,6 +311,9 @@ SCHEMAS: dict[str, Any] = {
             "failures": _INT,
             "mean_seconds": _NUM,
             "metrics": {"type": "object", "additionalProperties": _NUM},
+            "waits": _INT,
+            "waiting_seconds": _NUM,
+            "mean_waiting_seconds": _NUM,
         },
     ),
     "Stats": _obj(
@@ -323,6 +326,14 @@ SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "additionalProperties": _NUM,
                 "description": "sums of ctx.metric, e.g. tokens and cost",
+            },
+            "flows": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "additionalProperties": _ref("NodeStats"),
+                },
+                "description": "nodes by flow, then by path (names joined by '/')",
             },
         },
     ),

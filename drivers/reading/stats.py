@@ -6,27 +6,39 @@ import datetime as dt
 
 import attrs
 from tarry.snapshots.store import SessionStore
+from tarry.snapshots.tally import NodeTotals
 
 
 @attrs.frozen
 class NodeStats:
-    """One node name over every session: attempts run, attempts failed, mean attempt time,
-    and the sums of the `ctx.metric` values its steps recorded."""
+    """One node over every session: attempts run, attempts failed, mean attempt time (from
+    the start of its execution: a concurrent lane's step that waited for a thread is timed
+    from when its call began), the sums of the `ctx.metric` values its steps recorded, and
+    the pauses it was resumed from (`waits`) with the seconds they waited, in all and on
+    average: waiting is never counted as run time."""
 
     executions: int = 0
     failures: int = 0
     mean_seconds: float = 0.0
     metrics: dict[str, float] = attrs.field(factory=dict)
+    waits: int = 0
+    waiting_seconds: float = 0.0
+    mean_waiting_seconds: float = 0.0
 
 
 @attrs.frozen
 class Stats:
-    """Sessions by status, nodes by name, and metric sums over all sessions (or one flow's)."""
+    """Sessions by status, nodes by name, and metric sums over all sessions (or one flow's).
+
+    `nodes` adds up the nodes of one name wherever they are (in every flow); `flows` keeps
+    them apart: `flows[flow][path]`, the path being the node's names from the top of its flow
+    joined by "/" (`"prompts/ask"`), without iteration indexes."""
 
     sessions: int = 0
     by_status: dict[str, int] = attrs.field(factory=dict)
     nodes: dict[str, NodeStats] = attrs.field(factory=dict)
     metrics: dict[str, float] = attrs.field(factory=dict)
+    flows: dict[str, dict[str, NodeStats]] = attrs.field(factory=dict)
 
 
 def compute_stats(
@@ -47,16 +59,36 @@ def compute_stats(
     left out of the node figures (it is still counted by status).
     """
     totals = store.stats(flow=flow, since=since, until=until)
-    nodes: dict[str, NodeStats] = {}
+    nodes = {name: _node(node) for name, node in totals.nodes.items()}
     metrics: dict[str, float] = {}
-    for name, node in totals.nodes.items():
-        mean = node.seconds / node.timed if node.timed else 0.0
-        nodes[name] = NodeStats(node.executions, node.failures, mean, dict(node.metrics))
+    for node in totals.nodes.values():
         for metric, value in node.metrics.items():
             metrics[metric] = metrics.get(metric, 0) + value
+    flows = {
+        name: {path: _node(node) for path, node in paths.items()}
+        for name, paths in totals.flows.items()
+    }
     by_status = dict(totals.by_status)
     return Stats(
-        sessions=sum(by_status.values()), by_status=by_status, nodes=nodes, metrics=metrics
+        sessions=sum(by_status.values()),
+        by_status=by_status,
+        nodes=nodes,
+        metrics=metrics,
+        flows=flows,
+    )
+
+
+def _node(node: NodeTotals) -> NodeStats:
+    mean = node.seconds / node.timed if node.timed else 0.0
+    waiting = node.waited / node.waits if node.waits else 0.0
+    return NodeStats(
+        node.executions,
+        node.failures,
+        mean,
+        dict(node.metrics),
+        node.waits,
+        node.waited,
+        waiting,
     )
 
 

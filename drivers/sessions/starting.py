@@ -83,6 +83,9 @@ def begin(
         )
         raise InvalidArgument(msg)
     sid = session_id or uuid.uuid4().hex
+    meta = dict(meta or {})
+    if core.tracing is not None:  # the session's trace context, for every drive of it
+        core.tracing.started(sid, flow.name, meta)
     now = core.clock.now()
     due = deadline_at(deadline, flow, now)
     if due is not None:
@@ -100,7 +103,7 @@ def begin(
         lease_until=now + timedelta(seconds=core.lease),
         created_at=now,
         updated_at=now,
-        meta=dict(meta or {}),
+        meta=meta,
         durability=durability,
     )
     initial = SessionState(session_id=sid, flow=flow.name)

@@ -188,7 +188,8 @@ class Step(Element):
             except Exception as exc:
                 ex.at = None
                 # Raises the NodeFailure, or returns when the next attempt may begin.
-                yield from self._retry(ex, path, exc, attempt, ctx._metrics)
+                began = getattr(ctx, "_began", None) if ex.pooled else None
+                yield from self._retry(ex, path, exc, attempt, ctx._metrics, began)
                 attempt += 1
             else:
                 break
@@ -216,6 +217,12 @@ class Step(Element):
                         size += n
         except NotSerializable as exc:
             raise fail(ex, path, exc, metrics=ctx._metrics) from exc
+        if ex.pooled:
+            # A lane's sync step ran on the pool: when its call began (it may have waited for a
+            # thread after `node.started`), for stats to time the execution, not the queue.
+            began = getattr(ctx, "_began", None)
+            if began is not None:
+                data["began"] = began
         return self._record(ex, path, data, output, out_size, size, ctx._metrics, route, result)
 
     def _record(
@@ -255,17 +262,20 @@ class Step(Element):
         exc: Exception,
         attempt: int,
         metrics: dict[str, float] | None,
+        began: int | None = None,
     ) -> Generator[Signal, Any, None]:
         """After failed attempt number `attempt`: record it, and raise the NodeFailure that
         fails the run unless the retry policy gives it another attempt; then wait the back-off
         (in place, or paused until it is due) and return."""
         policy = self.retry if self.retry is not None else ex.retry
         if policy is None:
-            raise fail(ex, path, exc, attempt=attempt, metrics=metrics) from exc
+            raise fail(ex, path, exc, attempt=attempt, metrics=metrics, began=began) from exc
         matches = policy.retries(exc)
         if not matches or attempt >= policy.attempts:
-            raise fail(ex, path, exc, attempt=attempt, metrics=metrics, retryable=matches) from exc
-        fail(ex, path, exc, attempt=attempt, metrics=metrics, retryable=True)
+            raise fail(
+                ex, path, exc, attempt=attempt, metrics=metrics, retryable=matches, began=began
+            ) from exc
+        fail(ex, path, exc, attempt=attempt, metrics=metrics, retryable=True, began=began)
         delay = policy.delay(attempt)
         ex.emit(ev.NODE_RETRYING, path, {"attempt": attempt, "delay": delay})
         if delay >= policy.durable_after:

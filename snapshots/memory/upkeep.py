@@ -47,14 +47,14 @@ def stats(
     since, outside the lock, then added up."""
     with store._lock:
         rows = [
-            (sid, e, e.record.status, e.tally, e.last_seq)
+            (sid, e, e.record.status, e.tally, e.last_seq, e.record.flow)
             for sid, e in store._sessions.items()
             if (flow is None or e.record.flow == flow)
             and (since is None or e.record.created_at >= since)
             and (until is None or e.record.created_at < until)
         ]
     sums = Sums()
-    for sid, entry, status, tally, last_seq in rows:
+    for sid, entry, status, tally, last_seq, flow in rows:
         sums.count(status)
         if tally is None or tally.seq < last_seq:
             try:
@@ -66,7 +66,7 @@ def stats(
                 if entry.tally is tally:  # nobody brought it further meanwhile
                     entry.tally = fresh
             tally = fresh
-        sums.add(tally)
+        sums.add(tally, flow)
     return sums.totals()
 
 

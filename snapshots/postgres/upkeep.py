@@ -88,7 +88,7 @@ SELECT s.session_id, s.status, t.seq, t.blob,
        t.final IS NOT TRUE AND EXISTS (
            SELECT 1 FROM tarry_events AS e
            WHERE e.session_id = s.session_id AND e.seq > COALESCE(t.seq, 0)
-       )
+       ), s.flow
 FROM tarry_sessions AS s LEFT JOIN tarry_tallies AS t ON t.session_id = s.session_id
 WHERE s.session_id > %(after)s {flow}
 ORDER BY s.session_id LIMIT %(limit)s

@@ -135,7 +135,7 @@ _TALLIES = """
 SELECT s.session_id, s.status, t.seq, t.blob,
        t.final IS NOT 1 AND EXISTS (
            SELECT 1 FROM events AS e WHERE e.session_id = s.session_id AND e.seq > COALESCE(t.seq, 0)
-       )
+       ), s.flow
 FROM sessions AS s LEFT JOIN tallies AS t ON t.session_id = s.session_id
 WHERE s.session_id > ?1 {flow}
 ORDER BY s.session_id LIMIT ?2

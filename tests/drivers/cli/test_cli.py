@@ -462,6 +462,11 @@ def test_stats(jobs: Path) -> None:
     as_json = json.loads(tarry("stats", "--json", "--flow", "ticker", cwd=jobs).stdout)
     assert as_json["by_status"] == {"completed": 1}
     assert as_json["nodes"]["tick"]["executions"] == 3
+    assert as_json["flows"]["ticker"]["items/tick"]["executions"] == 3
+    # One row per flow and node path, with its waits.
+    row = next(line.split() for line in shown.stdout.splitlines() if "items/tick" in line)
+    assert row[:4] == ["ticker", "items/tick", "3", "0"]
+    assert "mean wait s" in shown.stdout
 
 
 def test_due_lists_and_runs_sessions_whose_time_has_come(jobs: Path) -> None:
