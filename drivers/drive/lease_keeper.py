@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from tarry.drivers.limits import log
+
 
 class LeaseKeeper:
     """The drives of one Runtime and the thread that keeps their leases while they run."""
@@ -61,7 +63,19 @@ class LeaseKeeper:
         with self._lock:
             due = [d for d in self.drives.values() if mono >= d.renew_at and not d.lost]
             for drive in due:
-                drive.keep_lease()
+                try:
+                    drive.keep_lease()
+                except Exception as exc:
+                    # The store failed, or was closed under a drive that never ended (a test
+                    # that dropped it, a process going down): the drive is no longer kept
+                    # (its own checkpoints still renew it, and its last write says the rest).
+                    self.drives.pop(id(drive), None)
+                    log().warning(
+                        "renewing the lease of session %s failed, no longer kept: %s: %s",
+                        drive.ex.session_id,
+                        type(exc).__name__,
+                        exc,
+                    )
         return len(due)
 
     def _run(self) -> None:
