@@ -90,3 +90,10 @@ class BatchStore(Protocol):
     def batch_keys(self, submission_id: str) -> builtins.list[str]: ...
 
     def batch_submitted(self, keys: Sequence[str]) -> set[str]: ...
+
+    def batch_turns(
+        self, submission_ids: Sequence[str], *, owner: str, slot: int
+    ) -> builtins.set[str]:
+        """Those of the open submissions `submission_ids` whose status check is `owner`'s in
+        the round `slot` (see snapshots/batch_turns.py): the ones it took in that slot before,
+        and those no one holds, which it takes now. Writes nothing to the store."""

@@ -64,9 +64,12 @@ def batch_round(
     # 1. One status call per open batch (a write only when its status changed). A batch that
     # ended, or a submission never given a provider id, is claimed (leased to this runtime):
     # of many workers, one delivers it (or uploads it again).
+    # Of many runtimes on one store, only the one whose turn it is checks a batch this round.
     ended: list[tuple[BatchRecord, BatchStatus]] = []
     unrecorded: list[BatchRecord] = []
-    for record in _store(core).batches(open=True):
+    records = _store(core).batches(open=True)
+    turns = _turns(core, [r.submission_id for r in records if r.provider_id is not None])
+    for record in records:
         if round.stopping():
             return []
         try:
@@ -74,6 +77,8 @@ def batch_round(
                 if _stale(core, record) and _claim(core, record):
                     unrecorded.append(record)
                 continue
+            if record.submission_id not in turns:
+                continue  # another runtime checks it this round
             status = _check(core, record)
             if status is not None and _claim(core, record):
                 ended.append((record, status))
@@ -124,6 +129,26 @@ def _claim(core: Core, record: BatchRecord) -> bool:
     now = core.clock.now()
     until = now + dt.timedelta(seconds=core.lease)
     return bool(_store(core).batch_claim(record.submission_id, core.owner, until, now))
+
+
+def slot(core: Core) -> int:
+    """The round, as the store's turns count them: a slot of the runtime's clock, `lease`
+    seconds long (snapshots/batch_turns.py)."""
+    return int(core.clock.now().timestamp() // max(core.lease, 0.001))
+
+
+def _turns(core: Core, submission_ids: list[str]) -> set[str]:
+    """The open batches whose status check is this runtime's this round: those whose turn it
+    holds or takes now. Every one when the store keeps no turns, or when asking it failed (a
+    check too many rather than none)."""
+    ask = getattr(core.store, "batch_turns", None)
+    if ask is None:
+        return set(submission_ids)
+    try:
+        return set(ask(submission_ids, owner=core.owner, slot=slot(core)))
+    except Exception:
+        log().exception("batches: whose turn it is to check could not be asked; checking all")
+        return set(submission_ids)
 
 
 def _stale(core: Core, record: BatchRecord) -> bool:

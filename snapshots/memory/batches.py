@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import attrs
 from tarry.snapshots.batch_records import BatchRecord
+from tarry.snapshots.batch_turns import Turns
 
 
 class Batches:
@@ -25,6 +26,9 @@ class Batches:
         self._batch_keys: dict[str, list[str]] = {}
         #: submission id -> (owner, until): the worker that delivers an ended batch.
         self._batch_claims: dict[str, tuple[str, dt.datetime]] = {}
+        #: Whose turn it is to check each open batch: the runtimes sharing this store are
+        #: the only ones that see it, so the store object is the whole lock.
+        self._turns = Turns()
 
     def _batch_state(self) -> tuple[dict[str, BatchRecord], dict[str, str]]:
         return self._batches, self._batch_items
@@ -126,3 +130,10 @@ class Batches:
         with self._lock:
             _, items = self._batch_state()
             return {key for key in keys if key in items}
+
+    def batch_turns(
+        self, submission_ids: Sequence[str], *, owner: str, slot: int
+    ) -> builtins.set[str]:
+        """Those of the open submissions whose status check is `owner`'s in round `slot`
+        (snapshots/batch_turns.py); held in the store object, nothing written."""
+        return self._turns.turns(submission_ids, owner, slot)

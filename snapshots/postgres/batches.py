@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 from tarry.snapshots.batch_records import BATCH_COLUMNS, BatchRecord, counts_of, counts_text
+from tarry.snapshots.batch_turns import Turns
+
+#: Made on first use; guards the store's connection of turns.
+_TURNS_GUARD = threading.Lock()
 
 #: The migration: one row per submission, and the keys of the open ones (a key in at most one).
 DESCRIPTION = "provider batch submissions and the keys of the open ones"
@@ -55,6 +62,11 @@ class Batches:
     """The batch records of a PostgresStore; each method one transaction."""
 
     _pool: ConnectionPool[Any]
+    dsn: str
+    schema: str | None
+    _turns: Turns | None = None
+    _turn_conn: psycopg.Connection[Any] | None = None
+    _configure: Callable[[psycopg.Connection[Any]], None]
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
         """Record `record` with those of `keys` that something still waits on and no open
@@ -180,3 +192,78 @@ class Batches:
                 (list(dict.fromkeys(keys)),),
             ).fetchall()
         return {key for (key,) in rows}
+
+    # -- turns: whose round it is to check a batch (snapshots/batch_turns.py) ----------------
+
+    def batch_turns(
+        self, submission_ids: Sequence[str], *, owner: str, slot: int
+    ) -> builtins.set[str]:
+        """Those of the open submissions whose status check is `owner`'s in round `slot`
+        (snapshots/batch_turns.py). The other processes are kept out by a session-level
+        advisory lock per turn (`pg_try_advisory_lock`: never waited for, nothing written),
+        held by a connection of this store's own, beside its pool, until the slot ends; the
+        server drops them when that connection goes (its process died). A failure of that
+        connection forgets the turns and is raised (the round then checks every batch)."""
+        if not submission_ids and self._turns is None:
+            return set()  # no batch was ever open here: no connection made for turns
+        turns = self._batch_turns()
+        try:
+            return turns.turns(submission_ids, owner, slot)
+        except psycopg.Error:
+            self._drop_turn_conn()
+            turns.clear()
+            raise
+
+    def _batch_turns(self) -> Turns:
+        with _TURNS_GUARD:
+            if self._turns is None:
+                namespace = self.schema
+                if namespace is None:
+                    with self._pool.connection() as conn:
+                        row = conn.execute("SELECT current_schema()").fetchone()
+                    namespace = str(row[0]) if row else ""
+                self._turns = Turns(namespace, self._take_turns, self._give_turns)
+            return self._turns
+
+    def _turn_connection(self) -> psycopg.Connection[Any]:
+        if self._turn_conn is None or self._turn_conn.closed:
+            kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
+            if "application_name" not in conninfo_to_dict(self.dsn):
+                kwargs["application_name"] = "tarry-turns"
+            conn = psycopg.connect(self.dsn, **kwargs)
+            self._configure(conn)
+            self._turn_conn = conn
+        return self._turn_conn
+
+    def _take_turns(self, keys: list[int]) -> set[int]:
+        rows = (
+            self._turn_connection()
+            .execute(
+                "SELECT k FROM unnest(%s::bigint[]) AS k WHERE pg_try_advisory_lock(k)", (keys,)
+            )
+            .fetchall()
+        )
+        return {int(k) for (k,) in rows}
+
+    def _give_turns(self, keys: list[int]) -> None:
+        conn = self._turn_conn
+        if conn is None or conn.closed:
+            return  # its locks went with it
+        conn.execute("SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", (keys,))
+
+    def _drop_turn_conn(self) -> None:
+        with _TURNS_GUARD:
+            conn, self._turn_conn = self._turn_conn, None
+        if conn is not None:
+            try:
+                if not conn.closed:
+                    conn.execute("SELECT pg_advisory_unlock_all()")  # at once, for the others
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    def _close_turns(self) -> None:
+        """Close the connection of turns (the server drops its locks)."""
+        self._drop_turn_conn()
+        if self._turns is not None:
+            self._turns.clear()

@@ -192,6 +192,7 @@ class PostgresStore(EventsAndValues, Logs, TokensAndLeases, WaitsAndMail, Batche
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
         """Close every connection of the pool. The store cannot be used afterwards."""
+        self._close_turns()
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:

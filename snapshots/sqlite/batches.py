@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tarry.snapshots.batch_records import BATCH_COLUMNS, BatchRecord, counts_of, counts_text
+from tarry.snapshots.batch_turns import FileLocks, Turns
 from tarry.snapshots.sqlite.rows import from_micros, maybe_micros, micros
 
 #: Made with the other tables (IF NOT EXISTS: a file made before gets them when opened).
@@ -26,6 +27,12 @@ SCHEMA = (
     " key TEXT PRIMARY KEY, submission_id TEXT NOT NULL) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS batch_items_submission ON batch_items (submission_id, key)",
 )
+
+#: The file beside the database whose byte-range locks say whose turn it is to check a batch.
+TURNS_SUFFIX = "-turns"
+
+#: Made on first use (a store of no batches makes no lock file).
+_TURNS_GUARD = threading.Lock()
 
 #: Keys looked up per statement (SQLite's default limit of host parameters is 999 or more).
 _CHUNK = 500
@@ -51,6 +58,9 @@ class Batches:
     _lock: threading.Lock
     _write: Any
     _cur: sqlite3.Cursor
+    path: str
+    _turns: Turns | None = None
+    _turn_locks: FileLocks | None = None
 
     def batch_intent(self, record: BatchRecord, keys: Sequence[str]) -> builtins.list[str]:
         """Record `record` with those of `keys` that something still waits on, that hold no
@@ -177,3 +187,32 @@ class Batches:
                 ).fetchall()
                 found.update(key for (key,) in rows)
         return found
+
+    def batch_turns(
+        self, submission_ids: Sequence[str], *, owner: str, slot: int
+    ) -> builtins.set[str]:
+        """Those of the open submissions whose status check is `owner`'s in round `slot`
+        (snapshots/batch_turns.py). The runtimes of other processes on this file are kept
+        out by a lock of one byte per turn of the file `<database>-turns` beside it, which the
+        operating system drops when its process dies; nothing is written to the database."""
+        if not submission_ids and self._turns is None:
+            return set()  # no batch was ever open here: no lock file made
+        return self._batch_turns().turns(submission_ids, owner, slot)
+
+    def _batch_turns(self) -> Turns:
+        with _TURNS_GUARD:
+            if self._turns is None:
+                if self.path in ("", ":memory:") or self.path.startswith("file:"):
+                    self._turns = Turns()
+                else:
+                    locks = self._turn_locks = FileLocks(self.path + TURNS_SUFFIX)
+                    self._turns = Turns(take=locks.take, give=locks.give)
+            return self._turns
+
+    def _close_turns(self) -> None:
+        """Give back the turns this store holds (when it is closed)."""
+        with _TURNS_GUARD:
+            if self._turn_locks is not None:
+                self._turn_locks.close()
+            if self._turns is not None:
+                self._turns.clear()

@@ -161,6 +161,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
+        self._close_turns()
         with self._lock:
             self._db.close()
 

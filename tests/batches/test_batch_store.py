@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from batchflows import openai_flow
 from tarry import Runtime
 from tarry.batches import BatchRecord
@@ -55,3 +56,45 @@ def test_intent_claims_keys_that_wait_and_no_open_submission_holds(store, openai
     assert store.batch_intent(_record("s4", later), ["k-a"]) == ["k-a"]
     assert [r.submission_id for r in store.batches(via="openai")] == ["s2", "s4"]
     assert store.batches(via="other") == []
+
+
+# -- turns: whose round it is to check a batch ---------------------------------------------------
+
+
+def test_a_turn_is_one_owners_per_slot(store):
+    assert store.batch_turns(["s1", "s2"], owner="a", slot=7) == {"s1", "s2"}
+    assert store.batch_turns(["s1", "s2", "s3"], owner="b", slot=7) == {"s3"}
+    assert store.batch_turns(["s1", "s2"], owner="a", slot=7) == {"s1", "s2"}  # kept
+    # The next slot's turn goes to whoever asks first.
+    assert store.batch_turns(["s1"], owner="b", slot=8) == {"s1"}
+    assert store.batch_turns(["s1", "s2"], owner="a", slot=8) == {"s2"}
+    assert store.batch_turns([], owner="a", slot=8) == set()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_turns_keep_out_another_store_on_the_same_database(kind, tmp_path):
+    import pgserver
+    from tarry.snapshots import PostgresStore, SQLiteStore
+
+    if kind == "sqlite":
+        one, two = SQLiteStore(tmp_path / "t.db"), SQLiteStore(tmp_path / "t.db")
+    else:
+        one = pgserver.scratch_store()
+        two = PostgresStore(pgserver.server_dsn(), schema=one.schema)
+    assert one.batch_turns(["s1"], owner="a", slot=1) == {"s1"}
+    assert two.batch_turns(["s1", "s2"], owner="b", slot=1) == {"s2"}
+    assert one.batch_turns(["s1", "s2"], owner="a", slot=1) == {"s1"}
+    one.close()  # its turns are given back
+    assert two.batch_turns(["s1", "s2"], owner="b", slot=1) == {"s1", "s2"}
+    two.close()
+
+
+def test_asking_for_turns_writes_nothing(tmp_path):
+    from tarry.snapshots import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "t.db")
+    changes = store._db.total_changes
+    store.batch_turns(["s1", "s2"], owner="a", slot=1)
+    store.batch_turns(["s1", "s2"], owner="a", slot=2)
+    assert store._db.total_changes == changes
+    store.close()
