@@ -33,7 +33,7 @@ from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.limits import log
 from tarry.drivers.rounds.boundary import Round
 from tarry.drivers.rounds.delivering import Delivery, deliver_many, waiting
-from tarry.engine.elements.batch_request import REASON
+from tarry.engine.elements.batch_request import BATCH_ERROR, REASON
 from tarry.engine.errors import TarryError
 from tarry.engine.short_hash import short_hash
 from tarry.snapshots.batch_records import BatchRecord, BatchStore
@@ -45,6 +45,10 @@ Deliver = Callable[[dict[str, Any]], Delivery]
 
 #: The status of a submission recorded before its upload (no provider id yet).
 SUBMITTING = "submitting"
+
+#: The status of an ended submission whose results a round began to deliver: a later round
+#: (its worker died) delivers to the keys that still wait, and queues nothing more.
+DELIVERING = "delivering"
 
 #: Results delivered per deliver_many call (a whole Anthropic batch: one resume per session).
 DELIVER_CHUNK = 100_000
@@ -99,14 +103,27 @@ def batch_round(
             log().exception("batches: recovering %s (%s) failed", record.submission_id, record.via)
     # 3. The results of every batch that ended, delivered together: one resume per session
     # touched, however many batches its requests were split into.
+    # Results of keys that no longer wait (their lane was cancelled: a concurrent ForEach
+    # failed, its session failed) are queued under their keys, kept for a retry's waits:
+    # only by the first round that delivers the batch, which marks it "delivering" first.
     results: dict[str, Any] = {}
+    orphans: dict[str, Any] = {}
     read: list[tuple[BatchRecord, BatchStatus, list[str]]] = []
     for record, status in ended:
         try:
-            read.append((record, status, _read(core, record, status, by_key, results)))
+            first = record.status != DELIVERING
+            keys = _read(core, record, status, by_key, results, orphans if first else None)
+            read.append((record, status, keys))
         except Exception:
             log().exception("batches: reading %s (%s) failed", record.submission_id, record.via)
-    outcomes, refused = _deliver(core, results, deliver)
+    outcomes: list[Outcome] = []
+    if orphans:
+        outcomes += _deliver(core, orphans, deliver)[0]
+    for record, _, _ in read:
+        if record.status != DELIVERING:
+            _store(core).batch_update(record.submission_id, status=DELIVERING, at=core.clock.now())
+    delivered, refused = _deliver(core, results, deliver)
+    outcomes += delivered
     for record, status, keys in read:
         if refused.intersection(keys):
             continue  # kept open: the next round reads its results and tries them again
@@ -288,18 +305,28 @@ def _read(
     status: BatchStatus,
     by_key: Mapping[str, WaitRecord],
     results: dict[str, Any],
+    orphans: dict[str, Any] | None = None,
 ) -> list[str]:
     """Add an ended batch's results for its keys that still wait to `results` (streamed); the
-    keys added."""
+    keys added. With `orphans`, the answers (not the errors) of its keys that wait no more
+    are added there."""
     assert record.provider_id is not None
     adapter = core.batches[record.via]
     mine = set(_store(core).batch_keys(record.submission_id))
     added = []
     for key, value in adapter.results(record.provider_id, status):
-        if value is not UNFINISHED and key in mine and key in by_key:
+        if value is UNFINISHED or key not in mine:
+            continue
+        if key in by_key:
             results[key] = value
             added.append(key)
+        elif orphans is not None and not _is_error(value):
+            orphans[key] = value
     return added
+
+
+def _is_error(value: Any) -> bool:
+    return type(value) is dict and len(value) == 1 and BATCH_ERROR in value
 
 
 def _deliver(

@@ -236,8 +236,10 @@ def test_results_already_delivered_are_not_delivered_again(fake, openai_client):
     rt.run(flow)
     rt.poll()
     fake.complete()
-    # Deliver as a round would, but do not mark the batch ended (the round "died").
+    # Deliver as a round would (marked "delivering" first), but do not mark the batch ended
+    # (the round "died").
     [record] = rt.store.batches()
+    rt.store.batch_update(record.submission_id, status="delivering", at=record.updated_at)
     rt.deliver_many({"ka": {"id": "x"}})
     out = rt.poll()  # reads the results again: "ka" is not waiting any more
     assert out == [] or all(o.paused for o in out)
@@ -297,3 +299,53 @@ def test_anthropic_lost_answer_is_found_again_by_its_requests(fake, anthropic_cl
     [done] = rt.poll()
     assert done.ok and [m["content"][0]["text"] for m in done.output] == ["a", "b", "c"]
     assert set(fake.submitted.values()) == {1}
+
+
+def _keyed_flow():
+    return Flow(
+        "keyed",
+        [
+            ForEach(
+                "prompts",
+                lambda ctx: ctx.input,
+                BatchRequest("ask", _chat, via="openai", key=lambda ctx: f"k-{ctx.item}"),
+                concurrency=None,
+            )
+        ],
+    )
+
+
+def test_results_of_lanes_a_failure_cancelled_are_kept_for_the_retry(store, fake, openai_client):
+    """One request of a concurrent ForEach fails: the session fails and its other lanes stop
+    waiting. The results of their requests, already submitted, that come in meanwhile are
+    queued under their keys; the retry's lanes take them: only the failed requests (and one
+    whose error came in meanwhile: an error is not kept) are submitted again."""
+    rt = Runtime(store, batches={"openai": OpenAIBatch(openai_client, max_requests=2)})
+    out = rt.run(_keyed_flow(), ["a", "b", "c", "d"])
+    rt.poll()
+    assert len(fake.batches) == 2
+    [with_a] = [b for b, v in fake.batches.items() if "k-a" in dict(v["requests"])]
+    [other] = [b for b in fake.batches if b != with_a]
+    erring = fake.batches[other]["requests"][0][0]
+    fake.fail("k-a", "overloaded")
+    fake.fail(erring, "overloaded")
+    fake.complete(with_a)
+    [failed] = rt.poll()
+    assert failed.failed and failed.error.type == "BatchItemFailed"
+    fake.complete()  # the other batch ends while the session is failed
+    assert rt.poll() == []
+    assert rt.store.batches() == []
+    assert [m.key for m in rt.mailbox()] == [k for k, _ in fake.batches[other]["requests"][1:]]
+    fake.failures.clear()
+    again = rt.resume(failed.token)
+    waiting = sorted(p.path[1] for p in again.pauses)
+    assert again.paused and waiting == sorted([0, "abcd".index(erring[-1])])
+    rt.poll()
+    fake.complete()
+    [done] = rt.poll()
+    assert done.ok and done.session_id == out.session_id
+    answers = [r["choices"][0]["message"]["content"] for r in done.output]
+    assert answers == ["a", "b", "c", "d"]
+    twice = {"k-a", erring}
+    assert fake.submitted == {f"k-{i}": 2 if f"k-{i}" in twice else 1 for i in "abcd"}
+    assert rt.mailbox() == []
