@@ -15,8 +15,18 @@ submission is marked ended and its keys are freed (one write). A round that dies
 finds the keys already delivered no longer waiting. Keys the provider did not finish (the batch
 expired or was cancelled) are left waiting, and the next round submits them again.
 
-Costs: a round with nothing new reads the waits and the open submissions, makes one status
-call per open batch, and writes nothing.
+Kept, not dropped. The answers for keys that no longer wait when their batch ends (their lane
+was cancelled: a concurrent ForEach failed with its session) are queued under their keys by
+the first round that delivers the batch, which then marks it "delivering" before it delivers
+to the waiting keys; a retry's lanes take them instead of submitting again. A round that
+takes over a batch marked "delivering" queues nothing (what no longer waits was delivered).
+
+One check per batch per round. Of the runtimes on one store, one checks each open batch in a
+round: the one whose turn it is (`BatchStore.batch_turns`, snapshots/batch_turns.py: a slot of
+the clock, `lease` seconds long, taken without a write by the first to ask).
+
+Costs: a round with nothing new reads the waits and the open submissions, asks for its turns,
+makes one status call per open batch whose turn it holds, and writes nothing.
 """
 
 from __future__ import annotations
