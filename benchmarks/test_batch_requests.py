@@ -99,3 +99,66 @@ def test_ten_thousand_batch_requests(benchmark: Any, sizes: Any) -> None:
     assert figures["idle_poll_calls"] == 1
     if sizes.full:
         assert ratio <= 2, benchmark.extra_info
+
+
+def test_status_calls_per_round_by_workers(benchmark: Any, sizes: Any, tmp_path: Path) -> None:
+    """Status calls per open batch per round, with 1, 2, 4 and 8 runtimes polling one SQLite
+    file together (each its own store, as worker processes would: turns are taken through the
+    file's locks): one, whatever the number (before: one per worker). Also the store writes
+    of those idle rounds: none."""
+    import threading
+
+    from tarry import ManualClock
+    from tarry.snapshots import SQLiteStore
+
+    counts = (1, 2, 4, 8)
+    figures: dict[str, Any] = {}
+
+    def run() -> None:
+        with FakeProvider() as fake:
+            client = openai.OpenAI(base_url=fake.openai_url, api_key="x", max_retries=0)
+            path = tmp_path / f"w{len(figures)}.db"
+            clock = ManualClock()
+            first = Runtime(
+                SQLiteStore(path),
+                clock=clock,
+                batches={"openai": OpenAIBatch(client, max_requests=5)},
+            )
+            first.run(FLOW, [f"p{i}" for i in range(20)])
+            first.poll()
+            open_batches = len(fake.batches)
+            for workers in counts:
+                stores = [SQLiteStore(path) for _ in range(workers)]
+                runtimes = [
+                    Runtime(s, clock=clock, batches={"openai": OpenAIBatch(client)}) for s in stores
+                ]
+                clock.advance(first.lease)  # a new round slot: every turn is free
+                changes = [s._db.total_changes for s in stores]
+                calls = len(fake.calls)
+                for _ in range(3):  # three rounds of every worker at once
+                    barrier = threading.Barrier(workers)
+
+                    def poll(rt: Runtime, barrier: threading.Barrier = barrier) -> None:
+                        barrier.wait(10)
+                        rt.poll()
+
+                    threads = [threading.Thread(target=poll, args=(rt,)) for rt in runtimes]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                made = len(fake.calls) - calls
+                figures[workers] = made / (3 * open_batches)
+                figures[f"writes_{workers}"] = sum(
+                    s._db.total_changes - c for s, c in zip(stores, changes, strict=True)
+                )
+                for s in stores:
+                    s.close()
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update(
+        {f"status_calls_per_batch_round_{w}_workers": figures[w] for w in counts},
+        idle_round_writes=sum(figures[f"writes_{w}"] for w in counts),
+    )
+    assert all(figures[w] == 1 for w in counts), figures
+    assert all(figures[f"writes_{w}"] == 0 for w in counts), figures
