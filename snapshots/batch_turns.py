@@ -89,23 +89,25 @@ class FileLocks:
     drops them all: so the process opens each file once (`_open`), and the stores of one
     process share it and keep each other out by the process's own table of what they hold."""
 
-    _files: dict[str, tuple[int, dict[int, object]]] = {}
+    #: path -> (its descriptor, offset -> the FileLocks that holds it, the FileLocks using it)
+    _files: dict[str, tuple[int, dict[int, object], set[int]]] = {}
     _guard = threading.Lock()
 
     def __init__(self, path: str) -> None:
         self.path = os.path.realpath(path)
 
-    def _open(self) -> tuple[int, dict[int, object]]:
+    def _open(self) -> tuple[int, dict[int, object], set[int]]:
         found = FileLocks._files.get(self.path)
         if found is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            found = FileLocks._files[self.path] = (fd, {})
+            found = FileLocks._files[self.path] = (fd, {}, set())
+        found[2].add(id(self))
         return found
 
     def take(self, keys: list[int]) -> set[int]:
         taken: set[int] = set()
         with FileLocks._guard:
-            fd, held = self._open()
+            fd, held, _ = self._open()
             for key in keys:
                 offset = key & 0x3FFF_FFFF_FFFF_FFFF  # a non-negative offset
                 if offset in held:
@@ -124,7 +126,7 @@ class FileLocks:
             found = FileLocks._files.get(self.path)
             if found is None:
                 return
-            fd, held = found
+            fd, held, _ = found
             for key in keys:
                 offset = key & 0x3FFF_FFFF_FFFF_FFFF
                 if held.get(offset) is self:
@@ -133,10 +135,21 @@ class FileLocks:
                         fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
 
     def close(self) -> None:
-        """Give back every lock this object holds."""
+        """Give back every lock this object holds; the file's descriptor is closed when no
+        FileLocks of this process uses it any more (closing it earlier would drop the locks
+        of the others)."""
         with FileLocks._guard:
             found = FileLocks._files.get(self.path)
             if found is None:
                 return
             mine = [offset for offset, owner in found[1].items() if owner is self]
         self.give(mine)
+        with FileLocks._guard:
+            found = FileLocks._files.get(self.path)
+            if found is None:
+                return
+            fd, held, users = found
+            users.discard(id(self))
+            if not users and not held:
+                del FileLocks._files[self.path]
+                os.close(fd)

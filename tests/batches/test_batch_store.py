@@ -87,6 +87,10 @@ def test_turns_keep_out_another_store_on_the_same_database(kind, tmp_path):
     one.close()  # its turns are given back
     assert two.batch_turns(["s1", "s2"], owner="b", slot=1) == {"s1", "s2"}
     two.close()
+    if kind == "sqlite":  # the lock file's descriptor is closed with its last store
+        from tarry.snapshots.batch_turns import FileLocks
+
+        assert not [p for p in FileLocks._files if p.startswith(str(tmp_path.resolve()))]
 
 
 def test_asking_for_turns_writes_nothing(tmp_path):
