@@ -119,19 +119,22 @@ def batch_round(
     results: dict[str, Any] = {}
     orphans: dict[str, Any] = {}
     read: list[tuple[BatchRecord, BatchStatus, list[str]]] = []
+    mark: list[str] = []  # the batches that deliver something for the first time
     for record, status in ended:
         try:
             first = record.status != DELIVERING
+            had = len(orphans)
             keys = _read(core, record, status, by_key, results, orphans if first else None)
             read.append((record, status, keys))
+            if first and (keys or len(orphans) > had):
+                mark.append(record.submission_id)
         except Exception:
             log().exception("batches: reading %s (%s) failed", record.submission_id, record.via)
     outcomes: list[Outcome] = []
     if orphans:
         outcomes += _deliver(core, orphans, deliver)[0]
-    for record, _, _ in read:
-        if record.status != DELIVERING:
-            _store(core).batch_update(record.submission_id, status=DELIVERING, at=core.clock.now())
+    for sid in mark:
+        _store(core).batch_update(sid, status=DELIVERING, at=core.clock.now())
     delivered, refused = _deliver(core, results, deliver)
     outcomes += delivered
     for record, status, keys in read:

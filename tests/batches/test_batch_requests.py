@@ -349,3 +349,39 @@ def test_results_of_lanes_a_failure_cancelled_are_kept_for_the_retry(store, fake
     twice = {"k-a", erring}
     assert fake.submitted == {f"k-{i}": 2 if f"k-{i}" in twice else 1 for i in "abcd"}
     assert rt.mailbox() == []
+
+
+def test_a_kept_result_is_queued_once(store, fake, openai_client, monkeypatch):
+    """A round that queued the answer of a lane that stopped waiting and died before it marked
+    the batch "delivering": the next round finds it queued and queues nothing more."""
+    rt = Runtime(store, batches={"openai": OpenAIBatch(openai_client, max_requests=1)})
+    rt.run(_keyed_flow(), ["a", "b"])
+    rt.poll()
+    [with_a] = [b for b, v in fake.batches.items() if "k-a" in dict(v["requests"])]
+    fake.fail("k-a", "overloaded")
+    fake.complete(with_a)
+    [failed] = rt.poll()
+    assert failed.failed
+    fake.complete()
+    real = type(store).batch_update
+
+    def dies_marking(self, submission_id, *, status, **kwargs):
+        if status == "delivering":
+            raise RuntimeError("the worker died here")
+        return real(self, submission_id, status=status, **kwargs)
+
+    monkeypatch.setattr(type(store), "batch_update", dies_marking)
+    with pytest.raises(RuntimeError):
+        rt.poll()
+    monkeypatch.undo()
+    assert [(m.key, m.count) for m in rt.mailbox()] == [("k-b", 1)]
+    rt.poll()
+    assert [(m.key, m.count) for m in rt.mailbox()] == [("k-b", 1)]
+    assert rt.store.batches() == []
+    fake.failures.clear()
+    rt.resume(failed.token)
+    rt.poll()
+    fake.complete()
+    [done] = rt.poll()
+    assert done.ok and [r["choices"][0]["message"]["content"] for r in done.output] == ["a", "b"]
+    assert fake.submitted == {"k-a": 2, "k-b": 1}
