@@ -52,10 +52,15 @@ class Turns:
     def turns(self, submission_ids: Sequence[str], owner: str, slot: int) -> set[str]:
         """Those of `submission_ids` (the open batches) whose check is `owner`'s in `slot`:
         the ones it holds already, and those it takes now because no one holds them. The
-        turns held here for another slot, or for a batch no longer open, are given back."""
+        turns held here for another slot, and `owner`'s of a batch no longer open, are given
+        back."""
         wanted = set(submission_ids)
         with self._lock:
-            stale = [sid for sid, (_, s, _) in self._held.items() if s != slot or sid not in wanted]
+            stale = [
+                sid
+                for sid, (who, s, _) in self._held.items()
+                if s != slot or (sid not in wanted and who == owner)
+            ]
             if stale:
                 keys = [self._held.pop(sid)[2] for sid in stale]
                 if self._give is not None:

@@ -84,8 +84,11 @@ def test_turns_keep_out_another_store_on_the_same_database(kind, tmp_path):
     assert one.batch_turns(["s1"], owner="a", slot=1) == {"s1"}
     assert two.batch_turns(["s1", "s2"], owner="b", slot=1) == {"s2"}
     assert one.batch_turns(["s1", "s2"], owner="a", slot=1) == {"s1"}
+    # s1 ended: its turn is given back, and s3's is taken.
+    assert one.batch_turns(["s3"], owner="a", slot=1) == {"s3"}
+    assert two.batch_turns(["s1", "s3"], owner="b", slot=1) == {"s1"}
     one.close()  # its turns are given back
-    assert two.batch_turns(["s1", "s2"], owner="b", slot=1) == {"s1", "s2"}
+    assert two.batch_turns(["s1", "s2", "s3"], owner="b", slot=1) == {"s1", "s2", "s3"}
     two.close()
     if kind == "sqlite":  # the lock file's descriptor is closed with its last store
         from tarry.snapshots.batch_turns import FileLocks
