@@ -175,10 +175,17 @@ def _turns(core: Core, submission_ids: list[str]) -> set[str]:
     if ask is None:
         return set(submission_ids)
     try:
-        return set(ask(submission_ids, owner=core.owner, slot=slot(core)))
+        mine = set(ask(submission_ids, owner=core.owner, slot=slot(core)))
     except Exception:
-        log().exception("batches: whose turn it is to check could not be asked; checking all")
+        if core.reported.first(TURNS, "failed"):  # once, until it works again
+            log().exception("batches: whose turn it is to check could not be asked; checking all")
         return set(submission_ids)
+    core.reported.forget(TURNS)
+    return mine
+
+
+#: Where the trouble of asking for turns is remembered (logged once, not every round).
+TURNS = "batch-turns"
 
 
 def _stale(core: Core, record: BatchRecord) -> bool:

@@ -190,3 +190,20 @@ def _client(fake):
     import openai
 
     return openai.OpenAI(base_url=fake.openai_url, api_key="test", max_retries=0)
+
+
+def test_a_store_that_cannot_say_whose_turn_it_is_has_every_batch_checked(fake, caplog):
+    """Asking for turns failed (the PostgreSQL connection of turns is down, say): every open
+    batch is checked, a check too many rather than none, and the trouble is logged once."""
+    rt = Runtime(batches={"openai": _Counting(_client(fake))})
+    rt.run(openai_flow, ["a", "b"])
+    rt.poll()
+
+    def broken(*args, **kwargs):
+        raise OSError("no turns today")
+
+    rt.store.batch_turns = broken
+    for _ in range(3):
+        rt.poll()
+    assert rt._core.batches["openai"].asked == sorted(fake.batches) * 3
+    assert caplog.text.count("whose turn it is") == 1
