@@ -82,7 +82,11 @@ def batch_round(
     ended: list[tuple[BatchRecord, BatchStatus]] = []
     unrecorded: list[BatchRecord] = []
     records = _store(core).batches(open=True)
-    turns = _turns(core, [r.submission_id for r in records if r.provider_id is not None])
+    # (A runtime without the batch's adapter takes no turn of it: one that has it checks.)
+    turns = _turns(
+        core,
+        [r.submission_id for r in records if r.provider_id is not None and r.via in core.batches],
+    )
     for record in records:
         if round.stopping():
             return []

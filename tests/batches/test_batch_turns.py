@@ -207,3 +207,19 @@ def test_a_store_that_cannot_say_whose_turn_it_is_has_every_batch_checked(fake, 
         rt.poll()
     assert rt._core.batches["openai"].asked == sorted(fake.batches) * 3
     assert caplog.text.count("whose turn it is") == 1
+
+
+def test_a_runtime_without_the_adapter_takes_no_turn(fake, anthropic_client, openai_client):
+    """Runtimes with different adapters on one store: the one without a batch's adapter never
+    holds its turn, so the one with it checks it."""
+    from tarry.batches import AnthropicBatch
+
+    clock = ManualClock(START)
+    rt = Runtime(clock=clock, batches={"openai": _Counting(openai_client)})
+    rt.run(openai_flow, ["a"])
+    rt.poll()
+    other = Runtime(rt.store, clock=clock, batches={"claude": AnthropicBatch(anthropic_client)})
+    other.poll()  # first to ask, this slot
+    rt._core.batches["openai"].asked.clear()
+    rt.poll()
+    assert rt._core.batches["openai"].asked == list(fake.batches)
