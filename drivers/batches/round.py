@@ -81,6 +81,7 @@ def batch_round(
     # Of many runtimes on one store, only the one whose turn it is checks a batch this round.
     ended: list[tuple[BatchRecord, BatchStatus]] = []
     unrecorded: list[BatchRecord] = []
+    failed: set[str] = set()
     records = _store(core).batches(open=True)
     # (A runtime without the batch's adapter takes no turn of it: one that has it checks.)
     turns = _turns(
@@ -102,6 +103,12 @@ def batch_round(
                 ended.append((record, status))
         except Exception:
             log().exception("batches: checking %s (%s) failed", record.submission_id, record.via)
+            failed.add(record.submission_id)
+    if failed:
+        # A check that failed here (this runtime's credentials, its network) is given back:
+        # another runtime takes the turn at its round, instead of none checking until the
+        # slot ends.
+        _turns(core, sorted(turns - failed))
     # 2. What waits now: read after the claims, so that what a worker delivered before its
     # claim lapsed is seen as delivered.
     rows = [

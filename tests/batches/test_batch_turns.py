@@ -223,3 +223,23 @@ def test_a_runtime_without_the_adapter_takes_no_turn(fake, anthropic_client, ope
     rt._core.batches["openai"].asked.clear()
     rt.poll()
     assert rt._core.batches["openai"].asked == list(fake.batches)
+
+
+def test_a_failed_check_gives_the_turn_back(fake, openai_client):
+    """The runtime whose turn it is cannot check (its credentials, its network): another
+    checks the batch at its round, in the same slot."""
+
+    class Broken(OpenAIBatch):
+        def status(self, provider_id):
+            raise OSError("unreachable from here")
+
+    clock = ManualClock(START)
+    rt = Runtime(clock=clock, batches={"openai": _Counting(openai_client)})
+    rt.run(openai_flow, ["a"])
+    rt.poll()
+    broken = Runtime(rt.store, clock=clock, batches={"openai": Broken(openai_client)})
+    clock.advance(rt.lease)
+    broken.poll()  # first to ask in this slot: takes the turn, fails, gives it back
+    rt._core.batches["openai"].asked.clear()
+    rt.poll()
+    assert rt._core.batches["openai"].asked == list(fake.batches)
