@@ -15,15 +15,13 @@ the operating system release its locks, and the next slot's turn is free in any 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: turns are shared in the process only
-    fcntl = None  # type: ignore[assignment]
+# hashlib and fcntl are imported where they are used (only with batches on SQLite or
+# PostgreSQL): `import tarry` and a MemoryStore pay for neither.
 
 #: Take locks by key: the keys taken (each key a signed 64-bit int).
 Take = Callable[[list[int]], set[int]]
@@ -34,6 +32,8 @@ Give = Callable[[list[int]], None]
 def lock_key(namespace: str, submission_id: str, slot: int) -> int:
     """A signed 64-bit key for the turn of `submission_id` in `slot` (`namespace`: what keeps
     two stores on one server apart, e.g. the schema)."""
+    import hashlib
+
     digest = hashlib.blake2b(f"{namespace}\0{submission_id}\0{slot}".encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "big", signed=True)
 
@@ -66,13 +66,18 @@ class Turns:
                 if self._give is not None:
                     self._give(keys)
             mine = {sid for sid in wanted if sid in self._held and self._held[sid][0] == owner}
+            if self._take is None:  # the store object is the only holder: no lock, no key
+                for sid in wanted:
+                    if sid not in self._held:
+                        self._held[sid] = (owner, slot, 0)
+                        mine.add(sid)
+                return mine
             free = {
                 lock_key(self.namespace, sid, slot): sid for sid in wanted if sid not in self._held
             }
             if not free:
                 return mine
-            taken = set(free) if self._take is None else self._take(list(free))
-            for key in taken:
+            for key in self._take(list(free)):
                 self._held[free[key]] = (owner, slot, key)
                 mine.add(free[key])
             return mine
@@ -110,6 +115,7 @@ class FileLocks:
         return found
 
     def take(self, keys: list[int]) -> set[int]:
+        fcntl = _fcntl()
         taken: set[int] = set()
         with FileLocks._guard:
             fd, held, _ = self._open()
@@ -127,6 +133,7 @@ class FileLocks:
         return taken
 
     def give(self, keys: list[int]) -> None:
+        fcntl = _fcntl()
         with FileLocks._guard:
             found = FileLocks._files.get(self.path)
             if found is None:
@@ -158,3 +165,13 @@ class FileLocks:
             if not users and not held:
                 del FileLocks._files[self.path]
                 os.close(fd)
+
+
+def _fcntl() -> Any:
+    """The fcntl module, or None where there is none (Windows: turns are then shared by the
+    stores of one process only)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        return None
+    return fcntl

@@ -6,10 +6,13 @@ import builtins
 import datetime as dt
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 from tarry.snapshots.batch_records import BatchRecord
-from tarry.snapshots.batch_turns import Turns
+
+if TYPE_CHECKING:
+    from tarry.snapshots.batch_turns import Turns
 
 
 class Batches:
@@ -27,8 +30,9 @@ class Batches:
         #: submission id -> (owner, until): the worker that delivers an ended batch.
         self._batch_claims: dict[str, tuple[str, dt.datetime]] = {}
         #: Whose turn it is to check each open batch: the runtimes sharing this store are
-        #: the only ones that see it, so the store object is the whole lock.
-        self._turns = Turns()
+        #: the only ones that see it, so the store object is the whole lock (made on first
+        #: use: a store of no batches does not import it).
+        self._turns: Turns | None = None
 
     def _batch_state(self) -> tuple[dict[str, BatchRecord], dict[str, str]]:
         return self._batches, self._batch_items
@@ -136,4 +140,10 @@ class Batches:
     ) -> builtins.set[str]:
         """Those of the open submissions whose status check is `owner`'s in round `slot`
         (snapshots/batch_turns.py); held in the store object, nothing written."""
+        if self._turns is None:
+            from tarry.snapshots.batch_turns import Turns
+
+            with self._lock:
+                if self._turns is None:
+                    self._turns = Turns()
         return self._turns.turns(submission_ids, owner, slot)

@@ -7,13 +7,15 @@ import builtins
 import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 from tarry.snapshots.batch_records import BATCH_COLUMNS, BatchRecord, counts_of, counts_text
-from tarry.snapshots.batch_turns import Turns
+
+if TYPE_CHECKING:  # imported where used: a store of no batches does not import it
+    from tarry.snapshots.batch_turns import Turns
 
 #: Made on first use; guards the store's connection of turns.
 _TURNS_GUARD = threading.Lock()
@@ -215,6 +217,8 @@ class Batches:
             raise
 
     def _batch_turns(self) -> Turns:
+        from tarry.snapshots.batch_turns import Turns
+
         with _TURNS_GUARD:
             if self._turns is None:
                 namespace = self.schema

@@ -7,10 +7,12 @@ import datetime as dt
 import sqlite3
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tarry.snapshots.batch_records import BATCH_COLUMNS, BatchRecord, counts_of, counts_text
-from tarry.snapshots.batch_turns import FileLocks, Turns
+
+if TYPE_CHECKING:  # imported where used: a store of no batches does not import it
+    from tarry.snapshots.batch_turns import FileLocks, Turns
 from tarry.snapshots.sqlite.rows import from_micros, maybe_micros, micros
 
 #: Made with the other tables (IF NOT EXISTS: a file made before gets them when opened).
@@ -200,6 +202,8 @@ class Batches:
         return self._batch_turns().turns(submission_ids, owner, slot)
 
     def _batch_turns(self) -> Turns:
+        from tarry.snapshots.batch_turns import FileLocks, Turns
+
         with _TURNS_GUARD:
             if self._turns is None:
                 if self.path in ("", ":memory:") or self.path.startswith("file:"):
