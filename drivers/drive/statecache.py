@@ -15,11 +15,18 @@ already. A state holding a list or a dict a step returned is not kept: its calle
 hold that value and change it before the resume, and the snapshot holds it as it was. (The
 pause's payload is not looked at: a resume clears the pause without reading it.) The run
 changes a copy of the state (`reducer.own`), never the kept one.
+
+The Runtimes of one process that share a store share its caches too (`caches_for`): a worker
+resuming a session that another Runtime over the same MemoryStore paused neither decodes its
+snapshot nor reads it again. The state is kept by the snapshot's bytes, so it is the one any
+Runtime would decode from them; the record is used only at the version it was written (the
+store's compare-and-set refuses it otherwise), as with one Runtime.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
@@ -145,3 +152,27 @@ def _decodes_as_itself(state: SessionState) -> bool:
     pause = f["pause"]
     # Its times decide when a timer resumes; its payload is never read again.
     return pause is None or (_same(pause.wake_at) and _same(pause.expires_at))
+
+
+#: The caches of the Runtimes sharing each store, by store (gone with it).
+_SHARED: weakref.WeakKeyDictionary[Any, tuple[StateCache, RecordCache]] = (
+    weakref.WeakKeyDictionary()
+)
+_SHARED_LOCK = threading.Lock()
+
+
+def caches_for(store: Any, records: bool) -> tuple[StateCache, RecordCache]:
+    """The state and record caches of the Runtimes over `store`, made with the first of them;
+    a store that cannot be a weak key (or an unhashable one) gets caches of its own each time.
+    `records`: whether the store takes `consume_token(version=)` (else nothing is kept by
+    token: a store of an older protocol could not refuse a stale record), which is the same
+    for every Runtime over one store."""
+    try:
+        with _SHARED_LOCK:
+            found = _SHARED.get(store)
+            if found is None:
+                found = (StateCache(), RecordCache(MAX_ENTRIES if records else 0))
+                _SHARED[store] = found
+            return found
+    except TypeError:
+        return StateCache(), RecordCache(MAX_ENTRIES if records else 0)
