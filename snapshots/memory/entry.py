@@ -107,7 +107,6 @@ class _Entry:
         "values",
         "tokens",
         "tally",
-        "waits",
         "ordered",
         "wakes",
         "logs",
@@ -121,11 +120,13 @@ class _Entry:
         self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         self.tokens: list[str] = []
-        self.waits: set[str] = set()  # the tokens of its live waits
-        #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order.
-        self.ordered: list[tuple[bytes, str]] = []
+        # Made when first used (most sessions have one wait or none, and no wake time): a
+        # paused session's entry is a good part of what it costs in memory.
+        #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
+        #: live wait's token is in the store's `_waits`, its only index by token).
+        self.ordered: list[tuple[bytes, str]] | None = None
         #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
-        self.wakes: list[tuple[Any, str]] = []
+        self.wakes: list[tuple[Any, str]] | None = None
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
 

@@ -116,7 +116,7 @@ class WaitsAndMail:
     def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._lock:
             entry = self._sessions.get(session_id)
-            if entry is None or not entry.waits:
+            if entry is None or not entry.ordered:
                 return []
             ordered = entry.ordered if limit is None else entry.ordered[:limit]
             return [self._waits[t] for _, t in ordered]
@@ -269,8 +269,8 @@ class WaitsAndMail:
             if wait.token not in self._used and self._tokens[wait.token] == entry.record.session_id:
                 self._add_wait(entry, wait)
         ended = status != "paused" and status != "running"
-        if ended:
-            for token in list(entry.waits):
+        if ended and entry.ordered:
+            for _, token in list(entry.ordered):
                 self._used.add(token)
                 self._drop_wait(token)
         if mail_done is not None or ended:
@@ -280,13 +280,13 @@ class WaitsAndMail:
         """When the earliest live wait of the session is due: the top of its heap of wake
         times, once the tops whose waits are gone are popped (each is popped once)."""
         wakes = entry.wakes
-        while wakes and wakes[0][1] not in entry.waits:
+        while wakes and wakes[0][1] not in self._waits:  # (tokens are never reused)
             heapq.heappop(wakes)
         return wakes[0][0] if wakes else None
 
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""
-        for token in list(entry.waits):
+        for _, token in list(entry.ordered or ()):
             self._drop_wait(token)
         self._settle_claims(entry.record.session_id, ())
 
@@ -325,9 +325,13 @@ class WaitsAndMail:
         if token in self._waits:
             self._drop_wait(token)
         self._waits[token] = wait
-        entry.waits.add(token)
-        bisect.insort(entry.ordered, _by_path(wait))
+        if entry.ordered is None:
+            entry.ordered = [_by_path(wait)]
+        else:
+            bisect.insort(entry.ordered, _by_path(wait))
         if wait.wake_at is not None:
+            if entry.wakes is None:
+                entry.wakes = []
             heapq.heappush(entry.wakes, (wait.wake_at, token))
         bisect.insort(self._all_waits, token)
         bisect.insort(self._by_kind.setdefault(wait.kind, []), token)
@@ -341,9 +345,10 @@ class WaitsAndMail:
             return
         self._unindex(wait)
         entry = self._sessions.get(wait.session_id)
-        if entry is not None:
-            entry.waits.discard(token)
+        if entry is not None and entry.ordered:
             _remove(entry.ordered, _by_path(wait))
+            if not entry.ordered:
+                entry.ordered = entry.wakes = None  # (a wake left in the heap is a gone one)
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)
