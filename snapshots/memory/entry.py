@@ -73,6 +73,31 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
+#: A write whose events join the session's last batch instead of starting one of their own
+#: when the two take at most this many bytes: a small session holds one blob, not one per write
+#: (the run's start and its first pause are two writes). Bounded, so the copy stays O(1).
+MERGE_BYTES = 1024
+
+
+def _header(n: int) -> bytes:
+    """The msgpack header of an array of `n` elements."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _merged(last: bytes, n_last: int, blob: bytes, n_blob: int) -> bytes:
+    """One `_encode_batch` blob of the events of `last` (n_last of them) then `blob`'s."""
+    return _header(n_last + n_blob) + last[len(_header(n_last)) :] + blob[len(_header(n_blob)) :]
+
+
+def _tokens_of(entry: _Entry) -> tuple[str, ...] | list[str]:
+    tokens = entry.tokens
+    return () if tokens is None else (tokens,) if type(tokens) is str else tokens
+
+
 def _decode_batch(
     blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
 ) -> builtins.list[Event]:
@@ -119,7 +144,8 @@ class _Entry:
         self.last_seq = 0
         self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
-        self.tokens: list[str] = []
+        #: The tokens it was given: one as itself, more as a list (most sessions have one).
+        self.tokens: str | list[str] | None = None
         # Made when first used (most sessions have one wait or none, and no wake time): a
         # paused session's entry is a good part of what it costs in memory.
         #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
