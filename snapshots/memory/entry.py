@@ -73,10 +73,13 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
-#: A write whose events join the session's last batch instead of starting one of their own
-#: when the two take at most this many bytes: a small session holds one blob, not one per write
-#: (the run's start and its first pause are two writes). Bounded, so the copy stays O(1).
+#: A write of a session's events joins its first blob instead of starting one of its own while
+#: that blob is its only one and under MERGE_FIRST bytes (the run's start, written by
+#: `create`), and the two take at most MERGE_BYTES: a session that paused once holds one blob.
+#: Never later (merging on would copy at every write of a long session), and bounded, so the
+#: copy stays O(1).
 MERGE_BYTES = 1024
+MERGE_FIRST = 128
 
 
 def _header(n: int) -> bytes:

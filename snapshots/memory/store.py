@@ -23,6 +23,7 @@ from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
     MERGE_BYTES,
+    MERGE_FIRST,
     _copy,
     _decode_batch,
     _dropped_logs,
@@ -325,7 +326,11 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             blob, counted = batch
             rows = rows_of(events)
             batches = entry.batches
-            if batches and len(batches[-1]) + len(blob) <= MERGE_BYTES:
+            if (
+                len(batches) == 1
+                and len(batches[0]) < MERGE_FIRST
+                and len(batches[0]) + len(blob) <= MERGE_BYTES
+            ):
                 n_last = entry.last_seq - entry.firsts[-1] + 1  # seqs are gap-free
                 batches[-1] = _merged(batches[-1], n_last, blob, len(rows))
             else:

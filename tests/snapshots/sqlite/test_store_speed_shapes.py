@@ -361,18 +361,21 @@ def test_memory_events_after_any_seq_across_writes(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize("n", [1, 14, 15, 16, 17, 300])
-def test_memory_small_writes_share_one_blob_and_read_back_alike(n: int) -> None:
+def test_memory_a_small_second_write_joins_the_first_blob_and_reads_back_alike(n: int) -> None:
     store = MemoryStore()
     store.create(rec(token="tk_1"), events=[ev(1)])
     store.append_events("s1", [ev(s) for s in range(2, n + 2)])
     store.consume_token("tk_1", owner="w", until=at(9), events=[ev(n + 2)])
     everything = [ev(s) for s in range(1, n + 3)]
     entry = store._sessions["s1"]
-    small = sum(len(encode_event(e)) for e in everything) < store_module_memory.MERGE_BYTES
-    if small:
+    sizes = [len(encode_event(e)) for e in everything]
+    if sum(sizes[:-1]) < store_module_memory.MERGE_FIRST:  # still small: the third joins too
         assert entry.batches == [_encode_batch(everything)[0]] and entry.firsts == [1]
-    else:  # a write too big to join the last blob starts one (the merge copies O(1) bytes)
-        assert len(entry.batches) == 3 and entry.firsts == [1, 2, n + 2]
+    elif sum(sizes[:-1]) < store_module_memory.MERGE_BYTES:  # the third starts a blob
+        assert entry.batches[0] == _encode_batch(everything[:-1])[0]
+        assert entry.firsts == [1, n + 2]
+    else:  # a write too big to join the first blob starts one (the merge copies O(1) bytes)
+        assert entry.firsts == [1, 2, n + 2]
     for after in range(n + 4):
         assert store.events("s1", after) == everything[after:], after
         assert store.events("s1", after, 2) == everything[after : after + 2], after
