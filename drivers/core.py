@@ -18,7 +18,7 @@ from tarry.drivers.clock import Clock, SystemClock, clock_ns
 from tarry.drivers.drive.executors import Executors
 from tarry.drivers.drive.lease_keeper import LeaseKeeper
 from tarry.drivers.drive.local_drives import Running
-from tarry.drivers.drive.statecache import caches_for
+from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, states_for
 from tarry.drivers.drive.values import value_check, value_take
 from tarry.drivers.limits import (
     DURABILITY,
@@ -148,11 +148,12 @@ class Core:
         for flow in flows:
             self.flows.register(flow)
         self.running = Running()
-        #: The states of the snapshots this runtime (or another over the same store) last
-        #: wrote, for resuming them undecoded, and the records of the sessions they last
-        #: paused, for resuming them unread (not with a store of an older protocol, whose
-        #: consume_token takes no version). Shared by the Runtimes over one store.
-        self.states, self.records = caches_for(self.store, _takes_version(self.store))
+        #: The states of the snapshots this runtime (or another over the same store object)
+        #: last wrote, for resuming them undecoded.
+        self.states = states_for(self.store)
+        #: The records of the sessions this runtime last paused, for resuming them unread
+        #: (not with a store of an older protocol, whose consume_token takes no version).
+        self.records = RecordCache(MAX_ENTRIES if _takes_version(self.store) else 0)
         #: How long a message may stay queued before `prune` and workers drop it.
         self.mail_ttl = checked_age(mail_ttl, "mail_ttl")
         self.hub = Subscribers()

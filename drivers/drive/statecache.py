@@ -16,11 +16,11 @@ hold that value and change it before the resume, and the snapshot holds it as it
 pause's payload is not looked at: a resume clears the pause without reading it.) The run
 changes a copy of the state (`reducer.own`), never the kept one.
 
-The Runtimes of one process that share a store share its caches too (`caches_for`): a worker
-resuming a session that another Runtime over the same MemoryStore paused neither decodes its
-snapshot nor reads it again. The state is kept by the snapshot's bytes, so it is the one any
-Runtime would decode from them; the record is used only at the version it was written (the
-store's compare-and-set refuses it otherwise), as with one Runtime.
+The Runtimes of one process that share a store share this cache too (`states_for`): a worker
+resuming a session that another Runtime over the same MemoryStore paused does not decode its
+snapshot. The state is kept by the snapshot's bytes, so it is the one any Runtime would decode
+from them. (Each Runtime keeps its own RecordCache: another Runtime reads the session, and so
+sees a stop request stored since the record was written.)
 """
 
 from __future__ import annotations
@@ -154,25 +154,19 @@ def _decodes_as_itself(state: SessionState) -> bool:
     return pause is None or (_same(pause.wake_at) and _same(pause.expires_at))
 
 
-#: The caches of the Runtimes sharing each store, by store (gone with it).
-_SHARED: weakref.WeakKeyDictionary[Any, tuple[StateCache, RecordCache]] = (
-    weakref.WeakKeyDictionary()
-)
+#: The state cache of the Runtimes sharing each store, by store (gone with it).
+_SHARED: weakref.WeakKeyDictionary[Any, StateCache] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def caches_for(store: Any, records: bool) -> tuple[StateCache, RecordCache]:
-    """The state and record caches of the Runtimes over `store`, made with the first of them;
-    a store that cannot be a weak key (or an unhashable one) gets caches of its own each time.
-    `records`: whether the store takes `consume_token(version=)` (else nothing is kept by
-    token: a store of an older protocol could not refuse a stale record), which is the same
-    for every Runtime over one store."""
+def states_for(store: Any) -> StateCache:
+    """The state cache of the Runtimes over `store`, made with the first of them; a store
+    that cannot be a weak key (or an unhashable one) gets a cache of its own each time."""
     try:
         with _SHARED_LOCK:
             found = _SHARED.get(store)
             if found is None:
-                found = (StateCache(), RecordCache(MAX_ENTRIES if records else 0))
-                _SHARED[store] = found
+                found = _SHARED[store] = StateCache()
             return found
     except TypeError:
-        return StateCache(), RecordCache(MAX_ENTRIES if records else 0)
+        return StateCache()
