@@ -152,8 +152,9 @@ class _Entry:
         # Made when first used (most sessions have one wait or none, and no wake time): a
         # paused session's entry is a good part of what it costs in memory.
         #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
-        #: live wait's token is in the store's `_waits`, its only index by token).
-        self.ordered: list[tuple[bytes, str]] | None = None
+        #: live wait's token is in the store's `_waits`, its only index by token). One wait
+        #: is kept as its token alone: one needs no order. None: no wait.
+        self.ordered: str | list[tuple[bytes, str]] | None = None
         #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
         self.wakes: list[tuple[Any, str]] | None = None
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any

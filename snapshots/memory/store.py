@@ -302,7 +302,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         tokens = entry.tokens
         if tokens is None:
             entry.tokens = token
-        elif type(tokens) is str:
+        elif isinstance(tokens, str):
             entry.tokens = [tokens, token]
         else:
             tokens.append(token)

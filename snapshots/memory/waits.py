@@ -118,8 +118,8 @@ class WaitsAndMail:
             entry = self._sessions.get(session_id)
             if entry is None or not entry.ordered:
                 return []
-            ordered = entry.ordered if limit is None else entry.ordered[:limit]
-            return [self._waits[t] for _, t in ordered]
+            tokens = _tokens_in(entry)
+            return [self._waits[t] for t in (tokens if limit is None else tokens[:limit])]
 
     def waiting(
         self,
@@ -270,7 +270,7 @@ class WaitsAndMail:
                 self._add_wait(entry, wait)
         ended = status != "paused" and status != "running"
         if ended and entry.ordered:
-            for _, token in list(entry.ordered):
+            for token in _tokens_in(entry):
                 self._used.add(token)
                 self._drop_wait(token)
         if mail_done is not None or ended:
@@ -286,7 +286,7 @@ class WaitsAndMail:
 
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""
-        for _, token in list(entry.ordered or ()):
+        for token in _tokens_in(entry):
             self._drop_wait(token)
         self._settle_claims(entry.record.session_id, ())
 
@@ -325,10 +325,13 @@ class WaitsAndMail:
         if token in self._waits:
             self._drop_wait(token)
         self._waits[token] = wait
-        if entry.ordered is None:
-            entry.ordered = [_by_path(wait)]
+        ordered = entry.ordered
+        if ordered is None:
+            entry.ordered = token
         else:
-            bisect.insort(entry.ordered, _by_path(wait))
+            if isinstance(ordered, str):
+                ordered = entry.ordered = [_by_path(self._waits[ordered])]
+            bisect.insort(ordered, _by_path(wait))
         if wait.wake_at is not None:
             if entry.wakes is None:
                 entry.wakes = []
@@ -345,10 +348,16 @@ class WaitsAndMail:
             return
         self._unindex(wait)
         entry = self._sessions.get(wait.session_id)
-        if entry is not None and entry.ordered:
-            _remove(entry.ordered, _by_path(wait))
-            if not entry.ordered:
+        ordered = None if entry is None else entry.ordered
+        if not ordered:
+            return
+        if isinstance(ordered, str):
+            if ordered == token:
                 entry.ordered = entry.wakes = None  # (a wake left in the heap is a gone one)
+            return
+        _remove(ordered, _by_path(wait))
+        if not ordered:
+            entry.ordered = entry.wakes = None
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)
@@ -384,6 +393,16 @@ def _remove_id(where: dict[Any, list[int]], name: Any, mid: int) -> None:
         del ids[i]
     if not ids:
         del where[name]
+
+
+def _tokens_in(entry: _Entry) -> builtins.list[str]:
+    """The tokens of the session's live waits, in the stores' order (a copy)."""
+    ordered = entry.ordered
+    if not ordered:
+        return []
+    if isinstance(ordered, str):
+        return [ordered]
+    return [t for _, t in ordered]
 
 
 def _by_path(wait: WaitRecord) -> tuple[bytes, str]:
