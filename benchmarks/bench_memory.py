@@ -2,6 +2,8 @@
 
     python bench_memory.py sessions SYSTEM N   # RSS of N sessions paused in memory
     python bench_memory.py worker SYSTEM N     # RSS of a worker over N resumes
+    python bench_memory.py store tarry N       # RSS of N sessions paused in a MemoryStore,
+                                               # only their tokens kept by the caller
 
 Prints one JSON object. RSS is VmRSS from /proc/self/status (kB), read after a gc.collect().
 Both use the `ticket` shape (three steps, a pause, one step) with the in-memory store of each
@@ -53,6 +55,25 @@ def tarry_sessions(n: int) -> dict[str, Any]:
     outs = [rt.run(flow) for _ in range(n)]
     after = rss_kb()
     assert all(o.paused for o in outs)
+    return {"rss_before_kb": before, "rss_after_kb": after}
+
+
+def tarry_store(n: int) -> dict[str, Any]:
+    """What a paused session costs the MemoryStore itself: as `tarry_sessions`, but the
+    caller keeps each session's token (a str it needs to resume it), not its Outcome."""
+    import bench_tarry
+    from tarry import Runtime
+
+    flow = bench_tarry.ticket()
+    warm = Runtime()
+    for _ in range(100):
+        warm.resume(warm.run(flow).token, True)
+    del warm
+    rt = Runtime()
+    before = rss_kb()
+    tokens = [rt.run(flow).token for _ in range(n)]
+    after = rss_kb()
+    assert len(rt.store) == n and all(tokens)
     return {"rss_before_kb": before, "rss_after_kb": after}
 
 
@@ -139,6 +160,7 @@ def _worker(one: Any, n: int) -> dict[str, Any]:
 MODES = {
     ("sessions", "tarry"): tarry_sessions,
     ("worker", "tarry"): tarry_worker,
+    ("store", "tarry"): tarry_store,
     ("sessions", "langgraph"): langgraph_sessions,
     ("worker", "langgraph"): langgraph_worker,
 }

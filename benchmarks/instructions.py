@@ -11,6 +11,13 @@ small dict: what the copies of values.py cost), `foreach` (a ForEach of 1,000 no
 `nested` (`noop`'s 1,000 steps inside one nested Flow: what a step costs inside one, against
 `noop`), `nested_foreach` (a ForEach of 1,000 items whose body is a nested Flow of one no-op
 step: what entering and leaving a nested Flow costs, against `foreach`).
+
+Two kinds count one pause -> resume round trip in memory instead of one element (each runs
+`TRIPS` round trips once and four times, the loop of test_pause_resume.py paused at k = 10):
+`resume_warm` (the Runtime that paused the session resumes it: its caches of the record and
+state it wrote are warm) and `resume_cold` (two Runtimes sharing one MemoryStore take turns,
+so each resume is by the one that did not pause it: a worker that reads the session from the
+store, its caches cold).
 """
 
 from __future__ import annotations
@@ -23,10 +30,42 @@ import tempfile
 from pathlib import Path
 
 N = 1000
-KINDS = ("noop", "scalar", "dict", "foreach", "nested", "nested_foreach")
+#: Round trips per run of the resume kinds (each costs some thousand times an element).
+TRIPS = 200
+KINDS = (
+    "noop",
+    "scalar",
+    "dict",
+    "foreach",
+    "nested",
+    "nested_foreach",
+    "resume_warm",
+    "resume_cold",
+)
+RESUMES = ("resume_warm", "resume_cold")
+
+
+def resumes(kind: str, rounds: int) -> None:
+    """`rounds` x TRIPS pause -> resume round trips of one session in memory (see above)."""
+    import bench_tarry
+    from tarry import Runtime
+    from tarry.snapshots import MemoryStore
+
+    flow = bench_tarry.paused_loop(10 + 4 * TRIPS + 10, 10)
+    store = MemoryStore()
+    runtimes = [Runtime(store=store, flows=[flow]) for _ in range(2)]
+    out = runtimes[0].run(flow)
+    gc.disable()
+    for i in range(rounds * TRIPS):
+        rt = runtimes[(i + 1) % 2] if kind == "resume_cold" else runtimes[0]
+        out = rt.resume(out.token, True)
+        assert out.paused
 
 
 def workload(kind: str, rounds: int) -> None:
+    if kind in RESUMES:
+        resumes(kind, rounds)
+        return
     from tarry import Flow, ForEach, Runtime, step
 
     def noop(ctx):
@@ -83,8 +122,10 @@ def main(argv: list[str]) -> None:
         workload(argv[1], int(argv[2]))
         return
     for kind in argv or KINDS:
-        per = (count(kind, 4) - count(kind, 1)) // (3 * N)
-        print(f"{kind}: {per} instructions per element")
+        n = TRIPS if kind in RESUMES else N
+        per = (count(kind, 4) - count(kind, 1)) // (3 * n)
+        unit = "round trip" if kind in RESUMES else "element"
+        print(f"{kind}: {per} instructions per {unit}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from tarry.drivers.clock import Clock, SystemClock, clock_ns
 from tarry.drivers.drive.executors import Executors
 from tarry.drivers.drive.lease_keeper import LeaseKeeper
 from tarry.drivers.drive.local_drives import Running
-from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, StateCache
+from tarry.drivers.drive.statecache import MAX_ENTRIES, RecordCache, states_for
 from tarry.drivers.drive.values import value_check, value_take
 from tarry.drivers.limits import (
     DURABILITY,
@@ -148,8 +148,9 @@ class Core:
         for flow in flows:
             self.flows.register(flow)
         self.running = Running()
-        #: The states of the snapshots this runtime last wrote, for resuming them undecoded.
-        self.states = StateCache()
+        #: The states of the snapshots this runtime (or another over the same store object)
+        #: last wrote, for resuming them undecoded.
+        self.states = states_for(self.store)
         #: The records of the sessions this runtime last paused, for resuming them unread
         #: (not with a store of an older protocol, whose consume_token takes no version).
         self.records = RecordCache(MAX_ENTRIES if _takes_version(self.store) else 0)

@@ -15,11 +15,18 @@ already. A state holding a list or a dict a step returned is not kept: its calle
 hold that value and change it before the resume, and the snapshot holds it as it was. (The
 pause's payload is not looked at: a resume clears the pause without reading it.) The run
 changes a copy of the state (`reducer.own`), never the kept one.
+
+The Runtimes of one process that share a store share this cache too (`states_for`): a worker
+resuming a session that another Runtime over the same MemoryStore paused does not decode its
+snapshot. The state is kept by the snapshot's bytes, so it is the one any Runtime would decode
+from them. (Each Runtime keeps its own RecordCache: another Runtime reads the session, and so
+sees a stop request stored since the record was written.)
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from datetime import datetime, timezone
 from typing import Any
 
@@ -145,3 +152,21 @@ def _decodes_as_itself(state: SessionState) -> bool:
     pause = f["pause"]
     # Its times decide when a timer resumes; its payload is never read again.
     return pause is None or (_same(pause.wake_at) and _same(pause.expires_at))
+
+
+#: The state cache of the Runtimes sharing each store, by store (gone with it).
+_SHARED: weakref.WeakKeyDictionary[Any, StateCache] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def states_for(store: Any) -> StateCache:
+    """The state cache of the Runtimes over `store`, made with the first of them; a store
+    that cannot be a weak key (or an unhashable one) gets a cache of its own each time."""
+    try:
+        with _SHARED_LOCK:
+            found = _SHARED.get(store)
+            if found is None:
+                found = _SHARED[store] = StateCache()
+            return found
+    except TypeError:
+        return StateCache()

@@ -73,6 +73,34 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
+#: A write of a session's events joins its first blob instead of starting one of its own while
+#: that blob is its only one and under MERGE_FIRST bytes (the run's start, written by
+#: `create`), and the two take at most MERGE_BYTES: a session that paused once holds one blob.
+#: Never later (merging on would copy at every write of a long session), and bounded, so the
+#: copy stays O(1).
+MERGE_BYTES = 1024
+MERGE_FIRST = 128
+
+
+def _header(n: int) -> bytes:
+    """The msgpack header of an array of `n` elements."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _merged(last: bytes, n_last: int, blob: bytes, n_blob: int) -> bytes:
+    """One `_encode_batch` blob of the events of `last` (n_last of them) then `blob`'s."""
+    return _header(n_last + n_blob) + last[len(_header(n_last)) :] + blob[len(_header(n_blob)) :]
+
+
+def _tokens_of(entry: _Entry) -> tuple[str, ...] | list[str]:
+    tokens = entry.tokens
+    return () if tokens is None else (tokens,) if type(tokens) is str else tokens
+
+
 def _decode_batch(
     blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
 ) -> builtins.list[Event]:
@@ -107,7 +135,6 @@ class _Entry:
         "values",
         "tokens",
         "tally",
-        "waits",
         "ordered",
         "wakes",
         "logs",
@@ -120,12 +147,16 @@ class _Entry:
         self.last_seq = 0
         self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
-        self.tokens: list[str] = []
-        self.waits: set[str] = set()  # the tokens of its live waits
-        #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order.
-        self.ordered: list[tuple[bytes, str]] = []
+        #: The tokens it was given: one as itself, more as a list (most sessions have one).
+        self.tokens: str | list[str] | None = None
+        # Made when first used (most sessions have one wait or none, and no wake time): a
+        # paused session's entry is a good part of what it costs in memory.
+        #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
+        #: live wait's token is in the store's `_waits`, its only index by token). One wait
+        #: is kept as its token alone: one needs no order. None: no wait.
+        self.ordered: str | list[tuple[bytes, str]] | None = None
         #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
-        self.wakes: list[tuple[Any, str]] = []
+        self.wakes: list[tuple[Any, str]] | None = None
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
 
 

@@ -22,6 +22,8 @@ from tarry.snapshots.memory import upkeep as upkeep
 from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
+    MERGE_BYTES,
+    MERGE_FIRST,
     _copy,
     _decode_batch,
     _dropped_logs,
@@ -29,7 +31,9 @@ from tarry.snapshots.memory.entry import (
     _Entry,
     _keep,
     _keep_logs,
+    _merged,
     _read_logs,
+    _tokens_of,
 )
 from tarry.snapshots.memory.tokens import TokensAndLeases
 from tarry.snapshots.memory.waits import WaitsAndMail
@@ -154,7 +158,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._children.pop(session_id, None)
             if entry is not None:
                 self._forget_waits(entry)
-                for token in entry.tokens:
+                for token in _tokens_of(entry):
                     self._tokens.pop(token, None)
                     self._used.discard(token)
 
@@ -295,7 +299,13 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
 
     def _add_token(self, entry: _Entry, token: str) -> None:
         self._tokens[token] = entry.record.session_id
-        entry.tokens.append(token)
+        tokens = entry.tokens
+        if tokens is None:
+            entry.tokens = token
+        elif isinstance(tokens, str):
+            entry.tokens = [tokens, token]
+        else:
+            tokens.append(token)
 
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
@@ -314,9 +324,18 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
     ) -> None:
         if batch is not None:
             blob, counted = batch
-            entry.batches.append(blob)
             rows = rows_of(events)
-            entry.firsts.append(rows[0][0])
+            batches = entry.batches
+            if (
+                len(batches) == 1
+                and len(batches[0]) < MERGE_FIRST
+                and len(batches[0]) + len(blob) <= MERGE_BYTES
+            ):
+                n_last = entry.last_seq - entry.firsts[-1] + 1  # seqs are gap-free
+                batches[-1] = _merged(batches[-1], n_last, blob, len(rows))
+            else:
+                batches.append(blob)
+                entry.firsts.append(rows[0][0])
             entry.last_seq = rows[-1][0]
             self.bytes_written += counted
 

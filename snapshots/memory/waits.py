@@ -116,10 +116,10 @@ class WaitsAndMail:
     def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._lock:
             entry = self._sessions.get(session_id)
-            if entry is None or not entry.waits:
+            if entry is None or not entry.ordered:
                 return []
-            ordered = entry.ordered if limit is None else entry.ordered[:limit]
-            return [self._waits[t] for _, t in ordered]
+            tokens = _tokens_in(entry)
+            return [self._waits[t] for t in (tokens if limit is None else tokens[:limit])]
 
     def waiting(
         self,
@@ -269,8 +269,8 @@ class WaitsAndMail:
             if wait.token not in self._used and self._tokens[wait.token] == entry.record.session_id:
                 self._add_wait(entry, wait)
         ended = status != "paused" and status != "running"
-        if ended:
-            for token in list(entry.waits):
+        if ended and entry.ordered:
+            for token in _tokens_in(entry):
                 self._used.add(token)
                 self._drop_wait(token)
         if mail_done is not None or ended:
@@ -280,13 +280,13 @@ class WaitsAndMail:
         """When the earliest live wait of the session is due: the top of its heap of wake
         times, once the tops whose waits are gone are popped (each is popped once)."""
         wakes = entry.wakes
-        while wakes and wakes[0][1] not in entry.waits:
+        while wakes and wakes[0][1] not in self._waits:  # (tokens are never reused)
             heapq.heappop(wakes)
         return wakes[0][0] if wakes else None
 
     def _forget_waits(self, entry: _Entry) -> None:
         """Drop a deleted session's waits and the mail it claimed."""
-        for token in list(entry.waits):
+        for token in _tokens_in(entry):
             self._drop_wait(token)
         self._settle_claims(entry.record.session_id, ())
 
@@ -325,9 +325,16 @@ class WaitsAndMail:
         if token in self._waits:
             self._drop_wait(token)
         self._waits[token] = wait
-        entry.waits.add(token)
-        bisect.insort(entry.ordered, _by_path(wait))
+        ordered = entry.ordered
+        if ordered is None:
+            entry.ordered = token
+        else:
+            if isinstance(ordered, str):
+                ordered = entry.ordered = [_by_path(self._waits[ordered])]
+            bisect.insort(ordered, _by_path(wait))
         if wait.wake_at is not None:
+            if entry.wakes is None:
+                entry.wakes = []
             heapq.heappush(entry.wakes, (wait.wake_at, token))
         bisect.insort(self._all_waits, token)
         bisect.insort(self._by_kind.setdefault(wait.kind, []), token)
@@ -341,9 +348,16 @@ class WaitsAndMail:
             return
         self._unindex(wait)
         entry = self._sessions.get(wait.session_id)
-        if entry is not None:
-            entry.waits.discard(token)
-            _remove(entry.ordered, _by_path(wait))
+        ordered = None if entry is None else entry.ordered
+        if not ordered:
+            return
+        if isinstance(ordered, str):
+            if ordered == token:
+                entry.ordered = entry.wakes = None  # (a wake left in the heap is a gone one)
+            return
+        _remove(ordered, _by_path(wait))
+        if not ordered:
+            entry.ordered = entry.wakes = None
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)
@@ -379,6 +393,16 @@ def _remove_id(where: dict[Any, list[int]], name: Any, mid: int) -> None:
         del ids[i]
     if not ids:
         del where[name]
+
+
+def _tokens_in(entry: _Entry) -> builtins.list[str]:
+    """The tokens of the session's live waits, in the stores' order (a copy)."""
+    ordered = entry.ordered
+    if not ordered:
+        return []
+    if isinstance(ordered, str):
+        return [ordered]
+    return [t for _, t in ordered]
 
 
 def _by_path(wait: WaitRecord) -> tuple[bytes, str]:

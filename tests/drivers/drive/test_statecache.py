@@ -68,14 +68,25 @@ def test_a_mutable_value_is_decoded_and_changes_after_the_pause_do_not_reach_the
     assert decodes == [out.session_id]
 
 
-def test_another_runtime_decodes_and_so_does_the_first_after_it(decodes) -> None:
+def test_another_runtime_over_the_same_store_takes_the_kept_state(decodes) -> None:
     first = Runtime()
-    flow = Flow("two", [Gate("a"), Gate("b"), step(lambda ctx: "done", "end")])
+    flow = Flow("loop", [ForEach("items", ["a", "b", "c"], step(asks, "ask"))])
     out = first.run(flow)
-    second = Runtime(first.store, flows=[flow])
-    out = second.resume(out.token, {"approved": True})  # second never kept this state
+    second = Runtime(first.store, flows=[flow])  # a worker sharing the MemoryStore
+    out = second.resume(out.token, "x")
+    out = first.resume(out.token, "y")
+    assert second.resume(out.token, "z").output == ["x", "y", "z"]
+    assert decodes == []  # neither decoded what the other wrote
+
+
+def test_a_runtime_over_another_store_object_decodes(decodes, tmp_path) -> None:
+    flow = Flow("two", [Gate("a"), Gate("b"), step(lambda ctx: "done", "end")])
+    first = Runtime(SQLiteStore(tmp_path / "s.db"))
+    out = first.run(flow)
+    second = Runtime(SQLiteStore(tmp_path / "s.db"), flows=[flow])  # as another process would
+    out = second.resume(out.token, {"approved": True})
     assert decodes == [out.session_id]
-    assert first.resume(out.token, {"approved": True}).output == "done"  # nor first this one
+    assert first.resume(out.token, {"approved": True}).output == "done"
     assert decodes == [out.session_id] * 2
 
 

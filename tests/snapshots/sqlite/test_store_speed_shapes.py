@@ -15,6 +15,7 @@ from tarry import Flow, ForEach, Runtime, step
 from tarry.engine.errors import ConcurrentUpdate, NotSerializable
 from tarry.engine.state.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import MemoryStore, SQLiteStore, TokenInfo
+from tarry.snapshots.memory import entry as store_module_memory
 from tarry.snapshots.memory.store import _decode_batch, _encode_batch
 from tarry.snapshots.records import encode_event
 from tarry.snapshots.sqlite import sql as sqlite_module
@@ -330,6 +331,7 @@ def test_memory_batch_holds_encode_event_bytes(n: int) -> None:
 
 
 def test_memory_events_after_any_seq_across_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tarry.snapshots.memory.store.MERGE_BYTES", 0)  # a blob per write
     store = MemoryStore()
     store.create(rec(token="tk_1"), events=[ev(1)])
     store.append_events("s1", [ev(2), ev(3), ev(4)])
@@ -356,6 +358,27 @@ def test_memory_events_after_any_seq_across_writes(monkeypatch: pytest.MonkeyPat
     assert store.events("s1", 0, 2) == everything[:2]
     assert store.events("s1", 2, 3) == everything[2:5]
     assert len(decoded) == 4  # the first two writes, then the second and third
+
+
+@pytest.mark.parametrize("n", [1, 14, 15, 16, 17, 300])
+def test_memory_a_small_second_write_joins_the_first_blob_and_reads_back_alike(n: int) -> None:
+    store = MemoryStore()
+    store.create(rec(token="tk_1"), events=[ev(1)])
+    store.append_events("s1", [ev(s) for s in range(2, n + 2)])
+    store.consume_token("tk_1", owner="w", until=at(9), events=[ev(n + 2)])
+    everything = [ev(s) for s in range(1, n + 3)]
+    entry = store._sessions["s1"]
+    sizes = [len(encode_event(e)) for e in everything]
+    if sum(sizes[:-1]) < store_module_memory.MERGE_FIRST:  # still small: the third joins too
+        assert entry.batches == [_encode_batch(everything)[0]] and entry.firsts == [1]
+    elif sum(sizes[:-1]) < store_module_memory.MERGE_BYTES:  # the third starts a blob
+        assert entry.batches[0] == _encode_batch(everything[:-1])[0]
+        assert entry.firsts == [1, n + 2]
+    else:  # a write too big to join the first blob starts one (the merge copies O(1) bytes)
+        assert entry.firsts == [1, 2, n + 2]
+    for after in range(n + 4):
+        assert store.events("s1", after) == everything[after:], after
+        assert store.events("s1", after, 2) == everything[after : after + 2], after
 
 
 def test_memory_events_do_not_change_when_callers_mutate_their_data() -> None:
