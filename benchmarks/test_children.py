@@ -182,9 +182,9 @@ def test_children_over_worker_processes(
         cores=os.cpu_count(),
     )
     for r in results.values():
-        # Start, claim, run, end and the parent's wake-up, plus the lookups around them (see
-        # docs/children.md for the count); a bound that catches a cost growing with N.
-        assert r["statements_per_child"] <= 30, r
+        # Start, claim, run, end and the parent's wake-up: the target of child sessions (see
+        # docs/children.md for the count), with 1, 2 and 4 workers alike.
+        assert r["statements_per_child"] <= 6, r
 
 
 def _work(dsn: str, schema: str, out: Path) -> None:
