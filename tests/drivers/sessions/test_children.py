@@ -342,9 +342,8 @@ def _parent_drives(rt: Runtime, sid: str) -> list[str]:
     drive pauses on its new waits with a run.paused each: counted once)."""
     events = [e.type for e in rt.session(sid).events()]
     ends: list[str] = []
-    for before, now in zip(
-        events[events.index("run.resumed") :], events[events.index("run.resumed") + 1 :]
-    ):
+    tail = events[events.index("run.resumed") :]
+    for before, now in zip(tail, tail[1:], strict=False):
         if now in ("run.paused", "run.completed") and before != now:
             ends.append(now)
     return ends
