@@ -193,7 +193,8 @@ ORDER BY m.id
 
 # `_PENDING` for the given keys only: each key's oldest unclaimed message, paired with the wait
 # that has waited longest on it (one probe of each index per key; a key without either drops
-# out). What a round delivers of the child ends it has just queued.
+# out), and so does a wait whose session is running now (it cannot take a message before it
+# pauses: the next round's). What a round delivers of the child ends it has just queued.
 _PENDING_ON = f"""
 SELECT {", ".join(f"w.{c}" for c in WAIT_COLUMNS.split(", "))},
        {", ".join(f"m.{c}" for c in MAIL_COLUMNS.split(", "))}
@@ -205,6 +206,9 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE key = k.wanted ORDER BY since LIMIT 1
 ) AS w
+WHERE NOT EXISTS (
+    SELECT 1 FROM tarry_sessions AS s WHERE s.session_id = w.session_id AND s.status = 'running'
+)
 ORDER BY m.id
 """
 # The waits of many tokens, with their lanes: one probe of the primary key per token.
@@ -439,7 +443,8 @@ class WaitsAndMail:
     def pending_on(self, keys: Sequence[str]) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         """`pending` for `keys` only, in one read: each key's longest waiting wait with the
         oldest unclaimed message of the key, oldest message first; keys without both are left
-        out. Writes nothing."""
+        out, and so are waits of a session that is running now (busy: nothing could take
+        its message before it pauses; `pending` finds them later). Writes nothing."""
         if not keys:
             return []
         with self._pool.connection() as conn:
