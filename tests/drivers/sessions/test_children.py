@@ -387,3 +387,23 @@ def test_a_child_resumed_by_hand_still_wakes_its_parent_at_once(store: Any) -> N
     assert rt.session("g.c").status == "paused" and rt.session("g").status == "paused"
     rt.deliver("go-3", None)  # no round: the child's end resumes its parent in this call
     assert rt.session("g").status == "completed" and rt.session("g").state.output == 6
+
+
+def test_a_busy_parent_keeps_the_ends_of_a_round_queued_without_trying_each(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = Runtime(store=store)
+    out = rt.run(FAN, 3, session_id="f")
+    # Another process resumes a wait of the parent's (here: its token used in the store), so
+    # the parent runs while the round ends its children.
+    other = next(p for p in out.pauses if p.payload["session_id"] == "f.items.2.c")
+    assert rt.store.consume_token(other.token)
+    asked: list[str] = []
+    find_token = rt.store.find_token
+    monkeypatch.setattr(rt.store, "find_token", lambda t: asked.append(t) or find_token(t))
+    done = rt.resume_due()
+    assert sorted(o.session_id for o in done) == [f"f.items.{i}.c" for i in range(3)]
+    assert rt.session("f").status == "running"
+    # Their ends stay queued for the parent, and no resume was tried one end at a time.
+    assert sorted(m.key for m in rt.mailbox()) == [f"tarry/child/f.items.{i}.c" for i in range(3)]
+    assert asked == []
