@@ -219,7 +219,9 @@ class _Many:
                 self._moved(sid, keys, outcome)
                 return
         posted = {key: core.store.post(key, self.blobs[key], self.now) for key in keys}
-        if len(waits) > 1:
+        if len(waits) > 1 and not ahead.intersection(keys):
+            # (With a message queued ahead on one of the keys, the queue's head goes first:
+            # each key's messages are offered in turn below, never these values together.)
             outcome = _take_together(core, waits, values, posted, self.actor)
             if outcome is not None:
                 self._moved(sid, keys, outcome)
