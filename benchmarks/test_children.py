@@ -30,6 +30,10 @@ from tarry import Child, Flow, ForEach, Runtime
 
 DEFAULT_DSN = "postgresql://tarry:tarry@127.0.0.1:5432/tarry"
 
+#: The statements a worker process spends once, whatever the number of children (see the
+#: bound in `test_children_over_worker_processes`).
+PER_WORKER = 12
+
 
 def work(ctx: Any) -> int:
     return ctx.input * 2
@@ -148,6 +152,7 @@ def _job(server: tuple[str, str], n: int, workers: int, tmp: Path, tag: str) -> 
     store.close()
     return {
         "statements_per_child": round((started + worked) / n, 2),
+        "statements": started + worked,
         "start_statements_per_child": round(started / n, 2),
         "seconds": round(elapsed, 3),
         "children_per_second": round(n / elapsed, 1),
@@ -181,10 +186,13 @@ def test_children_over_worker_processes(
         ),
         cores=os.cpu_count(),
     )
-    for r in results.values():
-        # Start, claim, run, end and the parent's wake-up, plus the lookups around them (see
-        # docs/children.md for the count); a bound that catches a cost growing with N.
-        assert r["statements_per_child"] <= 30, r
+    for workers, r in results.items():
+        # Start, claim, run, end and the parent's wake-up: at most 6 per child, the target of
+        # child sessions (see docs/children.md for the count), with 1, 2 and 4 workers alike;
+        # plus what each worker spends once whatever the job (its connections' setup, the
+        # contention of its first rounds over the same few ends), which only the smoke size
+        # (30 children) does not spread out.
+        assert r["statements_per_child"] <= 6 + PER_WORKER * workers / n, r
 
 
 def _work(dsn: str, schema: str, out: Path) -> None:

@@ -62,6 +62,11 @@ class StoreLedger:
             blobs = self._store.get_values(self._sid, self._key(ITEMS, path), stop)
             if len(blobs) == stop:  # none missing: index i is blobs[i]
                 return {i: loads(blobs[i]) for i in indexes}
+        at = getattr(self._store, "get_values_at", None) if len(indexes) > 1 else None
+        if at is not None:  # a few of many (the children a round's ends resume): one read
+            found = at(self._sid, self._key(ITEMS, path), indexes)
+            if len(found) == len(set(indexes)):
+                return {i: loads(found[i]) for i in indexes}
         return {i: self.item(path, i) for i in indexes}
 
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None:

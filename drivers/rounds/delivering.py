@@ -22,7 +22,9 @@ error with the mailbox and every session as they were.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import attrs
@@ -43,7 +45,7 @@ from tarry.engine.errors import (
 )
 from tarry.engine.keys import check_key
 from tarry.snapshots.codec.pack import dumps, loads
-from tarry.snapshots.mail import MailInfo
+from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord
 from tarry.snapshots.store import MailGone
 
@@ -217,7 +219,9 @@ class _Many:
                 self._moved(sid, keys, outcome)
                 return
         posted = {key: core.store.post(key, self.blobs[key], self.now) for key in keys}
-        if len(waits) > 1:
+        if len(waits) > 1 and not ahead.intersection(keys):
+            # (With a message queued ahead on one of the keys, the queue's head goes first:
+            # each key's messages are offered in turn below, never these values together.)
             outcome = _take_together(core, waits, values, posted, self.actor)
             if outcome is not None:
                 self._moved(sid, keys, outcome)
@@ -347,40 +351,96 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
     did not reach it (the delivery and the wait crossed, and the process that would have
     joined them died, or the wait's session was busy) takes the oldest one. Reads through the
     store's indexes; writes only for what it delivers."""
-    round = round or Round()
+    return _deliver(core, round or Round(), core.store.pending(limit))
+
+
+def _deliver(core: Core, round: Round, pairs: list[tuple[WaitRecord, MailRecord]]) -> list[Outcome]:
+    """Each (wait, message) of `pairs` taken: the waits of one session in one resume (one
+    drive, one write), a session found busy left to its drive and the next round."""
     outcomes: list[Outcome] = []
-    pairs = core.store.pending(limit)
-    by_session: dict[str, list[tuple[WaitRecord, Any]]] = {}
+    by_session: dict[str, list[tuple[WaitRecord, MailRecord]]] = {}
     for wait, message in pairs:
         by_session.setdefault(wait.session_id, []).append((wait, message))
     for sid, group in by_session.items():
-        if len(group) > 1 and not round.stopping() and round.begin(sid):
-            # Several waits of one session (the children of one parent that ended while it
-            # was busy): one resume takes every message, one drive, one write.
+        if len(group) > 1:
+            if round.stopping() or not round.begin(sid):
+                break
+            # Several waits of one session (the children of one parent that ended): one
+            # resume takes every message, one drive, one write.
             outcome = _take_pending_together(core, group)
+            if outcome is _BUSY:
+                # Running (in another process, or this one): the messages stay queued for
+                # the next round. Trying them one at a time would find it busy again.
+                continue
+            if outcome is not None:
+                outcomes.append(outcome)  # type: ignore[arg-type]
+                continue
+        for wait, message in group:
+            if round.stopping():
+                return outcomes
+            if not round.begin(wait.session_id):
+                continue
+            try:
+                value = loads(message.value)
+                outcome = _resume_one(core, wait.token, value, "mail", None, message.id)
+            except SessionBusy:
+                break  # the rest of its group would find it busy too
+            except (*_PASSED, MailGone):
+                continue
+            except Exception as exc:
+                if infrastructure(exc):
+                    raise
+                log().warning(
+                    "deliver: message %s for key %r not delivered: %s", message.id, message.key, exc
+                )
+                continue
             if outcome is not None:
                 outcomes.append(outcome)
-                pairs = [p for p in pairs if p[0].session_id != sid]
-    for wait, message in pairs:
-        if round.stopping():
-            break
-        if not round.begin(wait.session_id):
-            continue
-        try:
-            value = loads(message.value)
-            outcome = _resume_one(core, wait.token, value, "mail", None, message.id)
-        except (*_PASSED, MailGone, SessionBusy):
-            continue
-        except Exception as exc:
-            if infrastructure(exc):
-                raise
-            log().warning(
-                "deliver: message %s for key %r not delivered: %s", message.id, message.key, exc
-            )
-            continue
-        if outcome is not None:
-            outcomes.append(outcome)
     return outcomes
+
+
+#: The end keys of the children that ended in this context's round, whose parents are woken
+#: together once the round's page is done (`deferred_wakes`); None outside of such a round.
+_DEFERRED: ContextVar[list[str] | None] = ContextVar("tarry_deferred_wakes", default=None)
+
+
+@contextmanager
+def deferred_wakes(core: Core, round: Round) -> Iterator[None]:
+    """Within: a child's end does not wake its parent at once (`wake_parent`); its key is kept,
+    and on the way out the parents of every child that ended are woken, each once with all of
+    its children's ends (`deliver_ends`): a worker round that ran a page of children resumes
+    their parent once, not once per child. (Left on an error: the ends stay queued, and the
+    next round delivers them, `deliver_pending`.)"""
+    keys: list[str] = []
+    reset = _DEFERRED.set(keys)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(reset)
+    if keys:
+        deliver_ends(core, keys, round)
+
+
+def deliver_ends(core: Core, keys: list[str], round: Round | None = None) -> list[Outcome]:
+    """The ends queued on `keys` (children's end keys) taken by the waits on them: one read for
+    them all, then one resume per parent with every end it waits for (see `_deliver`)."""
+    found = getattr(core.store, "pending_on", None)
+    if found is not None:
+        pairs = found(keys)
+    else:  # a store without the one read: a key at a time
+        pairs = []
+        for key in dict.fromkeys(keys):
+            rows = core.store.waiters(key, 1)
+            head = core.store.queued(key=key, limit=1) if rows else []
+            if head:
+                pairs.append((rows[0], head[0]))
+    try:
+        return _deliver(core, round or Round(), pairs)
+    except Exception as exc:
+        if infrastructure(exc):
+            raise
+        log().warning("children's ends did not reach their parents now: %s", exc)
+        return []
 
 
 def wake_parent(core: Core, key: str) -> Any:
@@ -389,7 +449,12 @@ def wake_parent(core: Core, key: str) -> Any:
     outcome (awaitable when its drive awaits), or None when nothing was resumed: no wait yet
     (the parent's drive takes the message when it reaches or registers the wait), the parent
     busy (noted for its drive) or anything else; what this leaves is the next worker round's
-    (`deliver_pending`)."""
+    (`deliver_pending`). Inside a worker round's page (`deferred_wakes`) the key is kept for
+    the page's end instead, and None returned."""
+    deferred = _DEFERRED.get()
+    if deferred is not None:
+        deferred.append(key)
+        return None
     rows: list[WaitRecord] = []
     try:
         rows = core.store.waiters(key, 1)
@@ -412,16 +477,23 @@ def wake_parent(core: Core, key: str) -> Any:
         return None
 
 
-def _take_pending_together(core: Core, group: list[tuple[WaitRecord, Any]]) -> Outcome | None:
+#: `_take_pending_together` found the session running: nothing was done.
+_BUSY: Any = object()
+
+
+def _take_pending_together(core: Core, group: list[tuple[WaitRecord, Any]]) -> Any:
     """Resume the waits of one session in `group`, each with its queued message (consumed
-    with the tokens), in one resume; None when that cannot be done now (a token used, a
-    message taken, the session busy, a value refused): nothing was done, and the caller offers
-    them one at a time."""
+    with the tokens), in one resume: its outcome; `_BUSY` when the session is running, None
+    when it cannot be done now for another reason (a token used, a message taken, a value
+    refused): nothing was done either way, and the caller offers them one at a time after
+    None."""
     keyed = {w.token: (w.token, loads(m.value)) for w, m in group}
     mail = {w.token: m.id for w, m in group}
     try:
         got = settle_many(resume_keys(core, keyed, trigger="mail", mail=mail, wait_busy=False))
-    except (*_PASSED, MailGone, SessionBusy, InvalidResumeValue):
+    except SessionBusy:
+        return _BUSY
+    except (*_PASSED, MailGone, InvalidResumeValue):
         return None
     return got[0] if got else None
 

@@ -20,6 +20,7 @@ from tarry.drivers.drive.outcome import Outcome, all_pauses
 from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
 from tarry.drivers.rounds.boundary import Round, flow_of, guarded
+from tarry.drivers.rounds.delivering import deferred_wakes
 from tarry.drivers.sessions.batch import resume_keys
 from tarry.drivers.sessions.children import QUEUED, fail_unknown_flow
 from tarry.drivers.sessions.control import cancel_stopped, end_waiting
@@ -57,25 +58,28 @@ def resume_due(core: Core, limit: int, round: Round | None = None) -> list[Outco
         wanted = min(limit - len(outcomes), PAGE)
         page = core.store.claim_due(now, core.owner, until, limit=wanted, after=after)
         started = 0
-        try:
-            for record in page:
-                if round.stopping():
-                    break
-                started += 1
-                outcome = guarded(
-                    core,
-                    "resume_due",
-                    record,
-                    round,
-                    lambda r=record: _fire(core, r, now, round),
-                    claimed=True,
-                )
-                if outcome is not None:
-                    outcomes.append(outcome)
-        finally:
-            # Claimed but not started (the round stops, or ends with an error): let other
-            # workers have them now rather than when the claims lapse.
-            _give_back(core, page[started:])
+        # The children of the page that end wake their parents once the page is done, each
+        # parent once with every end it waits for (delivering.deferred_wakes).
+        with deferred_wakes(core, round):
+            try:
+                for record in page:
+                    if round.stopping():
+                        break
+                    started += 1
+                    outcome = guarded(
+                        core,
+                        "resume_due",
+                        record,
+                        round,
+                        lambda r=record: _fire(core, r, now, round),
+                        claimed=True,
+                    )
+                    if outcome is not None:
+                        outcomes.append(outcome)
+            finally:
+                # Claimed but not started (the round stops, or ends with an error): let other
+                # workers have them now rather than when the claims lapse.
+                _give_back(core, page[started:])
         if len(page) < wanted:
             break  # nothing else is due and free
         last = page[-1]

@@ -18,6 +18,7 @@ from tarry.drivers.core import Core
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.sessions.resuming import (
+    UNREAD,
     SessionBusy,
     _Busy,
     accepted,
@@ -116,6 +117,10 @@ def _resume_keys(
     sessions: dict[str, _Session] = {}
     keys = {key: token for key, (token, _) in keyed.items()}
     found = core.store.find_tokens(list(keys))  # one read for every token
+    # The waits of the tokens, with their parked lanes: read at once, when the first lane is
+    # to be restored and the store reads many in one go (else one at a time, by wait_of).
+    rows: dict[str, Any] | None = None
+    many = getattr(core.store, "wait_many", None) if len(keys) > 1 else None
     for key, (token, value) in keyed.items():
         info = found.get(key)
         if info is None:
@@ -133,7 +138,12 @@ def _resume_keys(
         if not session.owned and concurrent(state):
             # Its own copy, once: each parked lane resumed goes back into it in place.
             session.state, session.owned = own(state), True
-        state, pause, lane = wait_of(core, key, session.state, owned=session.owned)
+        got = UNREAD
+        if many is not None and concurrent(state):
+            if rows is None:
+                rows = many(list(keys))
+            got = rows.get(key)
+        state, pause, lane = wait_of(core, key, session.state, owned=session.owned, found=got)
         if pause is None:
             raise not_resumable(core, key, info.session_id, state.status, "resume")
         data: dict[str, Any] = {} if actor is None else {"actor": actor}

@@ -9,8 +9,10 @@ parent meanwhile: its lane waits on the child's end key (engine/elements/child.p
 
 The save that ends a child (completed, failed, cancelled) queues its end on that key in the
 same transaction (`SessionStore.save(post=...)`), so the end is recorded once and reaches the
-parent once: the process that ended the child delivers it at once, and if it dies first, the
-next worker round does (`SessionStore.pending`).
+parent once: the process that ended the child delivers it — at once, or, in a worker round,
+when the round's page of children is done, every end of one parent in one resume
+(rounds/delivering.deferred_wakes) — and if it dies first, the next worker round does
+(`SessionStore.pending`).
 """
 
 from __future__ import annotations

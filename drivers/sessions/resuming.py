@@ -81,8 +81,12 @@ def not_resumable(core: Core, key: str, session_id: str, status: str, action: st
     return SessionNotResumable(session_id, status, action)
 
 
+#: `wait_of`'s `found` when the caller has not read the wait: it is read then.
+UNREAD: Any = object()
+
+
 def wait_of(
-    core: Core, key: str, state: SessionState, *, owned: bool = False
+    core: Core, key: str, state: SessionState, *, owned: bool = False, found: Any = UNREAD
 ) -> tuple[SessionState, PauseState | None, bytes | None]:
     """The wait that the token `key` resumes, and the state to resume it in: the session's
     own wait, or, while concurrent containers wait in several lanes, the lane's whose wait
@@ -90,10 +94,11 @@ def wait_of(
     of) the state first (`owned`: into `state` itself, the caller's own; see reducer.own). One
     wait row is read, whatever the number of waiting branches. (A token that is no lane's —
     an abort's, a failure's — resumes the session's own.) Third: the parked lane's bytes, for
-    the `run.resumed` event to carry (see records.fold_stored), or None."""
+    the `run.resumed` event to carry (see records.fold_stored), or None. `found`: the wait of
+    `key` (or None) when the caller read it already, with those of other tokens."""
     if state.status != "paused" or not concurrent(state):
         return state, state.pause, None
-    wait = core.store.wait(key)
+    wait = core.store.wait(key) if found is UNREAD else found
     if wait is None:
         return state, state.pause, None
     if wait.lane:
@@ -103,9 +108,9 @@ def wait_of(
         except SnapshotError as exc:
             msg = f"session {state.session_id!r}: its wait {key[:12]} cannot be read: {exc}"
             raise SnapshotError(msg) from exc
-    found = pause_at(state, wait.path)
-    if found is not None:
-        return state, found, wait.lane or None
+    pause = pause_at(state, wait.path)
+    if pause is not None:
+        return state, pause, wait.lane or None
     return state, state.pause, None
 
 

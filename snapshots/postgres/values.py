@@ -89,3 +89,20 @@ class EventsAndValues:
         blobs = [blob for (blob,) in rows]
         self._count(read=sum(map(len, blobs)))
         return blobs
+
+    def get_values_at(self, session_id: str, key: str, indexes: Sequence[int]) -> dict[int, bytes]:
+        """The blobs of `key` at `indexes`, by index (missing ones left out), in one read:
+        one probe of the primary key per index, whatever else the key holds (the items of
+        the lanes a resume of several waits restores)."""
+        if not indexes:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT v.idx, v.blob FROM unnest(%s::bigint[]) AS k(wanted) CROSS JOIN LATERAL "
+                "(SELECT idx, blob FROM tarry_values WHERE session_id = %s AND key = %s "
+                "AND idx = k.wanted) AS v",
+                (list(dict.fromkeys(indexes)), session_id, key),
+            ).fetchall()
+        found = {int(idx): bytes(blob) for idx, blob in rows}
+        self._count(read=sum(map(len, found.values())))
+        return found

@@ -191,6 +191,31 @@ FROM paired AS p JOIN tarry_mail AS m ON m.id = p.mail_id
 ORDER BY m.id
 """
 
+# `_PENDING` for the given keys only: each key's oldest unclaimed message, paired with the wait
+# that has waited longest on it (one probe of each index per key; a key without either drops
+# out), and so does a wait whose session is running now (it cannot take a message before it
+# pauses: the next round's). What a round delivers of the child ends it has just queued.
+_PENDING_ON = f"""
+SELECT {", ".join(f"w.{c}" for c in WAIT_COLUMNS.split(", "))},
+       {", ".join(f"m.{c}" for c in MAIL_COLUMNS.split(", "))}
+FROM unnest(%s::text[]) AS k(wanted)
+CROSS JOIN LATERAL (
+    SELECT {MAIL_COLUMNS} FROM tarry_mail WHERE key = k.wanted AND claimed_by = ''
+    ORDER BY id LIMIT 1
+) AS m
+CROSS JOIN LATERAL (
+    SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE key = k.wanted ORDER BY since LIMIT 1
+) AS w
+WHERE NOT EXISTS (
+    SELECT 1 FROM tarry_sessions AS s WHERE s.session_id = w.session_id AND s.status = 'running'
+)
+ORDER BY m.id
+"""
+# The waits of many tokens, with their lanes: one probe of the primary key per token.
+_WAIT_MANY = (
+    f"SELECT {WAIT_COLUMNS}, lane FROM tarry_waits WHERE token = ANY(%s::text[]) ORDER BY token"
+)
+
 # The waits of many keys: per key, one range of the index by (key, since), the longest-waiting
 # first, at most %s of them.
 _WAITERS_MANY = f"""
@@ -301,6 +326,15 @@ class WaitsAndMail:
         found = with_lanes(_plain(rows), utc)
         return found[0] if found else None
 
+    def wait_many(self, tokens: Sequence[str]) -> dict[str, WaitRecord]:
+        """`wait` of many tokens in one read: each live wait, with its `lane`, by token
+        (tokens without one are left out): what a resume of several waits restores."""
+        if not tokens:
+            return {}
+        with self._pool.connection() as conn:
+            rows = conn.execute(_WAIT_MANY, (list(dict.fromkeys(tokens)),)).fetchall()
+        return {w.token: w for w in with_lanes(_plain(rows), utc)}
+
     def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._pool.connection() as conn:
             rows = conn.execute(
@@ -404,6 +438,17 @@ class WaitsAndMail:
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._pool.connection() as conn:
             rows = conn.execute(_PENDING, (limit,)).fetchall()
+        return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
+
+    def pending_on(self, keys: Sequence[str]) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+        """`pending` for `keys` only, in one read: each key's longest waiting wait with the
+        oldest unclaimed message of the key, oldest message first; keys without both are left
+        out, and so are waits of a session that is running now (busy: nothing could take
+        its message before it pauses; `pending` finds them later). Writes nothing."""
+        if not keys:
+            return []
+        with self._pool.connection() as conn:
+            rows = conn.execute(_PENDING_ON, (list(dict.fromkeys(keys)),)).fetchall()
         return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
 
     def discard(self, key: str) -> int:

@@ -853,3 +853,59 @@ def test_an_sqlite_file_of_schema_5_gets_the_indexes_of_schema_6(tmp_path: Path)
     assert {"sessions_wake", "sessions_lease"} <= names
     assert not names & {"sessions_list", "sessions_due", "sessions_expired"}
     db.close()
+
+
+# -- the reads of a round that wakes parents (PostgresStore's; optional for a store) ------------
+
+
+def _optional(store: Any, name: str) -> Any:
+    found = getattr(store, name, None)
+    if found is None:
+        pytest.skip(f"{type(store).__name__} has no {name} (the drivers read one at a time)")
+    return found
+
+
+def test_pending_on_pairs_the_given_keys_only(store: Any) -> None:
+    pending_on = _optional(store, "pending_on")
+    fill(store)  # waits on k1: t2, t3, t4 (t4 longest); on k2: t7
+    assert pending_on(["k1", "k2"]) == []
+    m1 = store.post("k1", b"1", at(1))
+    store.post("k1", b"1b", at(2))
+    m2 = store.post("k2", b"2", at(3))
+    store.post("nobody", b"x", at(1))
+    found = pending_on(["k2", "k1", "nobody", "k1"])
+    assert [(w.token, m.id, m.value) for w, m in found] == [("t4", m1, b"1"), ("t7", m2, b"2")]
+    assert [(w.token, m.id) for w, m in pending_on(["k2"])] == [("t7", m2)]
+    assert pending_on([]) == []
+
+
+def test_pending_on_passes_over_a_running_session(store: Any) -> None:
+    pending_on = _optional(store, "pending_on")
+    fill(store)  # s1 waits on k1 with t4 (longest); s2 with t2
+    store.post("k1", b"1", at(1))
+    assert store.consume_token("t1")  # another wait of s1: s1 is running now
+    assert pending_on(["k1"]) == []  # its wait takes the message once it pauses: later
+    assert [w.token for w, _ in store.pending()] == ["t4"]
+
+
+def test_wait_many_reads_the_waits_of_many_tokens_with_their_lanes(store: Any) -> None:
+    wait_many = _optional(store, "wait_many")
+    paused(store, "s1", wait("tk_a", lane=b"lane a"), wait("tk_b", index=1))
+    found = wait_many(["tk_b", "tk_a", "tk_nope"])
+    assert sorted(found) == ["tk_a", "tk_b"]
+    assert found["tk_a"].lane == b"lane a" and found["tk_a"].path == ("items", 0, "w")
+    assert found["tk_b"] == store.wait("tk_b")
+    assert store.consume_token("tk_a")
+    assert list(wait_many(["tk_a", "tk_b"])) == ["tk_b"]  # a used token has no wait
+    assert wait_many([]) == {}
+
+
+def test_get_values_at_reads_some_indexes_of_a_key(store: Any) -> None:
+    get_values_at = _optional(store, "get_values_at")
+    store.create(rec("s1"))
+    store.put_values("s1", [("i", n, bytes([n])) for n in range(50)] + [("j", 7, b"j")])
+    assert get_values_at("s1", "i", [41, 3, 7]) == {41: b")", 3: b"\x03", 7: b"\x07"}
+    assert get_values_at("s1", "i", [3, 99]) == {3: b"\x03"}  # a missing one is left out
+    assert get_values_at("s1", "j", [7]) == {7: b"j"}
+    assert get_values_at("s2", "i", [3]) == {}
+    assert get_values_at("s1", "i", []) == {}

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tarry import Child, Flow, ForEach, Runtime
@@ -104,6 +105,54 @@ def test_children_of_one_parent_run_once_each_over_many_workers(dsn: str, tmp_pa
     assert str(os.getpid()) not in by_worker
     assert len(by_worker) > 1, f"one worker ran every child: {by_worker}"
     rt.store.close()
+
+
+def test_statements_per_child_in_one_worker(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start, claim, run, end and the parent's wake-up: at most 6 statements per child, in
+    total (the cost target of child sessions), counted in this process, which runs both the
+    parent and its children; the parent takes the ends of a page of children in one resume."""
+    import psycopg
+
+    count = 2 * 20 + 5  # two pages of the worker round and a bit
+    rt = Runtime(store=dsn)
+    sent: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+    out = rt.run(SUM, count, session_id="parent")
+    assert out.paused
+    rounds = 0
+    while rt.session("parent").status != "completed":
+        rounds += 1
+        assert rounds < 20, "the parent does not complete"
+        rt.poll(limit=20)
+    monkeypatch.undo()
+    assert rt.session("parent").state.output == sum(n * 3 for n in range(count))
+    per_child = len(sent) / count
+    assert per_child <= 6, (per_child, Counter(q.split("(")[0][:60] for q in sent).most_common(12))
+    rt.store.close()
+
+
+def triple(ctx: Any) -> int:
+    return ctx.input * 3
+
+
+SUM = Flow(
+    "pg_sum",
+    [
+        ForEach(
+            "jobs",
+            lambda ctx: list(range(ctx.input)),
+            Child("job", Flow("pg_triple", [triple]), input=lambda ctx: ctx.item),
+            concurrency=None,
+        ),
+        lambda ctx: sum(ctx.prev),
+    ],
+)
 
 
 if __name__ == "__main__":

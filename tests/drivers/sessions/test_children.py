@@ -321,3 +321,89 @@ def test_a_parent_lists_and_cancels_a_child_started_in_a_drive_that_failed(store
     assert rt.session("p").children == ["p.items.1.c"]
     rt.cancel("p")
     assert rt.session("p.items.1.c").status == "cancelled"
+
+
+FAN = Flow(
+    "fan_of_children",
+    [
+        ForEach(
+            "items",
+            lambda ctx: list(range(ctx.input)),
+            Child("c", INNER, input=lambda ctx: ctx.item),
+            concurrency=None,
+        ),
+        lambda ctx: sum(ctx.prev),
+    ],
+)
+
+
+def _parent_drives(rt: Runtime, sid: str) -> list[str]:
+    """The types of the events that end each of the parent's drives after its first one (a
+    drive pauses on its new waits with a run.paused each: counted once)."""
+    events = [e.type for e in rt.session(sid).events()]
+    ends: list[str] = []
+    tail = events[events.index("run.resumed") :]
+    for before, now in zip(tail, tail[1:], strict=False):
+        if now in ("run.paused", "run.completed") and before != now:
+            ends.append(now)
+    return ends
+
+
+def test_a_round_wakes_a_parent_once_with_the_ends_of_the_children_it_ran(store: Any) -> None:
+    rt = Runtime(store=store)
+    assert rt.run(FAN, 6, session_id="f").paused
+    done = rt.resume_due()
+    # Each child ran in the round; their parent was resumed once, after the page, with all
+    # six ends (a run.resumed each), and completed: no pause between them.
+    assert sorted(o.session_id for o in done) == [f"f.items.{i}.c" for i in range(6)]
+    view = rt.session("f")
+    assert view.status == "completed" and view.state.output == 30
+    assert _parent_drives(rt, "f") == ["run.completed"]
+    assert [e.type for e in view.events()].count("run.resumed") == 6
+    assert rt.mailbox() == []
+    assert view.derive_state() == view.state
+
+
+def test_a_round_of_a_page_of_children_wakes_the_parent_once_per_page(store: Any) -> None:
+    from tarry.drivers.rounds.timers import PAGE
+
+    rt = Runtime(store=store)
+    assert rt.run(FAN, PAGE + 3, session_id="f").paused
+    rt.resume_due()
+    view = rt.session("f")
+    assert view.status == "completed" and view.state.output == sum(range(PAGE + 3)) * 2
+    # The first page's ends in one resume (it pauses again: three children wait), then the
+    # second page's.
+    assert _parent_drives(rt, "f") == ["run.paused", "run.completed"]
+    assert view.derive_state() == view.state
+
+
+def test_a_child_resumed_by_hand_still_wakes_its_parent_at_once(store: Any) -> None:
+    gate = Flow("gated", [Wait("go", key=lambda ctx: f"go-{ctx.input}"), double])
+    outer = Flow("outer_gated", [Child("c", gate, input=lambda ctx: ctx.input)])
+    rt = Runtime(store=store)
+    assert rt.run(outer, 3, session_id="g").paused
+    rt.resume_due()  # the child starts, and waits on its key
+    assert rt.session("g.c").status == "paused" and rt.session("g").status == "paused"
+    rt.deliver("go-3", None)  # no round: the child's end resumes its parent in this call
+    assert rt.session("g").status == "completed" and rt.session("g").state.output == 6
+
+
+def test_a_busy_parent_keeps_the_ends_of_a_round_queued_without_trying_each(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = Runtime(store=store)
+    out = rt.run(FAN, 3, session_id="f")
+    # Another process resumes a wait of the parent's (here: its token used in the store), so
+    # the parent runs while the round ends its children.
+    other = next(p for p in out.pauses if p.payload["session_id"] == "f.items.2.c")
+    assert rt.store.consume_token(other.token)
+    asked: list[str] = []
+    find_token = rt.store.find_token
+    monkeypatch.setattr(rt.store, "find_token", lambda t: asked.append(t) or find_token(t))
+    done = rt.resume_due()
+    assert sorted(o.session_id for o in done) == [f"f.items.{i}.c" for i in range(3)]
+    assert rt.session("f").status == "running"
+    # Their ends stay queued for the parent, and no resume was tried one end at a time.
+    assert sorted(m.key for m in rt.mailbox()) == [f"tarry/child/f.items.{i}.c" for i in range(3)]
+    assert asked == []
