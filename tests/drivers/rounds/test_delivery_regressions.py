@@ -164,6 +164,33 @@ def test_late_mail_for_several_waiting_lanes_is_not_lost(store) -> None:
     assert [p.path for p in rt.session(out.session_id).outcome.pauses] == [("lanes", 0, "lane")]
 
 
+def test_deliver_many_gives_a_key_its_queued_message_before_the_new_one(store) -> None:
+    """A message queued on a key (it came while its session ran) goes first when deliver_many
+    brings that session new values for that key and another one at once: never the new values
+    taken together past the queue's head."""
+    rt = Runtime(store=store)
+
+    def after(ctx: Any) -> Any:
+        if ctx.item == 0:  # the session is running: the message to lane 1 is queued
+            assert in_thread(lambda: rt.deliver("q/1", "early")) == []
+        return ctx.prev
+
+    lanes = [Wait("lane", key=lambda ctx: f"q/{ctx.item}"), after]
+    flow = Flow("queued_ahead", [ForEach("lanes", [0, 1, 2], lanes, concurrency=3)])
+    out = rt.run(flow)
+    lane0 = next(p for p in out.pauses if p.path == ("lanes", 0, "lane"))
+    assert rt.resume(lane0.token, "zero").paused
+    report = rt.deliver_many({"q/1": "new", "q/2": "two"})
+    assert taken(rt, out.session_id) == {
+        ("lanes", 0, "lane"): "zero",
+        ("lanes", 1, "lane"): "early",
+        ("lanes", 2, "lane"): "two",
+    }
+    assert list(report.queued) == ["q/1"]
+    assert [(m.key, m.count) for m in rt.mailbox(prefix="q/")] == [("q/1", 1)]
+    assert rt.session(out.session_id).outcome.output == ["zero", "early", "two"]
+
+
 def test_a_cancel_while_a_resume_runs_is_honoured_when_the_run_pauses(store) -> None:
     """Lane 0 is resumed; while its next step runs, another process cancels the session; the
     drive then pauses (lane 1 still waits) before any checkpoint. The cancel still wins."""
