@@ -5,8 +5,8 @@
 Each workload is one whole `python -c CODE` process under `valgrind --tool=callgrind`: the
 interpreter's start (`pass`, the floor) included, as a user's process pays it. tarry is measured
 from a regular install (its wheel unpacked on PYTHONPATH), not from the editable one, whose
-finder adds a cost no user pays. The hash seed is fixed: the counts then vary by well under 1%
-between runs, where a random seed moves them by a few percent. Instruction counts do not care
+finder adds a cost no user pays. The hash seed is fixed, and each count is the median of three
+processes. Instruction counts do not care
 how busy the machine is; wall times here would.
 
 Workloads: `import` (the module alone), `names` (what a first program reads: tarry's Flow,
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,9 +72,15 @@ def environment(site: Path) -> dict[str, str]:
     return env
 
 
-def count(code: str, env: dict[str, str]) -> int:
-    """Instructions of one whole `python -c code` process."""
+def count(code: str, env: dict[str, str], repeat: int = 3) -> int:
+    """Instructions of one whole `python -c code` process: the median of `repeat` processes
+    (a first run starts a thread or two, and objects' addresses differ from process to process:
+    single counts of one workload spread by a few percent, now and then by a fifth)."""
     subprocess.run([sys.executable, "-c", code], env=env, check=True)  # bytecode cache written
+    return statistics.median(_count(code, env) for _ in range(repeat))
+
+
+def _count(code: str, env: dict[str, str]) -> int:
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
         + [sys.executable, "-c", code],

@@ -1,6 +1,6 @@
 """`import tarry` costs no more instructions than `import pocketflow` (callgrind, whole process).
 
-Slow (it builds the wheel and runs seven processes under valgrind) and skipped without valgrind
+Slow (it builds the wheel and runs 21 processes under valgrind) and skipped without valgrind
 or PocketFlow (the `bench` extra). What a first program then loads (`from tarry import Flow,
 Runtime, step`, a first run) is measured too and kept in the test's properties, unasserted:
 see docs/performance.md ("Import cost").
