@@ -10,8 +10,6 @@ from importlib import import_module
 
 TYPE_CHECKING = False  # not typing's: `import tarry.snapshots.X` must not import typing
 if TYPE_CHECKING:  # what __getattr__ loads, as type checkers should see it
-    from typing import Any
-
     from tarry.snapshots.codec.check import check
     from tarry.snapshots.codec.pack import dumps, loads, register
     from tarry.snapshots.memory.store import MemoryStore
