@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from tarry.drivers.adapters import is_bulk
 from tarry.drivers.clock import Clock, SystemClock, clock_ns
 from tarry.drivers.drive.executors import Executors
 from tarry.drivers.drive.lease_keeper import LeaseKeeper
@@ -215,6 +214,10 @@ def checked_adapters(adapters: dict[str, Any] | None) -> dict[str, Any]:
         msg = f"adapters must be a dict {{pause kind: adapter}} (got {describe(adapters)})"
         raise InvalidArgument(msg)
     adapters = dict(adapters or {})
+    if adapters:
+        # Loaded only when there are adapters: its records (ResumeRequest...) are attrs classes
+        # a Runtime without adapters never builds, and each one costs `import tarry` a compile.
+        from tarry.drivers.adapters import is_bulk
     for kind, adapter in adapters.items():
         if kind not in PAUSE_KINDS or not (callable(adapter) or is_bulk(adapter)):
             msg = (
