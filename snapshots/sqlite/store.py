@@ -36,6 +36,7 @@ from tarry.snapshots.sqlite.sql import (
     _LOAD,
     _ROWS_PER_INSERT,
     _SCHEMA,
+    FILL_PHASE,
     LISTING,
     SCHEMA_VERSION,
     _add_token,
@@ -49,6 +50,7 @@ from tarry.snapshots.sqlite.sql import (
     _put_values_if_session,
     _Transaction,
     _update,
+    phase_of,
 )
 from tarry.snapshots.sqlite.tokens import TokensAndLeases
 from tarry.snapshots.sqlite.waits import WaitsAndMail
@@ -148,6 +150,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         for name, definition in _LATER_COLUMNS:
             if name not in have:
                 self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
+        if found < 7:  # the phase of each session of a file made before it (schema 7)
+            self._db.execute(FILL_PHASE)
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
         waits_.upgrade_mail(self._db)
@@ -223,11 +227,12 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         args = (*row, expected_version, prev, record.stop)
         with self._write as db:
             seen, self._seen = self._seen, None
-            held = _HOLD_UNSEEN
+            held, phase_held = _HOLD_UNSEEN, False
             if seen is not None and seen[0] == sid:
                 held = tuple(row[i] == old for i, old in zip(_INDEXED, seen[1:], strict=True))
-            updated = db.execute(_update(held), args).rowcount
-            if updated != 1 and held != _ASSIGN_ALL:  # what the store saw is out of date
+                phase_held = phase_of(record.status) == phase_of(seen[1])
+            updated = db.execute(_update(held, phase_held), args).rowcount
+            if updated != 1 and (held != _ASSIGN_ALL or phase_held):  # the hint is out of date
                 updated = db.execute(_update(_ASSIGN_ALL), args).rowcount
             if updated != 1:
                 current = db.execute(
