@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.drive import Drive
+from tarry.drivers.drive.drive import Drive, Pending, TokenRefused
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.limits import check_actor
@@ -21,6 +21,7 @@ from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
+from tarry.engine.elements.waits import _Waiting
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -248,6 +249,30 @@ def _resume(
         raise
     flow, state, events, session_meta, outcome_meta, now = checked
     until = now + timedelta(seconds=core.lease)
+    if failure is None and not skip and not asynchronous and core.save_uses_token and events:
+        waiting = isinstance(flow.find(tuple(events[0].path)), _Waiting)
+    else:
+        waiting = False
+    if waiting:
+        # A Wait, Gate or Sleep resumed (not a step that interrupted, which runs again): the
+        # token is used by the drive's first write, in the transaction that records what the
+        # resume led to, when nothing comes before that write (no step runs, nothing else is
+        # written): one commit per delivery. Else the drive uses it first (Drive.pending).
+        pending = Pending(key, mail, until, events, version)
+        core.states.drop(record.state)
+        record.meta = session_meta
+        core.flows.register(flow)
+        try:
+            return start(
+                core, flow, record, state, events, meta=outcome_meta, resume=prepare,
+                pending=pending,
+            )  # fmt: skip
+        except TokenRefused as refused:  # nothing of this resume was written
+            if version is not None:
+                raise _Stale() from None
+            if refused.used:
+                raise TokenAlreadyUsed(record.session_id) from None
+            raise _Busy(str(refused)) from None
     # One transaction: the token is used, the lease taken and the resume (with its value)
     # recorded, so a crash from here on leaves a session that recover() can continue.
     try:
