@@ -22,7 +22,10 @@ from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrV
 from tarry.drivers.drive.values import bounds, copy
 from tarry.drivers.limits import log
 from tarry.drivers.sessions.children import end_post, start_child
+from tarry.engine.containers.branch import Branch
+from tarry.engine.containers.foreach import ForEach
 from tarry.engine.elements.flow import Flow
+from tarry.engine.elements.waits import Gate, Sleep, Wait
 from tarry.engine.errors import (
     ConcurrentUpdate,
     NotSerializable,
@@ -75,6 +78,9 @@ FLUSH_EVENTS = 256
 #: other processes see it at most this far behind, and reads the stop request that any process
 #: may have stored for it (`Runtime.abort`/`cancel`).
 TICK = 1.0
+
+#: Elements whose checkpoint leaves a pending resume's token unused (Drive._runs_nothing).
+_RUN_NOTHING = (Wait, Gate, Sleep, ForEach, Branch, Flow)
 
 
 @attrs.frozen
@@ -327,10 +333,8 @@ class Drive:
         re-enter, `Execution.restoring`): a stop there would record a pause outside the frames
         the state holds. The first checkpoint past them stops it."""
         pending = self.pending
-        if pending is not None and path != pending.path[: len(path)]:
-            # Not on the way back into the resumed element: something may run next, so the
-            # token is used first.
-            self._use_token()
+        if pending is not None and not self._runs_nothing(path, pending):
+            self._use_token()  # something may run next: the token is used first
         if self.ex.restoring and _on_the_way(path, self.ex.restoring):
             return False
         if self.deadline is not None and self.core.clock.now() >= self.deadline:
@@ -375,6 +379,16 @@ class Drive:
             raise TokenRefused(str(exc), used=False) from None
         if not used:
             raise TokenRefused(f"token of session {self.ex.session_id!r} used", used=True)
+
+    def _runs_nothing(self, path: tuple[Any, ...], pending: Pending) -> bool:
+        """Whether the checkpoint before `path` leaves a pending resume's token unused: on the
+        way back into the resumed element, or before a Wait, Gate or Sleep (which pauses) or a
+        ForEach, Branch or Flow (whose every element has a checkpoint of its own, a step's
+        included). Anything else (a step, a Child, a batch request, another container) may
+        run something: its token is used first."""
+        if path == pending.path[: len(path)]:
+            return True
+        return isinstance(self.flow.find(path), _RUN_NOTHING)
 
     def stored_waits(self, limit: int | None = None) -> list[WaitRecord]:
         """The session's stored waits (`SessionStore.waits`), but for the one whose token the
