@@ -391,15 +391,12 @@ class Drive:
         return isinstance(self.flow.find(path), _RUN_NOTHING)
 
     def stored_waits(self, limit: int | None = None) -> list[WaitRecord]:
-        """The session's stored waits (`SessionStore.waits`), but for the one whose token the
-        pending resume uses with the next write (it is this drive's, no longer waiting)."""
-        pending = self.pending
-        if pending is None:
-            return self.core.store.waits(self.ex.session_id, limit=limit)
-        more = None if limit is None else limit + 1
-        found = [w for w in self.core.store.waits(self.ex.session_id, limit=more)]
-        found = [w for w in found if w.token != pending.key]
-        return found if limit is None else found[:limit]
+        """The session's stored waits (`SessionStore.waits`). What the store holds is only
+        this drive's to read once its token is used: a pending one is used first (a resume
+        read from a record that moved on stops there, nothing written)."""
+        if self.pending is not None:
+            self._use_token()
+        return self.core.store.waits(self.ex.session_id, limit=limit)
 
     def _tick(self) -> bool:
         """Renew the lease when due, read the stop request, write the progress. True: stop."""

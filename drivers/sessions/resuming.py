@@ -130,6 +130,17 @@ class _Busy(Exception):
     using the token: nothing was written, the token is unused; try again."""
 
 
+class _Raced(Exception):
+    """A resume whose token was to be used by the drive's first write (Drive.pending) found
+    the session moved on at that write: nothing was written, the token is unused; read the
+    session again and resume it as it now is."""
+
+
+#: How many times a resume read from the store goes again after such a race, before it counts
+#: as busy (see `_Busy`).
+RACES = 3
+
+
 class SessionBusy(Exception):
     """`prepare_now` found the session running: nothing was written, the token is unused."""
 
@@ -195,15 +206,21 @@ def _prepare(
             )
         except _Stale:
             pass  # nothing was written: read the session, as any other resume does
-    info = core.store.find_token(key)
-    if info is None:
-        raise UnknownToken()
-    if info.used:
-        raise TokenAlreadyUsed(info.session_id)
-    record = core.store.load(info.session_id)
-    if record is None:
-        raise UnknownToken()
-    return _resume(core, key, record, flow, allow_changed, **options)
+    for _ in range(RACES):
+        info = core.store.find_token(key)
+        if info is None:
+            raise UnknownToken()
+        if info.used:
+            raise TokenAlreadyUsed(info.session_id)
+        record = core.store.load(info.session_id)
+        if record is None:
+            raise UnknownToken()
+        try:
+            return _resume(core, key, record, flow, allow_changed, **options)
+        except _Raced:
+            continue  # another write got there first: read the session as it now is
+    msg = f"session {record.session_id!r} moved on at each of {RACES} resumes"
+    raise _Busy(msg)
 
 
 def _resume(
@@ -272,7 +289,7 @@ def _resume(
                 raise _Stale() from None
             if refused.used:
                 raise TokenAlreadyUsed(record.session_id) from None
-            raise _Busy(str(refused)) from None
+            raise _Raced(str(refused)) from None
     # One transaction: the token is used, the lease taken and the resume (with its value)
     # recorded, so a crash from here on leaves a session that recover() can continue.
     try:

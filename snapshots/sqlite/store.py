@@ -225,6 +225,12 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         token_used: str | None = None,
         mail_used: int | None = None,
     ) -> int:
+        """SessionStore.save; and, in the same transaction, first: `token_used`, a live token
+        of this session, is used and its wait row deleted (TokenAlreadyUsed when it is used,
+        unknown or another session's), and `mail_used`, a queued message, is consumed
+        (MailGone when another took it): the resume a drive records with its first write
+        (Drive.pending), so that a resume with no step to run is one commit. Any refusal,
+        the compare-and-set's included, writes nothing and leaves the token live."""
         sid = record.session_id
         row = ROWS.session_row(record, version=expected_version + 1)
         encoded = encode_events(events)
