@@ -1,7 +1,9 @@
 """Resuming a session: `Runtime.resume`, `skip`, and the resumes of timers and adapters.
 
 Every check happens before the token is used, so a rejected resume leaves the session exactly
-as it was; the token's use, the lease and the `run.resumed` event are one transaction. A
+as it was; the token's use, the lease and the `run.resumed` event are one transaction. When a
+Wait, Gate or Sleep is resumed, that transaction is the drive's first write, with what the
+resume led to, unless something runs or is written before it (see Drive.pending). A
 session this runtime paused is checked against the record it wrote (see statecache.py), so
 that the resume's first call to the store is the token's use.
 """
@@ -21,7 +23,7 @@ from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
-from tarry.engine.elements.waits import _Waiting
+from tarry.engine.elements.waits import Gate, Sleep, Wait
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -267,7 +269,7 @@ def _resume(
     flow, state, events, session_meta, outcome_meta, now = checked
     until = now + timedelta(seconds=core.lease)
     if failure is None and not skip and not asynchronous and core.save_uses_token and events:
-        waiting = isinstance(flow.find(tuple(events[0].path)), _Waiting)
+        waiting = isinstance(flow.find(tuple(events[0].path)), (Wait, Gate, Sleep))
     else:
         waiting = False
     if waiting:
