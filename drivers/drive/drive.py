@@ -498,6 +498,8 @@ class Drive:
     def _write_progress(self) -> None:
         """The state so far (status "running"), the events and values since the last write:
         what other processes see of a running session, and where recovery starts from."""
+        if self.pending is not None:  # a write before the last: the token is used first
+            self._use_token()
         state = self.ex.state
         rec = self.record
         record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
@@ -511,6 +513,8 @@ class Drive:
         self.written_seq = state.last_seq
 
     def _flush_steps(self) -> None:
+        if self.pending is not None:  # the resume's events go first, with the token's use
+            self._use_token()
         store = self.core.store
         sid = self.ex.session_id
         # Values before events: a crash between the two leaves values that the re-run of the
