@@ -24,7 +24,24 @@ from tarry.snapshots.sqlite.rows import micros
 #: 6: fewer index entries rewritten per pause and resume: the three indexes that led with
 #: `status` go (sessions_list, sessions_due, sessions_expired); the timers' and the leases' are
 #: partial, holding only the rows they serve (sessions_wake, sessions_lease).
-SCHEMA_VERSION = 6
+#: 7: listing by status walks (phase, created_at, session_id), where `phase` is "live" for a
+#: running or paused session and its status otherwise (sessions_phase_created): the index that
+#: led with the status (sessions_status_created) moved an entry at every pause and every
+#: resume, a page of WAL each; a phase changes only when the session ends (or a failed one is
+#: resumed). Files made before get the column, filled in on open.
+SCHEMA_VERSION = 7
+
+#: A session's phase, from its status as the SQL expression `status` gives it: what the
+#: listings by status walk (see SCHEMA_VERSION 7). Two comparisons, not an IN list.
+_PHASE = "CASE WHEN {s} = 'running' OR {s} = 'paused' THEN 'live' ELSE {s} END"
+#: The statuses whose phase is "live".
+LIVE = frozenset({"running", "paused"})
+
+
+def phase_of(status: str) -> str:
+    """The phase a session of `status` has (see _PHASE)."""
+    return "live" if status in LIVE else status
+
 
 #: Rows per multi-row INSERT. Each row count is a statement of its own in the statement cache;
 #: past a few dozen rows, one more statement per chunk costs less than a row does.
@@ -50,6 +67,9 @@ _LATER_INDEXES = (
     "DROP INDEX IF EXISTS sessions_list",
     "DROP INDEX IF EXISTS sessions_due",
     "DROP INDEX IF EXISTS sessions_expired",
+    # Schema 7: by phase instead of status (see SCHEMA_VERSION).
+    "DROP INDEX IF EXISTS sessions_status_created",
+    "CREATE INDEX IF NOT EXISTS sessions_phase_created ON sessions (phase, created_at, session_id)",
     "CREATE INDEX IF NOT EXISTS sessions_wake ON sessions (wake_at, session_id) "
     "WHERE status = 'paused' AND wake_at IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS sessions_lease ON sessions (lease_until, session_id) "
@@ -68,7 +88,10 @@ _LATER_INDEXES = (
 _LATER_COLUMNS = (
     ("durability", "TEXT NOT NULL DEFAULT 'pause'"),
     ("stop", "TEXT"),
+    ("phase", "TEXT"),
 )
+#: Fills in the phase of the sessions of a file made before schema 7.
+FILL_PHASE = f"UPDATE sessions SET phase = {_PHASE.format(s='status')} WHERE phase IS NULL"
 
 # The event log and the values are clustered on their keys (WITHOUT ROWID, since files made
 # with schema 6): a rowid table with a composite primary key keeps a second b-tree for the key,
@@ -91,7 +114,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     updated_at   INTEGER NOT NULL,
     meta         BLOB NOT NULL,
     durability   TEXT NOT NULL DEFAULT 'pause',
-    stop         TEXT
+    stop         TEXT,
+    phase        TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
@@ -117,13 +141,32 @@ CREATE INDEX IF NOT EXISTS tokens_session ON tokens (session_id);
 
 _SELECT = select_sessions("sessions")
 #: `list`: every column but the state, which a listing leaves out (an empty blob in its place).
-LISTING = Listing(
+
+
+class _Listing(Listing):
+    """A listing by status also names the phase, so that it walks sessions_phase_created (a
+    listing of running or paused sessions skips the other live ones, which are few)."""
+
+    def sql(self, *, status: str | None, **rest: Any) -> tuple[str, builtins.list[Any]]:
+        sql, args = super().sql(status=status, **rest)
+        if status is None:
+            return sql, args
+        return sql.replace("WHERE status = ?", "WHERE phase = ? AND status = ?", 1), [
+            phase_of(status),
+            *args,
+        ]
+
+
+LISTING = _Listing(
     select_sessions("sessions", state="X''"),
     "?",
     micros,
     "(substr(session_id, 1, length(?)) = ? OR instr(flow, ?) > 0)",
 )
-_INSERT = f"INSERT INTO sessions ({COLUMNS}) VALUES ({', '.join('?' * len(_NAMES))})"
+_INSERT = (
+    f"INSERT INTO sessions ({COLUMNS}, phase) VALUES ({', '.join('?' * len(_NAMES))}, "
+    f"{_PHASE.format(s='?3')})"
+)
 # Whether events continue a session's log: the seq before the first one (?P below; NULL when
 # no events are written) must be stored, unless it is 0. The log is gap-free, so that is all
 # it takes, with no MAX(seq) to look up; an event that is already stored breaks the events'
@@ -149,12 +192,19 @@ _HOLD_UNSEEN = tuple(_NAMES[i] in ("flow", "created_at") for i in _INDEXED)
 
 
 @cache
-def _update(held: tuple[bool, ...]) -> str:
+def _update(held: tuple[bool, ...], phase_held: bool = False) -> str:
     """Set every column but the id (?1) and the indexed ones `held` marks, which must hold
-    their new value already; then the compare-and-set condition (?15) and the check (?16)."""
+    their new value already; then the compare-and-set condition (?15) and the check (?16).
+    The phase is set from the status (?3) unless `phase_held`: then it must hold it already
+    (a pause after a resume, running -> paused, leaves sessions_phase_created alone)."""
     kept = {i for i, h in zip(_INDEXED, held, strict=True) if h}
     sets = ", ".join(f"{n} = ?{i + 1}" for i, n in enumerate(_NAMES) if i and i not in kept)
     held = "".join(f"AND {_NAMES[i]} IS ?{i + 1} " for i in sorted(kept))
+    phase = _PHASE.format(s="?3")
+    if phase_held:
+        held += f"AND phase IS {phase} "
+    else:
+        sets += f", phase = {phase}"
     # ?3 is the new status: a stop request lasts while the session runs or waits, unless the
     # save honours it (?{n+3}: the record's `stop`; see SessionStore.save).
     n = len(_NAMES)
@@ -209,13 +259,24 @@ class _Transaction:
 _LOAD = f"{_SELECT} WHERE session_id = ?"
 _FOLLOWS = "SELECT 1 FROM sessions WHERE session_id = ?1 AND " + _CONTINUES.format(p=2)
 # A used token's session runs from then on; the lease is taken when an owner (?2) is given.
+# `_RESUMING_LIVE` for a session that was paused (or running) already: its phase stays "live"
+# and its entry of sessions_phase_created where it is (the statement matches no row if it was
+# not live after all); `_RESUMING` for any other (a failed session resumed).
 _RESUMING = (
-    "UPDATE sessions SET status = 'running', "
+    "UPDATE sessions SET status = 'running', phase = 'live', "
     "lease_owner = COALESCE(?2, lease_owner), "
     "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
     "WHERE session_id = ?1 AND " + _CONTINUES.format(p=4)
 )
+_RESUMING_LIVE = (
+    "UPDATE sessions SET status = 'running', "
+    "lease_owner = COALESCE(?2, lease_owner), "
+    "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
+    "WHERE session_id = ?1 AND phase = 'live' AND " + _CONTINUES.format(p=4)
+)
 _USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
+# A save's use of a live token of its own session (SessionStore.save, `token_used`).
+_USE_OWN_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0 AND session_id = ?"
 # A live token's session, at which version and status (NULLs: the session is gone).
 _TOKEN_VERSION = (
     "SELECT session_id, version, status FROM tokens LEFT JOIN sessions USING (session_id) "

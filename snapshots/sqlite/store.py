@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
+from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError, TokenAlreadyUsed
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
@@ -36,6 +36,8 @@ from tarry.snapshots.sqlite.sql import (
     _LOAD,
     _ROWS_PER_INSERT,
     _SCHEMA,
+    _USE_OWN_TOKEN,
+    FILL_PHASE,
     LISTING,
     SCHEMA_VERSION,
     _add_token,
@@ -49,6 +51,7 @@ from tarry.snapshots.sqlite.sql import (
     _put_values_if_session,
     _Transaction,
     _update,
+    phase_of,
 )
 from tarry.snapshots.sqlite.tokens import TokensAndLeases
 from tarry.snapshots.sqlite.waits import WaitsAndMail
@@ -77,6 +80,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
 
     #: Its consume_token takes `version=` (drivers/core.py reads this, never a signature).
     consume_at_version = True
+    #: Its save takes `token_used=` and `mail_used=` (drivers/core.py reads this).
+    save_uses_token = True
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
@@ -148,6 +153,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         for name, definition in _LATER_COLUMNS:
             if name not in have:
                 self._db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {definition}")
+        if found < 7:  # the phase of each session of a file made before it (schema 7)
+            self._db.execute(FILL_PHASE)
         for statement in _LATER_INDEXES:
             self._db.execute(statement)
         waits_.upgrade_mail(self._db)
@@ -216,19 +223,34 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
         post: tuple[str, bytes] | None = None,
+        token_used: str | None = None,
+        mail_used: int | None = None,
     ) -> int:
+        """SessionStore.save; and, in the same transaction, first: `token_used`, a live token
+        of this session, is used and its wait row deleted (TokenAlreadyUsed when it is used,
+        unknown or another session's), and `mail_used`, a queued message, is consumed
+        (MailGone when another took it): the resume a drive records with its first write
+        (Drive.pending), so that a resume with no step to run is one commit. Any refusal,
+        the compare-and-set's included, writes nothing and leaves the token live."""
         sid = record.session_id
         row = ROWS.session_row(record, version=expected_version + 1)
         encoded = encode_events(events)
         prev = _prev(sid, events)
         args = (*row, expected_version, prev, record.stop)
         with self._write as db:
+            if token_used is not None:  # a resume recorded by this save: see SessionStore.save
+                if db.execute(_USE_OWN_TOKEN, (token_used, sid)).rowcount != 1:
+                    raise TokenAlreadyUsed(sid)  # or not the session's: nothing is written
+                db.execute("DELETE FROM waits WHERE token = ?", (token_used,))
+                if mail_used is not None:
+                    waits_.consume_mail(db, mail_used)  # MailGone: nothing is written
             seen, self._seen = self._seen, None
-            held = _HOLD_UNSEEN
+            held, phase_held = _HOLD_UNSEEN, False
             if seen is not None and seen[0] == sid:
                 held = tuple(row[i] == old for i, old in zip(_INDEXED, seen[1:], strict=True))
-            updated = db.execute(_update(held), args).rowcount
-            if updated != 1 and held != _ASSIGN_ALL:  # what the store saw is out of date
+                phase_held = phase_of(record.status) == phase_of(seen[1])
+            updated = db.execute(_update(held, phase_held), args).rowcount
+            if updated != 1 and (held != _ASSIGN_ALL or phase_held):  # the hint is out of date
                 updated = db.execute(_update(_ASSIGN_ALL), args).rowcount
             if updated != 1:
                 current = db.execute(

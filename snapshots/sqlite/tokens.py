@@ -21,9 +21,11 @@ from tarry.snapshots.sqlite.sql import (
     _EXPIRED,
     _LIVE_WAITS,
     _RESUMING,
+    _RESUMING_LIVE,
     _TOKEN_SESSION,
     _TOKEN_VERSION,
     _USE_TOKEN,
+    LIVE,
     _insert,
     _not_continued,
     _prev,
@@ -93,8 +95,10 @@ class TokensAndLeases:
             if seen[1] is None:  # the session is gone: only the token is used
                 continues = prev is None
             else:
+                # A paused session stays in its phase ("live"): see sql._RESUMING_LIVE.
+                resuming = _RESUMING_LIVE if seen[1] in LIVE else _RESUMING
                 continues = (
-                    db.execute(_RESUMING, (sid, owner, maybe_micros(until), prev)).rowcount == 1
+                    db.execute(resuming, (sid, owner, maybe_micros(until), prev)).rowcount == 1
                 )
                 self._seen = (sid, "running", *seen[2:])
             db.execute("DELETE FROM waits WHERE token = ?", (token,))

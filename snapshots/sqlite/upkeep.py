@@ -21,8 +21,7 @@ log = logging.getLogger("tarry")
 
 #: Indexes and the tally table, created on open (idempotent, so older files get them too).
 SCHEMA = (
-    # `list(status=...)` walks it newest first instead of sorting every row of that status.
-    "CREATE INDEX IF NOT EXISTS sessions_status_created ON sessions (status, created_at, session_id)",
+    # (`list(status=...)` walks sessions_phase_created: see sql.py, schema 7.)
     # `prune`: ended sessions, oldest update first (a paused or running row has no entry).
     f"CREATE INDEX IF NOT EXISTS sessions_ended ON sessions (updated_at, session_id) WHERE {ENDED_ROW}",
     # One row per session `stats` has tallied: the tally (tally.py) up to event `seq`; `final`

@@ -31,6 +31,7 @@ from tarry.snapshots.sql_common import MAIL_COLUMNS, WAIT_COLUMNS, check_tokens
 from tarry.snapshots.sqlite.rows import ROWS, from_micros, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import (
     _RESUMING,
+    _RESUMING_LIVE,
     _add_token,
     _insert,
     _not_continued,
@@ -233,7 +234,11 @@ class WaitsAndMail:
             for sid in sids:
                 given = events.get(sid, ())
                 prev = _prev(sid, given)
-                resumed = db.execute(_RESUMING, (sid, owner, maybe_micros(until), prev)).rowcount
+                resuming = (sid, owner, maybe_micros(until), prev)
+                # Most are paused: their phase stays (see sql._RESUMING_LIVE); else any.
+                resumed = db.execute(_RESUMING_LIVE, resuming).rowcount
+                if resumed != 1:
+                    resumed = db.execute(_RESUMING, resuming).rowcount
                 if resumed != 1 and prev is not None:  # raised inside: nothing is kept
                     raise _not_continued(db, sid, given[0].seq)
                 if given:

@@ -820,7 +820,7 @@ def test_an_sqlite_file_of_schema_3_keeps_its_mail_as_messages(tmp_path: Path) -
         newest = max(m.id for m in store.queued(key="job"))
         assert store.post("job", b"new", at(9)) > newest
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (6,)
+    assert db.execute("PRAGMA user_version").fetchone() == (7,)
     db.close()
 
 
@@ -848,7 +848,7 @@ def test_an_sqlite_file_of_schema_5_gets_the_indexes_of_schema_6(tmp_path: Path)
         assert store.consume_token("t2", owner="w", until=at(30))
         assert [r.session_id for r in store.expired(at(99))] == ["leased", "timer", "keyed"]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (6,)
+    assert db.execute("PRAGMA user_version").fetchone() == (7,)
     names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"sessions_wake", "sessions_lease"} <= names
     assert not names & {"sessions_list", "sessions_due", "sessions_expired"}
@@ -909,3 +909,52 @@ def test_get_values_at_reads_some_indexes_of_a_key(store: Any) -> None:
     assert get_values_at("s1", "j", [7]) == {7: b"j"}
     assert get_values_at("s2", "i", [3]) == {}
     assert get_values_at("s1", "i", []) == {}
+
+
+def test_an_sqlite_file_of_schema_6_gets_the_phases_of_schema_7(tmp_path: Path) -> None:
+    """Schema 6 listed by status through (status, created_at, session_id), whose entry moved
+    at every pause and resume; schema 7 lists through the phase (live: running or paused).
+    A file of schema 6 gets the column, filled in, and works: listings, resumes, ends."""
+    path = tmp_path / "old.db"
+    with SQLiteStore(path) as store:
+        paused(store, "keyed", wait("t1", "keyed", key="k"))
+        paused(store, "other", wait("t2", "keyed", key="k2"))
+        store.create(rec("done", status="completed"))
+        store.create(rec("bad", status="failed", token="tk_f"))
+        store.create(rec("busy", status="running"))
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX sessions_phase_created")
+    db.execute("ALTER TABLE sessions DROP COLUMN phase")
+    db.execute("CREATE INDEX sessions_status_created ON sessions (status, created_at, session_id)")
+    db.execute("PRAGMA user_version = 6")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:
+
+        def listed(status: str) -> list[str]:
+            return sorted(r.session_id for r in store.list(status=status))
+
+        assert listed("paused") == ["keyed", "other"]
+        assert listed("completed") == ["done"] and listed("failed") == ["bad"]
+        assert listed("running") == ["busy"]
+        assert store.consume_token("t1", owner="w", until=at(30))
+        assert listed("running") == ["busy", "keyed"] and listed("paused") == ["other"]
+        record = store.load("keyed")
+        record.status = "completed"
+        store.save(record, record.version)
+        assert listed("completed") == ["done", "keyed"]
+        assert store.consume_token("tk_f")  # a failed session resumed: live again
+        assert listed("running") == ["bad", "busy"] and listed("failed") == []
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (7,)
+    names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "sessions_phase_created" in names and "sessions_status_created" not in names
+    phases = dict(db.execute("SELECT session_id, phase FROM sessions"))
+    assert phases == {
+        "keyed": "completed",
+        "other": "live",
+        "done": "completed",
+        "bad": "live",
+        "busy": "live",
+    }
+    db.close()

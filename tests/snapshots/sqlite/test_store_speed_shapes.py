@@ -249,8 +249,8 @@ def test_sqlite_hot_and_worker_queries_use_indexes(sqlite_store: SQLiteStore) ->
 @pytest.mark.parametrize(
     ("status", "flow", "index"),
     [
-        ("paused", None, "sessions_status_created (status=?)"),
-        ("failed", "f", "sessions_status_created (status=?)"),
+        ("paused", None, "sessions_phase_created (phase=?)"),
+        ("failed", "f", "sessions_phase_created (phase=?)"),
         (None, "f", "sessions_flow_created (flow=?)"),
         (None, None, "sessions_created"),
     ],
@@ -285,7 +285,7 @@ def test_sqlite_sessions_indexes_a_resume_leaves_alone(sqlite_store: SQLiteStore
     assert set(indexes) == {
         "sessions_created",
         "sessions_flow_created",
-        "sessions_status_created",
+        "sessions_phase_created",
         "sessions_ended",
         "sessions_wake",
         "sessions_lease",
