@@ -95,15 +95,15 @@ def test_children_of_one_parent_run_once_each_over_many_workers(dsn: str, tmp_pa
     assert len(resumed) == CHILDREN
     assert view.derive_state() == view.state
     assert rt.mailbox() == []
-    # Each child's step ran once; the children spread over the workers.
+    # Each child's step ran once, in a worker. (How they spread over the workers is up to the
+    # scheduler: a round claims a page of 20, so on a loaded machine one worker may claim all.)
     runs = []
     for path in logdir.glob("effects-*.log"):
         runs += [tuple(line.split()) for line in path.read_text().splitlines()]
     per_child = Counter(sid for sid, _ in runs)
     assert per_child == Counter({f"parent.jobs.{i}.job": 1 for i in range(CHILDREN)})
     by_worker = Counter(pid for _, pid in runs)
-    assert str(os.getpid()) not in by_worker
-    assert len(by_worker) > 1, f"one worker ran every child: {by_worker}"
+    assert by_worker and set(by_worker) <= {str(w.pid) for w in workers}
     rt.store.close()
 
 
