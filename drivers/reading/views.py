@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from tarry.drivers.drive.outcome import Outcome, outcome_of
@@ -19,6 +19,9 @@ from tarry.engine.state.reducer import apply, own
 from tarry.snapshots.records import SessionRecord, decode_lane, decode_state
 from tarry.snapshots.store import SessionStore
 
+if TYPE_CHECKING:
+    from tarry.drivers.core import Core
+
 #: Events read at a time where a whole log is walked (`derive_state`), so memory stays flat.
 PAGE = 500
 
@@ -28,6 +31,20 @@ def state_of(record: SessionRecord) -> SessionState:
     if not record.state:
         return SessionState(session_id=record.session_id, flow=record.flow)
     return decode_state(record.state)
+
+
+def stored_state(core: Core, record: SessionRecord) -> SessionState:
+    """The state `record` holds: the one this runtime kept when it wrote that very snapshot,
+    else decoded (see statecache.py). Nobody may change it. A snapshot that cannot be decoded
+    raises SnapshotError naming the session."""
+    kept = core.states.get(record.state)
+    if kept is not None:
+        return kept
+    try:
+        return state_of(record)
+    except SnapshotError as exc:
+        msg = f"session {record.session_id!r}: its snapshot cannot be read: {exc}"
+        raise SnapshotError(msg) from exc
 
 
 #: The status shown for a session stored as running whose lease lapsed: the process that ran

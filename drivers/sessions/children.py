@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.limits import MAX_SESSION_ID, valid_session_id
-from tarry.drivers.reading.views import state_of
+from tarry.drivers.reading.views import stored_state
 from tarry.engine.bounds import INLINE
 from tarry.engine.describe import describe
 from tarry.engine.elements.child import child_end, end_key
@@ -137,12 +137,7 @@ def queued(
 
 def end_of(core: Core, record: SessionRecord) -> dict[str, Any]:
     """The end of the ended child `record`, as its end message carries it."""
-    return ending(_state(core, record))
-
-
-def _state(core: Core, record: SessionRecord) -> SessionState:
-    kept = core.states.get(record.state)
-    return kept if kept is not None else state_of(record)
+    return ending(stored_state(core, record))
 
 
 def ending(state: SessionState) -> dict[str, Any]:
@@ -186,7 +181,7 @@ def fail_unknown_flow(core: Core, record: SessionRecord) -> str | None:
     failed session does: resumed once its flow is registered, it runs."""
     if PARENT not in record.meta or record.token is None:
         return None
-    state = _state(core, record)
+    state = stored_state(core, record)
     if not is_queued(state):
         return None
     assert state.pause is not None  # is_queued

@@ -18,7 +18,7 @@ from tarry.drivers.drive.drive import Drive, Pending, TokenRefused
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.limits import check_actor
-from tarry.drivers.reading.views import state_of
+from tarry.drivers.reading.views import stored_state
 from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
@@ -48,20 +48,6 @@ def key_of(core: Core, token: object) -> str:
     if key is None:
         raise UnknownToken()
     return key
-
-
-def stored_state(core: Core, record: SessionRecord) -> SessionState:
-    """The state `record` holds: the one this runtime kept when it wrote that very snapshot,
-    else decoded (see statecache.py). Nobody may change it. A snapshot that cannot be decoded
-    raises SnapshotError naming the session."""
-    kept = core.states.get(record.state)
-    if kept is not None:
-        return kept
-    try:
-        return state_of(record)
-    except SnapshotError as exc:
-        msg = f"session {record.session_id!r}: its snapshot cannot be read: {exc}"
-        raise SnapshotError(msg) from exc
 
 
 def updated_meta(core: Core, kept: dict[str, Any], meta: Any) -> dict[str, Any]:
