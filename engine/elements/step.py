@@ -17,10 +17,12 @@ from tarry.engine.retry import Retry
 from tarry.engine.signals import Await, Backoff, Offload, Pause, Select
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
-from tarry.engine.state.reducer import node_completed
+from tarry.engine.state.reducer import step_output
 from tarry.engine.values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
+_NODE_STARTED = ev.NODE_STARTED
+_NODE_COMPLETED = ev.NODE_COMPLETED
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
 
@@ -70,12 +72,15 @@ class Step(Element):
         at = ex.at
         if at is None:
             at = ex.at = ex.ns()
-        ex.rows.append((seq, ev.NODE_STARTED, at, path, _STARTED))
-        if ex.listener is not None:
-            ex.listener(event_of(ex.rows[-1], ex.session_id))
+        rows = ex.rows
+        rows.append((seq, _NODE_STARTED, at, path, _STARTED))
+        listener = ex.listener
+        if listener is not None:
+            listener(event_of(rows[-1], ex.session_id))
             ex.at = None
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
-        attempt = (ex.scope(path).retries if ex.lanes else fields["retries"]) + 1
+        lanes = ex.lanes
+        attempt = (ex.scope(path).retries if lanes else fields["retries"]) + 1
         ctx = (Context if type(prev) in IMMUTABLE else CopyingContext)(
             ex, path, prev, scope, attempt
         )
@@ -84,9 +89,12 @@ class Step(Element):
         except (Exception, Interrupted) as exc:
             return Detour(ctx, attempt, None, exc)
         kind = type(result)
-        if kind not in _PLAIN and is_awaitable(result):
-            return Detour(ctx, attempt, result, None)
-        if kind is Route or ctx._state is not None or ctx._metrics or ex.lanes:
+        if kind not in _PLAIN:
+            if is_awaitable(result):
+                return Detour(ctx, attempt, result, None)
+            if kind is Route:
+                return self._complete(ex, path, ctx, result)
+        if lanes or ctx._state is not None or ctx._metrics:
             return self._complete(ex, path, ctx, result)
         # `_complete` of a plain output (no route, no ctx.state or metric, no concurrent
         # container), inlined: the completion of most steps.
@@ -105,11 +113,10 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        node_completed(fields, seq, path, data, True)
-        row = (seq, ev.NODE_COMPLETED, at, path, data)
-        ex.rows.append(row)
-        if ex.listener is not None:
-            ex.listener(event_of(row, ex.session_id))
+        step_output(fields, seq, path, data)
+        rows.append((seq, _NODE_COMPLETED, at, path, data))
+        if listener is not None:
+            listener(event_of(rows[-1], ex.session_id))
             ex.at = None
         return output
 
