@@ -174,17 +174,15 @@ def node_completed(
 def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any]) -> None:
     """`node_completed(fields, seq, path, data, True)` of a step whose `data` is its output
     alone (`{"output": ...}`: no route, no `ctx.state`, no metric, kept in line), in a state
-    its caller owns: the completion of most steps (`Step._call` folds it with this).
+    its caller owns, while no concurrent container is in progress (`Execution.lanes == 0`,
+    so the innermost frame, if any, is the state's own and has no lanes): the completion of
+    most steps (`Step._call` folds it with this).
 
     The same changes as `node_completed`'s, without the tests that cannot hold for such a
-    step (a step has no frame to close and no effects to merge); a concurrent container in
-    progress takes the general way."""
+    step: a step has no frame to close, no effects to merge, no lane to record it."""
     stack = fields["container_stack"]
     if stack:
         top = stack[-1].__dict__
-        if top["lanes"] is not None:
-            node_completed(fields, seq, path, data, True)
-            return
         top["child_outputs"][path[-1]] = data["output"]
         top["child"] += 1
         if top["kind"] == "graph":
