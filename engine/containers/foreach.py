@@ -43,6 +43,7 @@ from tarry.engine.state.records import ContainerFrame
 from tarry.engine.state.reducer import foreach_iteration_completed, foreach_iteration_started
 
 _ITERATION_STARTED = ev.ITERATION_STARTED
+_new = object.__new__
 _ITERATION_COMPLETED = ev.ITERATION_COMPLETED
 
 
@@ -193,7 +194,11 @@ class ForEach(Element):
                     cpath
                 ):
                     yield Checkpoint(cpath)
-                sc = Scope(item, index, index)
+                # Scope(item, index, index), its __init__ inlined (see Step._call's ctx).
+                sc = _new(Scope)
+                sc.item = item
+                sc.index = sc.iteration = index
+                sc.view = None
                 out = single._call(ex, cpath, item, sc)  # type: ignore[union-attr]
                 if type(out) is Detour:
                     out = yield from single._detour(ex, cpath, item, sc, out)  # type: ignore[union-attr]
