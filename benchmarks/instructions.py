@@ -21,6 +21,7 @@ measures `noop`, `foreach` and `nested` and checks issue 28's and issue 25's tar
 from __future__ import annotations
 
 import gc
+import os
 import re
 import subprocess
 import sys
@@ -83,6 +84,9 @@ def count(kind: str, rounds: int) -> int:
             capture_output=True,
             text=True,
             check=True,
+            # One hash seed for every count: dict and set layouts (and so a few hundred
+            # instructions per element) otherwise differ from one process to the next.
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
     found = re.search(r"Collected : (\d+)", done.stderr)
     assert found, done.stderr
