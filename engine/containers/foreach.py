@@ -8,7 +8,8 @@ multiplexer (containers/concurrent.py) as lanes.
 
 The sequential case is not the multiplexer with a bound of 1, although it could be: that costs
 two thirds more instructions per item (a body generator and a lane per iteration, the lanes'
-bookkeeping in the state; `benchmarks/instructions.py foreach`: 72,000 -> 120,000), and it
+bookkeeping in the state; `benchmarks/instructions.py foreach`, measured before issue 28's
+in-place item path: 72,000 -> 120,000), and it
 would change what a sequential ForEach records (a frame without lanes; its wait is the
 session's own).
 """
