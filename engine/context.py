@@ -257,6 +257,7 @@ class Context:
     def __init__(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, attempt: int = 1
     ) -> None:
+        # Step._call sets these same fields itself (a call less per step): keep them in step.
         self._ex = ex
         self.path = path
         self.prev = prev

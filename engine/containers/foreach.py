@@ -8,7 +8,8 @@ multiplexer (containers/concurrent.py) as lanes.
 
 The sequential case is not the multiplexer with a bound of 1, although it could be: that costs
 two thirds more instructions per item (a body generator and a lane per iteration, the lanes'
-bookkeeping in the state; `benchmarks/instructions.py foreach`: 72,000 -> 120,000), and it
+bookkeeping in the state; `benchmarks/instructions.py foreach`, measured before issue 28's
+in-place item path: 72,000 -> 120,000), and it
 would change what a sequential ForEach records (a frame without lanes; its wait is the
 session's own).
 """
@@ -27,6 +28,7 @@ from tarry.engine.elements.body import as_body
 from tarry.engine.elements.element import (
     Detour,
     Element,
+    Route,
     Signal,
     check_name,
     resume_body,
@@ -39,6 +41,11 @@ from tarry.engine.failure import admit, check_gathered, completed, fail
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import ContainerFrame
+from tarry.engine.state.reducer import foreach_iteration_completed, foreach_iteration_started
+
+_ITERATION_STARTED = ev.ITERATION_STARTED
+_new = object.__new__
+_ITERATION_COMPLETED = ev.ITERATION_COMPLETED
 
 
 class ForEach(Element):
@@ -150,6 +157,15 @@ class ForEach(Element):
         # checked, so bounding the output costs an addition per iteration, never a re-encoding.
         gathered = 0
         limit = ex.bounds.value
+        # A body of one sync step in a sequential ForEach that nobody watches event by event
+        # (no subscriber, no concurrent container around it): the iteration's events are
+        # recorded in place, each folded by the reducer's own per-item function (the
+        # ForEach's frame is the state's innermost one). Events, state and results are those
+        # of the general way below, event for event.
+        fast = single is not None and not ex.lanes and not ex.pooled and ex.listener is None
+        key = (single.name,) if single is not None else ()
+        fields = ex.fields
+        put_result = ex.ledger.put_result
         for index in range(start, size):
             ipath = path + (index,)
             if resumed is not None:
@@ -157,6 +173,57 @@ class ForEach(Element):
                 sc = Scope(item, index, index)
                 out = yield from resume_body(ex, body, ipath, resumed, item, sc)
                 resumed = None
+            elif fast:
+                # ex.checkpoint(ipath), inlined: a call less per item.
+                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
+                    ipath
+                ):
+                    yield Checkpoint(ipath)
+                item = (
+                    items[index] if items is not None else _stored(ex, path, ex.ledger.item, index)
+                )
+                # _begin, inlined.
+                seq = fields["last_seq"] = fields["last_seq"] + 1
+                at = ex.at
+                if at is None:
+                    at = ex.at = ex.ns()
+                data = {"index": index, "item": item}
+                foreach_iteration_started(fields, index)
+                ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
+                cpath = ipath + key
+                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
+                    cpath
+                ):
+                    yield Checkpoint(cpath)
+                # Scope(item, index, index), its __init__ inlined (see Step._call's ctx).
+                sc = _new(Scope)
+                sc.item = item
+                sc.index = sc.iteration = index
+                sc.view = None
+                out = single._call(ex, cpath, item, sc)  # type: ignore[union-attr]
+                if type(out) is Detour:
+                    out = yield from single._detour(ex, cpath, item, sc, out)  # type: ignore[union-attr]
+                # _complete, inlined.
+                if type(out) is Route:
+                    out = out.value
+                n = ex.out_size if out is ex.out_value else ex.size_of(out)
+                data = {"index": index, "output": out}
+                if n <= ex.room:
+                    ex.room -= n
+                else:
+                    admit(ex, _ITERATION_COMPLETED, path, data, n)
+                seq = fields["last_seq"] = fields["last_seq"] + 1
+                at = ex.at
+                if at is None:
+                    at = ex.at = ex.ns()
+                foreach_iteration_completed(fields, index, out)
+                ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
+                put_result(path, index, out)
+                results.append(out)
+                gathered += n
+                if gathered > limit:  # already too large: no use running the rest
+                    check_gathered(ex, path, gathered, f" (the results of items {start}..{index})")
+                continue
             else:
                 # ex.checkpoint(ipath), inlined: a call less per item.
                 if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
@@ -166,7 +233,7 @@ class ForEach(Element):
                 item = _begin(ex, path, items, index)
                 if single is not None and not ex.pooled:
                     # run_body of a body of one sync step, inlined: no generator per item.
-                    cpath = ipath + (single.name,)
+                    cpath = ipath + key
                     if (
                         ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due
                     ) and ex.stop(cpath):

@@ -17,10 +17,13 @@ from tarry.engine.retry import Retry
 from tarry.engine.signals import Await, Backoff, Offload, Pause, Select
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
-from tarry.engine.state.reducer import node_completed
+from tarry.engine.state.reducer import step_output
 from tarry.engine.values import IMMUTABLE
 
 _STARTED = {"kind": "step"}
+_NODE_STARTED = ev.NODE_STARTED
+_new = object.__new__
+_NODE_COMPLETED = ev.NODE_COMPLETED
 # Outputs of these types are never awaitable: the common case skips the attribute lookup.
 _PLAIN = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
 
@@ -70,23 +73,38 @@ class Step(Element):
         at = ex.at
         if at is None:
             at = ex.at = ex.ns()
-        ex.rows.append((seq, ev.NODE_STARTED, at, path, _STARTED))
-        if ex.listener is not None:
-            ex.listener(event_of(ex.rows[-1], ex.session_id))
+        rows = ex.rows
+        rows.append((seq, _NODE_STARTED, at, path, _STARTED))
+        listener = ex.listener
+        if listener is not None:
+            listener(event_of(rows[-1], ex.session_id))
             ex.at = None
         # Failed attempts so far: non-zero when a back-off paused the session and it resumed.
-        attempt = (ex.scope(path).retries if ex.lanes else fields["retries"]) + 1
-        ctx = (Context if type(prev) in IMMUTABLE else CopyingContext)(
-            ex, path, prev, scope, attempt
-        )
+        lanes = ex.lanes
+        attempt = (ex.scope(path).retries if lanes else fields["retries"]) + 1
+        # Context(ex, path, prev, scope, attempt), its __init__ inlined: calling a class with
+        # a Python __init__ goes through slot_tp_init, about 800 instructions more per step
+        # than setting the same slots here (callgrind). Context.__init__ sets the same fields.
+        ctx = _new(Context if type(prev) in IMMUTABLE else CopyingContext)
+        ctx._ex = ex
+        ctx.path = path
+        ctx.prev = prev
+        ctx._scope = scope
+        ctx.attempt = attempt
+        ctx._state = None
+        ctx._metrics = None
+        ctx._interrupts = 0
         try:
             result = self.fn(ctx)
         except (Exception, Interrupted) as exc:
             return Detour(ctx, attempt, None, exc)
         kind = type(result)
-        if kind not in _PLAIN and is_awaitable(result):
-            return Detour(ctx, attempt, result, None)
-        if kind is Route or ctx._state is not None or ctx._metrics or ex.lanes:
+        if kind not in _PLAIN:
+            if is_awaitable(result):
+                return Detour(ctx, attempt, result, None)
+            if kind is Route:
+                return self._complete(ex, path, ctx, result)
+        if lanes or ctx._state is not None or ctx._metrics:
             return self._complete(ex, path, ctx, result)
         # `_complete` of a plain output (no route, no ctx.state or metric, no concurrent
         # container), inlined: the completion of most steps.
@@ -105,11 +123,10 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        node_completed(fields, seq, path, data, True)
-        row = (seq, ev.NODE_COMPLETED, at, path, data)
-        ex.rows.append(row)
-        if ex.listener is not None:
-            ex.listener(event_of(row, ex.session_id))
+        step_output(fields, seq, path, data)
+        rows.append((seq, _NODE_COMPLETED, at, path, data))
+        if listener is not None:
+            listener(event_of(rows[-1], ex.session_id))
             ex.at = None
         return output
 

@@ -171,6 +171,55 @@ def node_completed(
         scope["retries"] = 0
 
 
+def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str, Any]) -> None:
+    """`node_completed(fields, seq, path, data, True)` of a step whose `data` is its output
+    alone (`{"output": ...}`: no route, no `ctx.state`, no metric, kept in line), in a state
+    its caller owns, while no concurrent container is in progress (`Execution.lanes == 0`,
+    so the innermost frame, if any, is the state's own and has no lanes): the completion of
+    most steps (`Step._call` folds it with this).
+
+    The same changes as `node_completed`'s, without the tests that cannot hold for such a
+    step: a step has no frame to close, no effects to merge, no lane to record it."""
+    stack = fields["container_stack"]
+    if stack:
+        top = stack[-1].__dict__
+        top["child_outputs"][path[-1]] = data["output"]
+        top["child"] += 1
+        if top["kind"] == "graph":
+            top["action"] = "default"
+    else:
+        fields["outputs"][path[-1]] = data["output"]
+    if fields["resume_values"]:
+        fields["resume_values"] = ()  # the values were for this element
+    if fields["retries"]:
+        fields["retries"] = 0
+
+
+def foreach_iteration_started(fields: Fields, index: int) -> None:
+    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame is the
+    innermost of a state its caller owns (no concurrent container in progress): the
+    per-item fold of `ForEach._run_sequential`, without the lookups it needs not make."""
+    top = fields["container_stack"][-1].__dict__
+    top["iteration"] = index
+    top["child"] = 0
+    top["started"] = True
+    if top["child_outputs"]:  # else already the empty dict the iteration begins with
+        top["child_outputs"] = {}
+
+
+def foreach_iteration_completed(fields: Fields, index: int, output: Any) -> None:
+    """`_iteration_completed` of iteration `index` of a sequential ForEach, as
+    `foreach_iteration_started` is of its start."""
+    top = fields["container_stack"][-1].__dict__
+    top["iteration"] = index + 1
+    top["completed_iterations"] += 1
+    top["child"] = 0
+    top["started"] = False
+    top["last_output"] = output
+    if top["child_outputs"]:
+        top["child_outputs"] = {}
+
+
 def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
     """Fold a node's `ctx.state` changes and metrics into the state's `fields`."""
     deleted = data.get("state_deleted")

@@ -1,0 +1,38 @@
+"""MemoryStore checks that a run's rows follow the session's log: in O(1) for an EventLog (gap-free
+by construction), and still names the first seq that does not follow."""
+
+from __future__ import annotations
+
+import pytest
+import support
+from tarry.engine.errors import ConcurrentUpdate
+from tarry.engine.state.events import NODE_COMPLETED, EventLog
+from tarry.snapshots import MemoryStore
+
+
+def rows(*seqs: int) -> EventLog:
+    return EventLog("s1", [(seq, NODE_COMPLETED, 1_000, ("a",), {"output": seq}) for seq in seqs])
+
+
+def test_rows_that_follow_are_appended() -> None:
+    store = MemoryStore()
+    store.create(support.rec("s1"))
+    store.append_events("s1", rows(1, 2, 3))
+    store.append_events("s1", rows(4))
+    assert [e.seq for e in store.events("s1")] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("seqs", "named"),
+    [((2, 3), "seq 2 does not follow 0"), ((1, 3), "seq 3 does not follow 1")],
+)
+def test_rows_that_do_not_follow_are_refused_and_change_nothing(
+    seqs: tuple[int, ...], named: str
+) -> None:
+    store = MemoryStore()
+    store.create(support.rec("s1"))
+    with pytest.raises(ConcurrentUpdate, match=named):
+        store.append_events("s1", rows(*seqs))
+    assert store.events("s1") == []
+    store.append_events("s1", rows(1))
+    assert [e.seq for e in store.events("s1")] == [1]
