@@ -142,3 +142,31 @@ def test_rows_become_the_events_they_stand_for() -> None:
     assert [e.at for e in log] == [at_of(at), at_of(at + 1000)]
     assert log[1:].rows == rows[1:]
     assert log[0].at.microsecond == 123456
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """The slots `obj` has set (across its classes), by name."""
+    names = {s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())}
+    return {n: getattr(obj, n) for n in sorted(names) if hasattr(obj, n)}
+
+
+def test_a_step_s_ctx_and_an_item_s_scope_are_built_as_their_init_builds_them() -> None:
+    """Step._call and ForEach's sequential fast path set the slots of `Context` and `Scope`
+    themselves (a call less per step): a field added to either `__init__` must be set there too."""
+    from tarry.engine.context import Context, Scope
+
+    seen: list[Any] = []
+
+    def grab(ctx: Any) -> int:
+        seen.append(ctx)
+        return 1
+
+    out = Runtime().run(Flow("grab", [step(grab), ForEach("each", [5], [step(grab)])]))
+    assert out.ok and len(seen) == 2
+    for ctx in seen:
+        built = object.__new__(type(ctx))
+        Context.__init__(built, ctx._ex, ctx.path, ctx.prev, ctx._scope, ctx.attempt)
+        assert _fields(ctx).keys() == _fields(built).keys()
+    scope = seen[1]._scope
+    assert type(scope) is Scope
+    assert _fields(scope) == _fields(Scope(scope.item, scope.index, scope.iteration))
