@@ -19,10 +19,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from report_collect import PEERS, cpu_model, load, load_average, peer_status, versions
-from report_goals import goals_table
+from report_counts import counts_table
+from report_goals import goals_28_table, goals_table
 from report_render import detail_table, main_table
 from report_rows import ks
-from report_sections import batch_waits, delivery_costs, inflight, pg_workers, worker_samples
+from report_sections import (
+    batch_requests,
+    batch_waits,
+    delivery_costs,
+    inflight,
+    pg_workers,
+    worker_samples,
+)
 
 
 def peer_notes() -> list[str]:
@@ -106,11 +114,14 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "",
         *main_table(benches, status),
         "",
+        *goals_28_table(benches),
+        *counts_table(benches),
         *goals_table(benches, ks(benches)),
         "",
         *pg_workers(benches),
         *inflight(benches),
         *batch_waits(benches),
+        *batch_requests(benches),
         *delivery_costs(benches),
         "## How each workload is measured",
         "",

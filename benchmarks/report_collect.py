@@ -34,9 +34,6 @@ PEER_OF = {
 #: The peers measured in virtualenvs of their own (install_peers.py makes them).
 VENV_PEERS = {"dbos", "apache-burr", "pydantic-graph", "llama-index-workflows"}
 VENVS = Path(__file__).resolve().parents[1] / ".benchmarks" / "venvs"
-#: Shapes of a peer kept out of its column (they are in the details): lighter than the shape
-#: the row stands for.
-SIDE_VARIANTS = {"BatchNode", "app kept in memory"}
 VERSIONS = [
     "tarry",
     "langgraph",
@@ -97,8 +94,9 @@ def pick(
     benches: list[Bench], workload: str, system: str, variant: str | None = None, **match: Any
 ) -> Bench | None:
     """The benchmark of `system` at `workload` in `variant`; for a peer asked for no variant,
-    its one shape of the workload when it names it (e.g. pydantic-graph's
-    "SimpleStatePersistence"), its side shapes (SIDE_VARIANTS) left to the details."""
+    its fastest shape of the workload (e.g. PocketFlow's BatchNode rather than its BatchFlow,
+    Burr's application kept in memory rather than rebuilt): a row compares tarry with the best
+    each peer offers, and the table names the shape it took."""
     others = []
     for b in benches:
         if (
@@ -106,12 +104,11 @@ def pick(
             and b.system == system
             and all(b.extra.get(key) == value for key, value in match.items())
         ):
-            if b.variant == variant:
+            if b.variant == variant and not (variant is None and system in PEERS):
                 return b
             others.append(b)
     if variant is None and system in PEERS:
-        named = [b for b in others if b.variant not in SIDE_VARIANTS]
-        return named[0] if named else None
+        return min(others, key=lambda b: b.per_unit, default=None)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from report_collect import PEERS, Bench, unsupported
+from report_collect import PEERS, Bench, pick, unsupported
 from report_rows import Row, rows
 
 
@@ -51,8 +51,10 @@ def main_table(benches: list[Bench], status: dict[str, dict[str, Any]]) -> list[
                 cells.append(f"not supported [{len(reasons)}]")
             else:
                 values[p] = row.value(benches, p)
+                taken = pick(benches, row.workload, p) if row.workload else None
+                shape = f" ({taken.variant})" if taken is not None and taken.variant else ""
                 if values[p] is not None:
-                    cells.append(cell(row, values[p]))
+                    cells.append(cell(row, values[p]) + shape)
                 elif status[p]["missing"]:  # a part of the peer failed to install
                     cells.append("not installed")
                 else:

@@ -138,7 +138,7 @@ def rows(benches: list[Bench]) -> list[Row]:
         Row(
             f"step overhead: ForEach / batch over {steps:,} items, in memory",
             "µs/item",
-            per_unit_us("foreach", {"pocketflow": "BatchFlow"}),
+            per_unit_us("foreach"),
             None,  # the goal is a ratio to PocketFlow's: see the Goals table
             floor=floor_us("chain", "3-deep yield from"),
             floor_note="3-deep yield from",
@@ -174,7 +174,7 @@ def rows(benches: list[Bench]) -> list[Row]:
         for at, k in enumerate((k0, k1)):
             out.append(
                 Row(
-                    f"pause → resume, {where}, k = {k:,}",
+                    f"pause → resume, {where}, k = {k:,}, resumed by the Runtime that paused",
                     "µs",
                     pause_us(kind, at),
                     target,

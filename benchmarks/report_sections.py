@@ -308,3 +308,34 @@ def delivery_costs(benches: list[Bench]) -> list[str]:
         *lines,
         "",
     ]
+
+
+def batch_requests(benches: list[Bench]) -> list[str]:
+    """Issue 26: provider batches (benchmarks/test_batch_requests.py), from the run."""
+    found = [b for b in benches if b.workload == "batch_requests"]
+    if not found:
+        return []
+    lines = [
+        "## Provider batches",
+        "",
+        "`BatchRequest`s in one `ForEach` through `OpenAIBatch`, the official SDK against the "
+        "project's fake provider server in this process (`benchmarks/test_batch_requests.py`; "
+        "docs/batch.md). *Delivery*: CPU seconds of the poll that finds the batch ended (a "
+        "status call, the output file streamed and parsed, the results delivered) beside a "
+        "`deliver_many` of the same values to an identical session; the fake server's share "
+        "(serving the file) is counted against tarry.",
+        "",
+        "| requests | uploads | batches | idle poll | calls per idle poll | delivery poll CPU "
+        "| `deliver_many` CPU | ratio | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for b in found:
+        e = b.extra
+        met = "yes" if e["ratio"] <= e["target_ratio"] else "**no**"
+        lines.append(
+            f"| {e['requests']:,} | {e['uploads']} | {e['batches']} "
+            f"| {human(e['idle_poll_seconds'])} | {e['idle_poll_calls']} "
+            f"| {human(e['poll_cpu_seconds'])} | {human(e['deliver_many_cpu_seconds'])} "
+            f"| {e['ratio']:.2f} | ≤ {e['target_ratio']} | {met} |"
+        )
+    return [*lines, ""]
