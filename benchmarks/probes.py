@@ -237,6 +237,69 @@ def pydantic_graph_rss(units: int, reps: int) -> dict[str, Any]:
     return {"rss_bytes_per_session": (rss_kb() - before) * 1024 / n, "sessions": n}
 
 
+# -- Burr and llama-index-workflows (their own venvs) -------------------------------------------
+
+
+def burr_pause(units: int, reps: int) -> None:
+    """Each resume rebuilds the application from its InMemoryPersister, as a worker does."""
+    import bench_burr as b
+
+    persister = b.InMemoryPersister()
+    last, _result, _state = b.paused_loop(LOOP, K, persister, "t").run(halt_after=["wait", "done"])
+    assert last.name == "wait"
+    for _ in range(units * reps):
+        b.trip(LOOP, K, persister, "t")
+
+
+def burr_pause_kept(units: int, reps: int) -> None:
+    """One application object kept in memory (no rebuild): Burr's lightest shape."""
+    import bench_burr as b
+
+    app = b.paused_loop(LOOP, K, b.InMemoryPersister(), "t")
+    app.run(halt_after=["wait", "done"])
+    for _ in range(units * reps):
+        last, _result, _state = app.run(halt_after=["wait", "done"], inputs={"approval": True})
+    assert last.name == "wait"
+
+
+def burr_rss(units: int, reps: int) -> dict[str, Any]:
+    """Sessions paused in one InMemoryPersister, their applications let go."""
+    import bench_burr as b
+
+    persister = b.InMemoryPersister()
+    for i in range(20):
+        b.paused_loop(20, 3, persister, f"w{i}").run(halt_after=["wait", "done"])
+    n = units * reps
+    before = rss_kb()
+    for i in range(n):
+        b.paused_loop(20, 3, persister, f"s{i}").run(halt_after=["wait", "done"])
+    return {"rss_bytes_per_session": (rss_kb() - before) * 1024 / n, "sessions": n}
+
+
+def llamaindex_pause(units: int, reps: int) -> None:
+    """The context's dict kept in memory; each resume builds the context from it."""
+    import bench_llamaindex as li
+
+    loop = asyncio.new_event_loop()
+    held = loop.run_until_complete(li.start(LOOP, K))
+    for _ in range(units * reps):
+        held = loop.run_until_complete(li.resume(held))
+
+
+def llamaindex_rss(units: int, reps: int) -> dict[str, Any]:
+    """Sessions paused: each run's serialised context (`ctx.to_dict()`) kept in a list."""
+    import bench_llamaindex as li
+
+    loop = asyncio.new_event_loop()
+    for _ in range(20):
+        loop.run_until_complete(li.start(20, 3))
+    n = units * reps
+    before = rss_kb()
+    held = [loop.run_until_complete(li.start(20, 3)) for _ in range(n)]
+    assert len(held) == n
+    return {"rss_bytes_per_session": (rss_kb() - before) * 1024 / n, "sessions": n}
+
+
 # -- the floor ---------------------------------------------------------------------------------
 
 
@@ -309,7 +372,8 @@ SHAPES: dict[str, Callable[[int, int], Any]] = {
     name: fn
     for name, fn in globals().items()
     if callable(fn)
-    and name.split("_")[0] in {"tarry", "pocketflow", "langgraph", "floor", "turns"}
+    and name.split("_")[0]
+    in {"tarry", "pocketflow", "langgraph", "floor", "turns", "burr", "llamaindex"}
     or name.startswith(("pydantic_graph_", "import_"))
 }
 
