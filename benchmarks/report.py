@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from report_collect import PEERS, cpu_model, load, load_average, peer_status, versions
+from report_collect import PEERS, Bench, cpu_model, load, load_average, peer_status, versions
 from report_counts import counts_table
 from report_goals import goals_28_table, goals_table
 from report_render import detail_table, main_table
@@ -75,6 +75,29 @@ def peer_notes() -> list[str]:
     ]
 
 
+def installs(benches: list[Bench]) -> str:
+    """How tarry was installed where it was spawned or counted (labels of the run)."""
+    seen = sorted(
+        {
+            f"{b.extra['install']} ({b.workload})"
+            for b in benches
+            if b.system == "tarry" and "install" in b.extra
+        }
+    )
+    wheel = all(s.startswith(("wheel", "venv")) for s in seen)
+    if not seen:
+        return "not recorded"
+    head = (
+        "every system from a regular install: tarry from its wheel in `.benchmarks/venvs/tarry` "
+        "for the counts, the fresh processes and the imports; the peers from PyPI. The "
+        "wall-clock rows timed inside the pytest process use its editable tarry: an editable "
+        "install changes what importing costs, not what a step or a resume does"
+        if wheel
+        else "**tarry ran from an editable install in some rows**"
+    )
+    return f"{head} — " + ", ".join(seen)
+
+
 def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
     benches, data = load(bench_json)
     status = peer_status(peers_json)
@@ -89,6 +112,12 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "the peers and the plain-Python floor are measured side by side in the same run, and",
         "every ratio below comes from that run. Do not edit by hand.",
         "",
+        "Read the counted figures first (*Goals (issue 28)*, *Counts*): instructions, bytes and "
+        "RSS do not depend on the machine's load, and the CPU ratios are taken in turns (each "
+        "round runs every system once, the ratio taken within the round). The wall-clock "
+        "medians of *Results* time each system at a different moment: on a shared machine "
+        "(see the load below) they move by more than the differences they show.",
+        "",
         f"- Run: {data.get('datetime', '?')} (report written "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')})",
         f"- Machine: {cpu_model(data)}, {os.cpu_count()} logical cores, "
@@ -97,6 +126,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         f"({machine.get('python_implementation', platform.python_implementation())}), "
         f"SQLite {sqlite3.sqlite_version}",
         "- Versions: " + ", ".join(f"{d} {v}" for d, v in versions(data, recorded).items()),
+        f"- Installs: {installs(benches)}",
     ]
     for peer, info in status.items():
         for dist, error in info["missing"]:
@@ -107,15 +137,16 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
             )
     lines += [
         "",
+        *goals_28_table(benches),
+        *counts_table(benches),
         "## Results",
         "",
-        "Medians. Ratios are tarry ÷ the other (below 1: tarry is faster or smaller); *best "
-        "peer*: the peer with the lowest number on the row.",
+        "Wall-clock medians. Ratios are tarry ÷ the other (below 1: tarry is faster or "
+        "smaller); each peer at its fastest shape, named in its cell; *best peer*: the peer "
+        "with the lowest number on the row.",
         "",
         *main_table(benches, status),
         "",
-        *goals_28_table(benches),
-        *counts_table(benches),
         *goals_table(benches, ks(benches)),
         "",
         *pg_workers(benches),
