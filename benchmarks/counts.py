@@ -177,14 +177,12 @@ def smoke(venv: str, units: int = 20) -> None:
 
 
 def main(argv: list[str]) -> None:
-    runs = 2 if "--twice" in argv else 1
-    found: list[list[dict[str, Any]]] = [[] for _ in COUNTS]
-    for _ in range(runs):
-        for i, count in enumerate(COUNTS):
-            found[i].append(measure(count))
-    for count, figures in zip(COUNTS, found, strict=True):
-        name = f"{count.workload} {count.system} {count.variant or ''}".strip()
-        print(f"{name}: " + " | ".join(json.dumps(f) for f in figures))
+    """Each figure as it is measured (one JSON line each); `--twice`: then all of them again."""
+    for run in range(2 if "--twice" in argv else 1):
+        for count in COUNTS:
+            figures = measure(count)
+            line = {"run": run + 1, "workload": count.workload, "system": count.system}
+            print(json.dumps({**line, "variant": count.variant, **figures}), flush=True)
 
 
 if __name__ == "__main__":
