@@ -58,8 +58,8 @@ def peer_notes() -> list[str]:
         "action; resume: the application is built again from the persister "
         "(`initialize_from(..., resume_at_next_action=True)`) and run with the answer as an "
         "input to the next halt. The same round trip on one application kept in memory (no "
-        "rebuild) is in the details (`app kept in memory`); the goals take Burr's faster "
-        "shape. The paused application starts at item k from the loop's state there.",
+        "rebuild: `app kept in memory`, not a shape that survives the process) is its "
+        "fastest, and the one its column shows. The paused application starts at item k from the loop's state there.",
         "- **pydantic-graph 1.107.10**: the newest release with state persistence (2.0.0 "
         "removed `pydantic_graph.persistence` and the `BaseNode` graphs for the builder API). "
         "Dataclass nodes; pause: the caller stops `graph.iter` at the node that needs a person "
@@ -158,7 +158,8 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "",
         "- **Step overhead**: tarry `Flow` of no-op steps and a `ForEach` over the items "
         "(body: one no-op step); PocketFlow `Node`s chained with `>>` and a `BatchFlow` (a "
-        "sub-flow per item; its `BatchNode` is in the details); LangGraph `StateGraph` of "
+        "sub-flow per item) and a `BatchNode` (`exec` once per item, no sub-flow: its fastest "
+        "shape, the one its column shows); LangGraph `StateGraph` of "
         "no-op nodes and one node looped by a conditional edge, compiled without a "
         "checkpointer. Floor: the same calls through a 3-deep `yield from` chain (tarry's "
         "flow → container → step nesting); a plain loop is in the details.",
@@ -173,13 +174,17 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "resume from item i to the pause at item i + 1. Persistence at the pause: tarry "
         '`durability="pause"`, LangGraph `durability="exit"`; in memory is tarry\'s '
         "`MemoryStore` and LangGraph's `InMemorySaver`. The same loop paused by a `Gate` is "
-        "in the details (tarry only).",
+        "in the details (tarry only). These wall-clock rows are resumed by the Runtime that "
+        "paused the session (its caches warm); *Counts* gives the resume by another Runtime "
+        "(cold) beside it.",
         "- **Fresh process**: `python -c` that imports the library, opens the SQLite file, "
         "resumes one session paused at k = 10 up to its next pause, and exits; one prepared "
         "session per process. Floor: `python -c pass`. Every spawned process may use the "
         "bytecode cache, as a library installed by pip does (a shell that sets "
         "PYTHONDONTWRITEBYTECODE would time tarry compiling its source while the peers, "
-        "installed from wheels, load theirs).",
+        "installed from wheels, load theirs). Under `make bench` every process, tarry's "
+        "included, is spawned by `.benchmarks/venvs/tarry`, where tarry is installed from "
+        "its wheel (no editable finder) beside the peers of the bench extra.",
         '- **Import**: `python -X importtime -c "import ..."`: the cumulative time of the '
         "top-level imports the statement adds to `python -c pass` (LangGraph: "
         "`langgraph.graph`, `langgraph.types`, `langgraph.checkpoint.sqlite`), median of 5. "
@@ -193,7 +198,21 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "attrs records and signals every run uses.",
         "- **Bytes**: the store's own count of bytes written by one round trip and the size "
         "of the session's snapshot (tarry `bytes_written` / the state blob; LangGraph the "
-        "checkpoint, metadata and write blobs in its tables).",
+        "checkpoint, metadata and write blobs in its tables): the payload. What the disk "
+        "sees (the WAL's pages, checkpoints) is in *Counts*: the process's `write()` bytes.",
+        "- **Counts** (`benchmarks/counts.py`, run by `test_counts.py`; `probes.py` holds each "
+        "system's work): instructions under `valgrind --tool=callgrind` of 1 and of 4 "
+        "repetitions of a fixed amount of work in processes of their own, the difference "
+        "over 3 × the units (a chain of 1,000 steps, a ForEach of 1,000 items, 100 round "
+        "trips of the paused loop at k = 10 with 100,000 items — Burr 50, llama-index 20 —, "
+        "an import against `pass`); cold resumes alternate two Runtimes on one MemoryStore, "
+        "so that each resume is made by the Runtime that did not pause the session. Disk "
+        "bytes: `wchar` of /proc/self/io around 100 round trips on SQLite after 20 untimed "
+        "ones. RSS: sessions of the ticket shape (tarry, LangGraph) or of the loop paused "
+        "at item 3 (pydantic-graph: a `SimpleStatePersistence` each; Burr: one "
+        "`InMemoryPersister`; llama-index: the context's `to_dict()` kept), 2,000 to 5,000 "
+        "of them. DBOS is not in the RSS row: a waiting workflow holds a thread, not a record "
+        "in memory. `python benchmarks/counts.py --twice` measures everything twice.",
         "- **Memory**: separate processes reading VmRSS after `gc.collect()`. Paused sessions: "
         "RSS growth while starting sessions of a small flow (three steps, a pause, a step) "
         "that all stay paused, per 10,000 (LangGraph is measured over fewer and scaled). "
