@@ -17,6 +17,7 @@ import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from report_collect import PEERS, Bench, cpu_model, load, load_average, peer_status, versions
 from report_counts import counts_table
@@ -98,6 +99,25 @@ def installs(benches: list[Bench]) -> str:
     return f"{head} — " + ", ".join(seen)
 
 
+def coverage(data: dict[str, Any]) -> str:
+    """Which of benchmarks/test_*.py the run ran: a partial run says so, and which."""
+    ran = {
+        b.get("fullname", "").split("::")[0].rsplit("/", 1)[-1]
+        for b in data["benchmarks"]
+        if b.get("fullname")
+    }
+    ran.discard("")
+    every = {p.name for p in Path(__file__).resolve().parent.glob("test_*.py")}
+    every.discard("test_report.py")  # no benchmark of its own
+    if ran >= every:
+        return f"all {len(every)} (`make bench`)"
+    missing = sorted(every - ran)
+    return (
+        f"**a partial run**: {len(ran & every)} of {len(every)} "
+        f"({', '.join(sorted(ran & every))}); not run: {', '.join(missing)}"
+    )
+
+
 def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
     benches, data = load(bench_json)
     status = peer_status(peers_json)
@@ -127,6 +147,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         f"SQLite {sqlite3.sqlite_version}",
         "- Versions: " + ", ".join(f"{d} {v}" for d, v in versions(data, recorded).items()),
         f"- Installs: {installs(benches)}",
+        f"- Benchmark files: {coverage(data)}",
     ]
     for peer, info in status.items():
         for dist, error in info["missing"]:

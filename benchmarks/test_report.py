@@ -322,3 +322,12 @@ def test_a_run_without_counts_has_no_counts_table(tmp_path: Path) -> None:
     text = run(tmp_path, RUN, PEERS)
     assert "## Counts" not in text
     assert row(text, "ForEach item, instructions")[1] == "not measured in this run"
+
+
+def test_a_partial_run_says_which_benchmark_files_it_ran(tmp_path: Path) -> None:
+    ran = entry("chain", "tarry", 2e-3, per=1000)
+    ran["fullname"] = "benchmarks/test_step_overhead.py::test_tarry_chain"
+    text = run(tmp_path, [ran], PEERS)
+    line = next(line for line in text.splitlines() if line.startswith("- Benchmark files:"))
+    assert "**a partial run**" in line and "(test_step_overhead.py)" in line
+    assert "not run: " in line and "test_counts.py" in line
