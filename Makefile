@@ -49,7 +49,10 @@ test: $(STAMP)
 	$(VENV)/bin/pytest tests benchmarks -m "not slow" --benchmark-disable -p no:cacheprovider
 
 # The peers come from the `bench` extra; one that fails to install is recorded and reported
-# as such (benchmarks/install_peers.py). The report is written even when a benchmark fails.
+# as such (benchmarks/install_peers.py), which also builds tarry's wheel into
+# .benchmarks/venvs/tarry: the counts (benchmarks/counts.py: callgrind instructions, bytes, RSS,
+# ratios in turns) and the fresh processes run every system from a regular install. Needs
+# valgrind. The report is written even when a benchmark fails.
 bench: $(STAMP)
 	$(PY) benchmarks/install_peers.py .benchmarks/peers.json
 	rm -f .benchmarks/bench.json
