@@ -293,9 +293,9 @@ def test_the_counts_table_takes_each_peer_at_its_leanest_shape_and_names_it(
     head = row(text, "workload | unit | tarry")
     foreach = dict(zip(head, row(text, "ForEach item, in memory | instructions"), strict=True))
     assert foreach["PocketFlow"] == "3,000 (BatchNode)"
-    assert foreach["tarry ÷ best other"] == "15.00 (PocketFlow)"
+    assert foreach["tarry ÷ best peer"] == "15.00 (PocketFlow)"
     cold = dict(zip(head, row(text, "pause → resume in memory, resumed by another"), strict=True))
-    assert cold["tarry"] == "600,000" and cold["tarry ÷ best other"] == "1.20 (pydantic-graph)"
+    assert cold["tarry"] == "600,000" and cold["tarry ÷ best peer"] == "1.20 (pydantic-graph)"
     warm = dict(
         zip(head, row(text, "pause → resume in memory, resumed by the Runtime"), strict=True)
     )
@@ -308,7 +308,7 @@ def test_the_counts_table_takes_each_peer_at_its_leanest_shape_and_names_it(
     payload = dict(zip(head, row(text, "payload bytes per pause"), strict=True))
     assert disk["tarry"] == "91.0" and payload["tarry"] == "0.98"
     rss = dict(zip(head, row(text, "RSS per paused session, in memory | KB"), strict=True))
-    assert rss["pydantic-graph"] == "0.39" and rss["tarry ÷ best other"] == "1.28 (pydantic-graph)"
+    assert rss["pydantic-graph"] == "0.39" and rss["tarry ÷ best peer"] == "1.28 (pydantic-graph)"
 
 
 def test_the_turns_show_how_far_two_measurements_agree(tmp_path: Path) -> None:
