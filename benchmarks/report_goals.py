@@ -183,7 +183,7 @@ def goals(benches: list[Any], ks: tuple[int, int]) -> list[tuple[Goal, float | N
         ),
         (
             Goal(
-                f"bytes written per pause at k = {k1:,} ÷ at k = {k0:,}, SQLite (flat)",
+                f"payload bytes per pause at k = {k1:,} ÷ at k = {k0:,}, SQLite (flat)",
                 lambda: ratio_of(
                     extra("pause_sqlite", "bytes_written", k1),
                     extra("pause_sqlite", "bytes_written", k0),

@@ -239,21 +239,21 @@ def rows(benches: list[Bench]) -> list[Row]:
             no_peer=pause,
         ),
         Row(
-            f"bytes written per pause at k = {k0:,}, SQLite",
+            f"payload bytes per pause at k = {k0:,}, SQLite (the store's count; the disk: Counts)",
             "bytes",
             pause_extra("bytes_written", 0),
             fmt="{:,.0f}",
             no_peer=pause,
         ),
         Row(
-            f"bytes written per pause at k = {k1:,}, SQLite",
+            f"payload bytes per pause at k = {k1:,}, SQLite (the store's count; the disk: Counts)",
             "bytes",
             pause_extra("bytes_written", 1),
             fmt="{:,.0f}",
             no_peer=pause,
         ),
         Row(
-            f"bytes written per pause at k = {k0:,}, SQLite, a ForEach over a 10,000-prompt "
+            f"payload bytes per pause at k = {k0:,}, SQLite, a ForEach over a 10,000-prompt "
             "input (2 MB) after a 100 KB output",
             "bytes",
             input_extra("bytes_written", 0),
@@ -262,7 +262,7 @@ def rows(benches: list[Bench]) -> list[Row]:
             no_peer=pause,
         ),
         Row(
-            f"bytes written per pause at k = {k1:,}, SQLite, the same",
+            f"payload bytes per pause at k = {k1:,}, SQLite, the same",
             "bytes",
             input_extra("bytes_written", 1),
             2_000,
