@@ -1,6 +1,9 @@
 """Write docs/performance.md from one run of the benchmarks (pytest-benchmark's JSON).
 
-    python benchmarks/report.py BENCH.json PEERS.json docs/performance.md
+    python benchmarks/report.py BENCH.json PEERS.json docs/performance.md [PREVIOUS.json]
+
+PREVIOUS.json, the run before (make bench keeps it), puts every count beside its previous
+value: how far two runs agree.
 
 Every number and every ratio comes from BENCH.json, so tarry, the peers and the floor are
 compared within one run on one machine; only the targets (from issue 5) are written here.
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from report_collect import PEERS, Bench, cpu_model, load, load_average, peer_status, versions
-from report_counts import counts_table
+from report_counts import agreement, counts_table
 from report_goals import goals_28_table, goals_table
 from report_render import detail_table, main_table
 from report_rows import ks
@@ -118,8 +121,19 @@ def coverage(data: dict[str, Any]) -> str:
     )
 
 
-def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
+def commit_of(data: dict[str, Any]) -> str:
+    info = data.get("commit_info") or {}
+    sha = str(info.get("id") or "?")[:10]
+    return sha + (" (with uncommitted changes)" if info.get("dirty") else "")
+
+
+def write(
+    bench_json: Path, peers_json: Path | None, out: Path, previous_json: Path | None = None
+) -> None:
     benches, data = load(bench_json)
+    previous, previous_data = (
+        load(previous_json) if previous_json is not None and previous_json.exists() else ([], {})
+    )
     status = peer_status(peers_json)
     recorded = (
         json.loads(peers_json.read_text()) if peers_json is not None and peers_json.exists() else {}
@@ -160,6 +174,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
         "",
         *goals_28_table(benches),
         *counts_table(benches),
+        *agreement(benches, previous, (commit_of(data), commit_of(previous_data))),
         "## Results",
         "",
         "Wall-clock medians. Ratios are tarry ÷ the other (below 1: tarry is faster or "
@@ -256,7 +271,7 @@ def write(bench_json: Path, peers_json: Path | None, out: Path) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if len(args) != 3:
-        sys.exit("usage: report.py BENCH.json PEERS.json OUT.md")
-    write(Path(args[0]), Path(args[1]), Path(args[2]))
+    if len(args) not in (3, 4):
+        sys.exit("usage: report.py BENCH.json PEERS.json OUT.md [PREVIOUS-BENCH.json]")
+    write(Path(args[0]), Path(args[1]), Path(args[2]), Path(args[3]) if args[3:] else None)
     print(f"report.py: wrote {args[2]}", file=sys.stderr)

@@ -167,3 +167,44 @@ def turns_table(benches: list[Bench]) -> list[str]:
                 f"| {'—' if second is None else f'{second:.2f}'} | {spread} |"
             )
     return [*lines, ""]
+
+
+def agreement(benches: list[Bench], previous: list[Bench], commits: tuple[str, str]) -> list[str]:
+    """Each count of this run beside the same count of the previous run (make bench keeps it):
+    how far two runs agree. Only meaningful on the same code: the commits are named."""
+    keys = ("instructions", "process_instructions", "disk_bytes_per_pause")
+    keys += ("payload_bytes_per_pause", "rss_bytes_per_session")
+
+    def counted(bs: list[Bench]) -> dict[tuple[str, str, str, str], float]:
+        found = {}
+        for b in bs:
+            for key in keys:
+                if isinstance(b.extra.get(key), int | float):
+                    found[(b.workload, b.system, b.variant or "", key)] = float(b.extra[key])
+            for other, value in (b.extra.get("ratios") or {}).items():
+                found[(b.workload, b.system, other, "CPU ratio in turns")] = float(value)
+        return found
+
+    now, before = counted(benches), counted(previous)
+    shared = sorted(set(now) & set(before))
+    if not shared:
+        return []
+    same = "the same commit" if commits[0] == commits[1] else "**different commits**"
+    lines = [
+        "### Agreement with the previous run",
+        "",
+        f"Every count of this run beside the previous `make bench` on this machine (commits "
+        f"{commits[1]} then {commits[0]}: {same}). *Spread*: |this − previous| ÷ previous.",
+        "",
+        "| workload | system | shape | figure | previous | this run | spread |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    worst = 0.0
+    for workload, system, shape, key in shared:
+        a, b = before[(workload, system, shape, key)], now[(workload, system, shape, key)]
+        spread = abs(b - a) / a if a else 0.0
+        worst = max(worst, spread)
+        lines.append(
+            f"| {workload} | {system} | {shape} | {key} | {a:,.6g} | {b:,.6g} | {spread:.1%} |"
+        )
+    return [*lines, "", f"Largest spread: {worst:.1%}.", ""]

@@ -331,3 +331,23 @@ def test_a_partial_run_says_which_benchmark_files_it_ran(tmp_path: Path) -> None
     line = next(line for line in text.splitlines() if line.startswith("- Benchmark files:"))
     assert "**a partial run**" in line and "(test_step_overhead.py)" in line
     assert "not run: " in line and "test_counts.py" in line
+
+
+def test_each_count_is_shown_beside_the_previous_runs(tmp_path: Path) -> None:
+    before = tmp_path / "previous.json"
+    earlier = [
+        entry("instr_chain", "tarry", 1.0, instructions=25_000),
+        entry("turns_chain", "tarry", 1.0, units=1000, rounds=31, ratios={"pocketflow": 1.0}),
+    ]
+    before.write_text(json.dumps({"benchmarks": earlier, "commit_info": {"id": "abc"}}))
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"benchmarks": RUN + COUNTS, "commit_info": {"id": "abc"}}))
+    out = tmp_path / "performance.md"
+    report.write(bench, None, out, before)
+    text = out.read_text()
+    assert "abc then abc: the same commit" in text
+    assert row(text, "instr_chain | tarry |  | instructions") == [
+        "instr_chain", "tarry", "", "instructions", "25,000", "24,000", "4.0%",
+    ]  # fmt: skip
+    assert row(text, "turns_chain | tarry | pocketflow")[-1] == "10.0%"
+    assert "Largest spread: 10.0%." in text
