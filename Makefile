@@ -49,14 +49,19 @@ test: $(STAMP)
 	$(VENV)/bin/pytest tests benchmarks -m "not slow" --benchmark-disable -p no:cacheprovider
 
 # The peers come from the `bench` extra; one that fails to install is recorded and reported
-# as such (benchmarks/install_peers.py). The report is written even when a benchmark fails.
+# as such (benchmarks/install_peers.py), which also builds tarry's wheel into
+# .benchmarks/venvs/tarry: the counts (benchmarks/counts.py: callgrind instructions, bytes, RSS,
+# ratios in turns) and the fresh processes run every system from a regular install. Needs
+# valgrind. The run before is kept (.benchmarks/bench-previous.json): the report puts every
+# count beside its previous value. The report is written even when a benchmark fails.
 bench: $(STAMP)
 	$(PY) benchmarks/install_peers.py .benchmarks/peers.json
-	rm -f .benchmarks/bench.json
+	if [ -f .benchmarks/bench.json ]; then mv .benchmarks/bench.json .benchmarks/bench-previous.json; fi
 	$(VENV)/bin/pytest benchmarks --benchmark-only -p no:cacheprovider \
 		--benchmark-json=.benchmarks/bench.json --benchmark-columns=median,min,rounds; \
 	status=$$?; \
 	$(PY) benchmarks/report.py .benchmarks/bench.json .benchmarks/peers.json docs/performance.md \
+		.benchmarks/bench-previous.json \
 		&& exit $$status
 
 # The reliability campaigns at full size (tests/proof/; their quick slices run in make test).

@@ -67,6 +67,28 @@ def install_venv(peer: str, requirements: list[str]) -> dict[str, object]:
     return {"installed": True, "version": found.stdout.strip(), "venv": str(path)}
 
 
+def install_tarry_venv(requirements: list[str]) -> dict[str, object]:
+    """.benchmarks/venvs/tarry: tarry built into a wheel and installed (not editable: an
+    editable install adds its finder's imports to every fresh process), with the peers of the
+    bench extra from PyPI, so that probes.py runs every system from a regular install. tarry
+    is reinstalled every time: its version does not change with the code."""
+    path = VENVS / "tarry"
+    python = path / "bin" / "python"
+    try:
+        if not python.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    except Exception as exc:
+        return {"installed": False, "error": f"venv: {exc}", "venv": str(path)}
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    steps = [[*pip, str(ROOT), *requirements], [*pip, "--force-reinstall", "--no-deps", str(ROOT)]]
+    for args in steps:
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            error = (done.stderr or done.stdout).strip()[-500:]
+            return {"installed": False, "error": error, "venv": str(path)}
+    return {"installed": True, "venv": str(path), "editable": False}
+
+
 def dist_name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]
 
@@ -106,6 +128,9 @@ def main(out: Path) -> None:
                 f"install_peers: {peer} failed to install:\n{status[peer]['error']}",
                 file=sys.stderr,
             )
+    status["tarry (wheel)"] = install_tarry_venv(requirements)
+    if not status["tarry (wheel)"]["installed"]:
+        print(f"install_peers: tarry's wheel venv failed:\n{status['tarry (wheel)']['error']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(status, indent=2) + "\n")
 

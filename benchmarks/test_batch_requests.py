@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from bench_support import label
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from batchfake import FakeProvider  # noqa: E402
@@ -84,7 +85,12 @@ def test_ten_thousand_batch_requests(benchmark: Any, sizes: Any) -> None:
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     ratio = figures["poll_cpu"] / max(figures["deliver_many_cpu"], 1e-9)
-    benchmark.extra_info.update(
+    label(
+        benchmark,
+        "batch_requests",
+        "tarry",
+        variant="openai",
+        per=n,
         requests=n,
         uploads=figures["uploads"],
         batches=figures["batches"],

@@ -21,6 +21,11 @@ from bench_support import HERE, Sizes, label
 from tarry import Runtime
 from tarry.snapshots import SQLiteStore
 
+#: tarry built into a wheel and installed with the peers of the bench extra (install_peers.py):
+#: `make bench` spawns every system, tarry included, from this regular install, as the peers'
+#: venvs are; an editable install would add its finder's imports to tarry's every start.
+#: `make test` (smoke sizes) spawns this interpreter: the wheel may be older than the code.
+WHEEL_PYTHON = HERE.parent / ".benchmarks" / "venvs" / "tarry" / "bin" / "python"
 PYTHON = sys.executable
 K = 10
 #: The environment of every spawned process: the bytecode cache allowed, as it is for a library
@@ -54,6 +59,17 @@ IMPORTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _python(sizes: Sizes, monkeypatch: pytest.MonkeyPatch) -> None:
+    if sizes.full:
+        assert WHEEL_PYTHON.exists(), "run benchmarks/install_peers.py first (make bench does)"
+        monkeypatch.setattr(sys.modules[__name__], "PYTHON", str(WHEEL_PYTHON))
+
+
+def _install() -> str:
+    return "wheel" if str(WHEEL_PYTHON) == PYTHON else "editable"
+
+
 def _spawn(code: str, *args: str, cwd: Path) -> None:
     done = subprocess.run(
         [PYTHON, "-c", code, *args], cwd=cwd, capture_output=True, text=True, check=False, env=ENV
@@ -62,12 +78,12 @@ def _spawn(code: str, *args: str, cwd: Path) -> None:
 
 
 def test_floor_python_pass(benchmark, sizes: Sizes, tmp_path: Path) -> None:
-    label(benchmark, "fresh_resume", "floor", variant="python -c pass")
+    label(benchmark, "fresh_resume", "floor", variant="python -c pass", install=_install())
     benchmark.pedantic(_spawn, ("pass",), {"cwd": tmp_path}, rounds=sizes.fresh_rounds)
 
 
 def test_tarry_fresh_resume(benchmark, sizes: Sizes, tmp_path: Path) -> None:
-    label(benchmark, "fresh_resume", "tarry", k=K)
+    label(benchmark, "fresh_resume", "tarry", k=K, install=_install())
     db = tmp_path / "tarry.db"
     rt = Runtime(store=SQLiteStore(db))
     flow = bench_tarry.paused_loop(sizes.loop, K)
@@ -86,7 +102,7 @@ def test_langgraph_fresh_resume(benchmark, sizes: Sizes, tmp_path: Path) -> None
     pytest.importorskip("langgraph.checkpoint.sqlite")
     import bench_langgraph as lg
 
-    label(benchmark, "fresh_resume", "langgraph", k=K)
+    label(benchmark, "fresh_resume", "langgraph", k=K, install=_install())
     db = str(tmp_path / "lg.db")
     graph = lg.loop(sizes.loop, K, lg.sqlite_saver(db))
     for i in range(sizes.fresh_rounds):
@@ -121,7 +137,7 @@ def _top_level_imports(code: str, cwd: Path) -> dict[str, int]:
 
 def _import_us(statement: str, cwd: Path) -> int:
     """Microseconds of the imports `statement` adds to those of `python -c pass` (which has
-    the interpreter's own and the editable install's)."""
+    the interpreter's own, and an editable install's finder where there is one)."""
     startup = _top_level_imports("pass", cwd)
     added = _top_level_imports(statement, cwd)
     return sum(us for name, us in added.items() if name not in startup)
@@ -137,4 +153,4 @@ def test_import(benchmark, sizes: Sizes, tmp_path: Path, system: str) -> None:
     _spawn(statement, cwd=tmp_path)  # writes the bytecode cache once, as an install would
     benchmark.pedantic(_spawn, (statement,), {"cwd": tmp_path}, rounds=sizes.fresh_rounds)
     runs = [_import_us(statement, tmp_path) for _ in range(5 if sizes.full else 1)]
-    label(benchmark, "import", system, importtime_us=statistics.median(runs))
+    label(benchmark, "import", system, importtime_us=statistics.median(runs), install=_install())
