@@ -97,6 +97,9 @@ COUNTS = (
     ),
     Count("instr_import", "tarry", "import_tarry", "import"),
     Count("instr_import", "pocketflow", "import_pocketflow", "import"),
+    # `import tarry` loads its names on first use: the figure to compare is a first program.
+    Count("instr_first_run", "tarry", "first_run_tarry", "import"),
+    Count("instr_first_run", "pocketflow", "first_run_pocketflow", "import"),
     Count("disk_per_pause_sqlite", "tarry", "tarry_sqlite_bytes", "json", 100),
     Count("disk_per_pause_sqlite", "langgraph", "langgraph_sqlite_bytes", "json", 100),
     Count("rss_per_session", "tarry", "tarry_rss", "json", 5000),
@@ -121,6 +124,19 @@ COUNTS = (
     Count("turns_chain", "tarry", "turns_chain", "json", 1000, 31),
     Count("turns_foreach", "tarry", "turns_foreach", "json", 1000, 31),
 )
+
+
+#: A first program of each system, in a fresh process: its imports and a one-step run.
+FIRST_RUNS = {
+    "first_run_tarry": (
+        "from tarry import Flow, Runtime; Runtime().run(Flow('first', [lambda ctx: 1]))"
+    ),
+    "first_run_pocketflow": (
+        "from pocketflow import Flow, Node\n"
+        "class One(Node):\n    def exec(self, prep_res): return 1\n"
+        "Flow(start=One()).run({})"
+    ),
+}
 
 
 def python(venv: str) -> Path | None:
@@ -181,7 +197,7 @@ def measure(count: Count, *, callgrind: bool = True, scale: float = 1.0) -> dict
     if count.kind == "import":
         # `python -c`, not probes.py: the probes' own imports (asyncio...) would be counted in
         # the start-up and taken off the import.
-        statement = "import " + count.shape.removeprefix("import_")
+        statement = FIRST_RUNS.get(count.shape) or "import " + count.shape.removeprefix("import_")
         spent = _run_c(py, statement)
         start = _run_c(py, "pass")
         return {"instructions": spent - start, "process_instructions": spent}

@@ -68,6 +68,12 @@ COUNTED = (
         "instructions",
     ),
     Counted(
+        "a first program (imports and a one-step run), added to `python -c pass`",
+        "instr_first_run",
+        "instructions",
+        "instructions",
+    ),
+    Counted(
         "disk bytes written per pause, SQLite (write() bytes: WAL and checkpoints)",
         "disk_per_pause_sqlite",
         "disk_bytes_per_pause",

@@ -296,6 +296,14 @@ def goals_28(benches: list[Any]) -> list[tuple[Goal, float | None]]:
             1.0,
             "ratio",
         ),
+        Goal(
+            "a first program (import and a one-step run) ÷ PocketFlow's, instructions",
+            lambda: ratio_of(
+                count("instr_first_run", "tarry"), count("instr_first_run", "pocketflow")
+            ),
+            None,
+            "ratio",
+        ),
     ]
     return [(goal, goal.value()) for goal in rows]
 
