@@ -118,8 +118,7 @@ class WaitsAndMail:
             entry = self._sessions.get(session_id)
             if entry is None or not entry.ordered:
                 return []
-            tokens = _tokens_in(entry)
-            return [self._waits[t] for t in (tokens if limit is None else tokens[:limit])]
+            return [self._waits[t] for t in _tokens_in(entry, limit)]
 
     def waiting(
         self,
@@ -395,13 +394,17 @@ def _remove_id(where: dict[Any, list[int]], name: Any, mid: int) -> None:
         del where[name]
 
 
-def _tokens_in(entry: _Entry) -> builtins.list[str]:
-    """The tokens of the session's live waits, in the stores' order (a copy)."""
+def _tokens_in(entry: _Entry, limit: int | None = None) -> builtins.list[str]:
+    """The tokens of the session's live waits, in the stores' order (a copy): the first
+    `limit` of them only, when given (what a read of the first wait costs is not the number
+    of waits)."""
     ordered = entry.ordered
     if not ordered:
         return []
     if isinstance(ordered, str):
         return [ordered]
+    if limit is not None:
+        ordered = ordered[:limit]
     return [t for _, t in ordered]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-import tarry.drivers.sessions.resuming as resuming_module
+import tarry.drivers.reading.views as views_module
 from tarry import Flow, ForEach, Gate, InvalidResumeValue, Runtime, Sleep, step
 from tarry.drivers.drive.statecache import StateCache
 from tarry.engine.state.records import ContainerFrame, PauseState, SessionState
@@ -21,13 +21,13 @@ from tarry.snapshots.records import decode_state
 def decodes(monkeypatch) -> list[str]:
     """The session ids whose snapshot a resume decoded."""
     seen: list[str] = []
-    real = resuming_module.state_of
+    real = views_module.state_of
 
     def counting(record: Any) -> SessionState:
         seen.append(record.session_id)
         return real(record)
 
-    monkeypatch.setattr(resuming_module, "state_of", counting)
+    monkeypatch.setattr(views_module, "state_of", counting)
     return seen
 
 
