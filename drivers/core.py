@@ -66,7 +66,6 @@ class Core:
         "running",
         "states",
         "records",
-        "save_uses_token",
         "hub",
         "retention",
         "retain_at",
@@ -154,9 +153,6 @@ class Core:
         #: The records of the sessions this runtime last paused, for resuming them unread
         #: (not with a store of an older protocol, whose consume_token takes no version).
         self.records = RecordCache(MAX_ENTRIES if _takes_version(self.store) else 0)
-        #: Whether the store's save can use a resume's token (`token_used=`, `mail_used=`):
-        #: then a resume with nothing to run before its first write is one commit.
-        self.save_uses_token = getattr(self.store, "save_uses_token", False) is True
         #: How long a message may stay queued before `prune` and workers drop it.
         self.mail_ttl = checked_age(mail_ttl, "mail_ttl")
         self.hub = Subscribers()

@@ -22,21 +22,13 @@ from tarry.drivers.drive.pump import DONE, FAILED, PAUSED, STOPPED, AwaitableOrV
 from tarry.drivers.drive.values import bounds, copy
 from tarry.drivers.limits import log
 from tarry.drivers.sessions.children import end_post, start_child
-from tarry.engine.containers.branch import Branch
-from tarry.engine.containers.foreach import ForEach
 from tarry.engine.elements.flow import Flow
-from tarry.engine.elements.waits import Gate, Sleep, Wait
-from tarry.engine.errors import (
-    ConcurrentUpdate,
-    NotSerializable,
-    SnapshotTooLarge,
-    TokenAlreadyUsed,
-)
+from tarry.engine.errors import NotSerializable, SnapshotTooLarge
 from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
-from tarry.engine.state.events import Event, EventLog, rows_of
+from tarry.engine.state.events import Event, EventLog
 from tarry.engine.state.lanes import concurrent, park, parked, restore
 from tarry.engine.state.records import (
     DEADLINE_EXCEEDED,
@@ -78,37 +70,6 @@ FLUSH_EVENTS = 256
 #: other processes see it at most this far behind, and reads the stop request that any process
 #: may have stored for it (`Runtime.abort`/`cancel`).
 TICK = 1.0
-
-#: Elements whose checkpoint leaves a pending resume's token unused (Drive._runs_nothing).
-_RUN_NOTHING = (Wait, Gate, Sleep, ForEach, Branch, Flow)
-
-
-@attrs.frozen
-class Pending:
-    """A resume whose token this drive has not used yet (see `Drive.pending`): the token's
-    store key, the queued message the value came from, the lease to take when it is used
-    before the first write, the resume's events, and the version the token is used at."""
-
-    key: str
-    mail: int | None
-    until: datetime
-    events: list[Event]
-    version: int | None
-
-    @property
-    def path(self) -> tuple[Any, ...]:
-        """The path of the element resumed (that of its `run.resumed` event)."""
-        return tuple(self.events[0].path) if self.events else ()
-
-
-class TokenRefused(Exception):
-    """The token of a Pending resume could not be used (nothing was written): `used`, it was
-    used (or is gone); else the session moved on meanwhile."""
-
-    def __init__(self, message: str, *, used: bool) -> None:
-        super().__init__(message)
-        self.used = used
-
 
 LEASE_LOST = ErrorInfo(
     type="lease_lost",
@@ -161,7 +122,6 @@ class Drive:
         "going",
         "cascade",
         "posted",
-        "pending",
     )
 
     def __init__(
@@ -258,11 +218,6 @@ class Drive:
         #: The end key its last write queued the child's end on (a child that ended), for
         #: whoever drove it to wake the parent (`Core.wake_parent`).
         self.posted: str | None = None
-        #: A resume whose token is used by this drive's first write, with the events that
-        #: record it, when nothing but that write comes first (one commit per delivery):
-        #: before any step runs (at the first checkpoint), any other write or a tick, it is
-        #: used on its own (`_use_token`), as a resume with steps to run always did.
-        self.pending: Pending | None = None
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> AwaitableOrValue[Outcome]:
@@ -332,9 +287,6 @@ class Drive:
         Not on the way back into a container a resumed run stood in (one it has still to
         re-enter, `Execution.restoring`): a stop there would record a pause outside the frames
         the state holds. The first checkpoint past them stops it."""
-        pending = self.pending
-        if pending is not None and not self._runs_nothing(path, pending):
-            self._use_token()  # something may run next: the token is used first
         if self.ex.restoring and _on_the_way(path, self.ex.restoring):
             return False
         if self.deadline is not None and self.core.clock.now() >= self.deadline:
@@ -359,49 +311,8 @@ class Drive:
             return self._tick()
         return False
 
-    def _use_token(self) -> None:
-        """Use the pending resume's token on its own, with its events and the lease (one
-        transaction, `consume_token`); TokenRefused (nothing written) if that fails."""
-        pending, self.pending = self.pending, None
-        assert pending is not None
-        self.ex.watch = self.lost or self.deadline is not None
-        core = self.core
-        try:
-            used = core.store.consume_token(
-                pending.key,
-                owner=core.owner,
-                until=pending.until,
-                events=pending.events,
-                version=pending.version,
-                mail=pending.mail,
-            )
-        except ConcurrentUpdate as exc:
-            raise TokenRefused(str(exc), used=False) from None
-        if not used:
-            raise TokenRefused(f"token of session {self.ex.session_id!r} used", used=True)
-
-    def _runs_nothing(self, path: tuple[Any, ...], pending: Pending) -> bool:
-        """Whether the checkpoint before `path` leaves a pending resume's token unused: on the
-        way back into the resumed element, or before a Wait, Gate or Sleep (which pauses) or a
-        ForEach, Branch or Flow (whose every element has a checkpoint of its own, a step's
-        included). Anything else (a step, a Child, a batch request, another container) may
-        run something: its token is used first."""
-        if path == pending.path[: len(path)]:
-            return True
-        return isinstance(self.flow.find(path), _RUN_NOTHING)
-
-    def stored_waits(self, limit: int | None = None) -> list[WaitRecord]:
-        """The session's stored waits (`SessionStore.waits`). What the store holds is only
-        this drive's to read once its token is used: a pending one is used first (a resume
-        read from a record that moved on stops there, nothing written)."""
-        if self.pending is not None:
-            self._use_token()
-        return self.core.store.waits(self.ex.session_id, limit=limit)
-
     def _tick(self) -> bool:
         """Renew the lease when due, read the stop request, write the progress. True: stop."""
-        if self.pending is not None:
-            self._use_token()
         core = self.core
         sid = self.ex.session_id
         mono = time.monotonic()
@@ -441,8 +352,6 @@ class Drive:
         """Renew the lease from the lease keeper's thread, while a step runs (no checkpoint
         comes): as `_renew`, without touching the Execution's clock cache, which belongs to
         the drive's thread. A lease found taken stops the drive at its next checkpoint."""
-        if self.pending is not None:  # no lease yet: its token is used with the first write
-            return
         core = self.core
         now = core.clock.now()
         until = now + timedelta(seconds=core.lease)
@@ -471,8 +380,6 @@ class Drive:
     ) -> tuple[str, Any, bool]:
         """What a Child reached asks (`Execution.children`): its session stored, queued for
         any worker (see sessions/children.py)."""
-        if self.pending is not None:  # a write of its own: the token is used first
-            self._use_token()
         try:
             return start_child(self.core, self.record, path, session_id, flow, input)
         finally:
@@ -498,8 +405,6 @@ class Drive:
     def _write_progress(self) -> None:
         """The state so far (status "running"), the events and values since the last write:
         what other processes see of a running session, and where recovery starts from."""
-        if self.pending is not None:  # a write before the last: the token is used first
-            self._use_token()
         state = self.ex.state
         rec = self.record
         record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
@@ -513,8 +418,6 @@ class Drive:
         self.written_seq = state.last_seq
 
     def _flush_steps(self) -> None:
-        if self.pending is not None:  # the resume's events go first, with the token's use
-            self._use_token()
         store = self.core.store
         sid = self.ex.session_id
         # Values before events: a crash between the two leaves values that the re-run of the
@@ -661,8 +564,6 @@ class Drive:
         # waiting while another was resumed) end here: nothing of the body runs again, and a
         # cleanup that pauses must not leave them live. (This drive holds the session: no
         # other resume uses them meanwhile.)
-        if self.pending is not None:
-            self._use_token()
         live = [w.token for w in self.core.store.waits(sid)]
         if live:
             self.core.store.consume_tokens(live)
@@ -764,7 +665,7 @@ class Drive:
             if parked(state):
                 # Its waits end with it (failed, cancelled): its lanes come back into its
                 # snapshot (a resume of a failed session goes on with them, on new tokens).
-                rows = self.stored_waits()
+                rows = self.core.store.waits(state.session_id)
                 restore(state, [decode_lane(w.lane) for w in rows if w.lane])
                 blob = None
             if blob is None:
@@ -773,38 +674,20 @@ class Drive:
         record = next_record(self, blob, token, wake, None, None)
         record.stop = self.honoured
         values = [] if state.status == "completed" else self.ledger.take()
-        rows, self.ex.rows = self.ex.rows, []
-        resumed: dict[str, Any] = {}
-        pending, self.pending = self.pending, None
-        if pending is not None:  # the resume's token is used, and its events written, here
-            rows = [*rows_of(pending.events), *rows]
-            resumed = {"token_used": pending.key}
-            if pending.mail is not None:
-                resumed["mail_used"] = pending.mail
-        events = EventLog(self.ex.session_id, rows)
+        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
         done = self._mail_taken()
         # A child that ends: its end, for its parent (a store is asked for `post` only then).
         post = end_post(record, state)
-        try:
-            record.version = self.core.store.save(
-                record,
-                rec.version,
-                events=events,
-                values=values,
-                waits=waits,
-                mail_done=done,
-                **self._logs(),
-                **({} if post is None else {"post": post}),
-                **resumed,
-            )
-        except TokenAlreadyUsed as exc:
-            if pending is None:
-                raise
-            raise TokenRefused(str(exc), used=True) from None
-        except ConcurrentUpdate as exc:
-            if pending is None:
-                raise
-            raise TokenRefused(str(exc), used=False) from None
+        record.version = self.core.store.save(
+            record,
+            rec.version,
+            events=events,
+            values=values,
+            waits=waits,
+            mail_done=done,
+            **self._logs(),
+            **({} if post is None else {"post": post}),
+        )
         if post is not None:
             self.posted = post[0]
         self.record = record
@@ -939,7 +822,7 @@ def record_pauses(
         return waits, None
     # The first of its stored waits (one row, whatever the number parked); a failed session
     # resumed has none: the first wait its state holds then.
-    stored = drive.stored_waits(limit=1)
+    stored = core.store.waits(ex.session_id, limit=1)
     first = stored[0] if stored else None
     pause = None if first is None else pause_of(first, ex.state)
     if pause is None:

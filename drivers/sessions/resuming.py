@@ -1,9 +1,7 @@
 """Resuming a session: `Runtime.resume`, `skip`, and the resumes of timers and adapters.
 
 Every check happens before the token is used, so a rejected resume leaves the session exactly
-as it was; the token's use, the lease and the `run.resumed` event are one transaction. When a
-Wait, Gate or Sleep is resumed, that transaction is the drive's first write, with what the
-resume led to, unless something runs or is written before it (see Drive.pending). A
+as it was; the token's use, the lease and the `run.resumed` event are one transaction. A
 session this runtime paused is checked against the record it wrote (see statecache.py), so
 that the resume's first call to the store is the token's use.
 """
@@ -14,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.drive import Drive, Pending, TokenRefused
+from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue
 from tarry.drivers.limits import check_actor
@@ -23,7 +21,6 @@ from tarry.drivers.sessions.starting import settle_parent, start
 from tarry.drivers.sessions.validation import validate
 from tarry.engine.describe import describe
 from tarry.engine.elements.flow import Flow
-from tarry.engine.elements.waits import Gate, Sleep, Wait
 from tarry.engine.errors import (
     ConcurrentUpdate,
     InvalidArgument,
@@ -123,17 +120,6 @@ class _Busy(Exception):
     using the token: nothing was written, the token is unused; try again."""
 
 
-class _Raced(Exception):
-    """A resume whose token was to be used by the drive's first write (Drive.pending) found
-    the session moved on at that write: nothing was written, the token is unused; read the
-    session again and resume it as it now is."""
-
-
-#: How many times a resume read from the store goes again after such a race, before it counts
-#: as busy (see `_Busy`).
-RACES = 3
-
-
 class SessionBusy(Exception):
     """`prepare_now` found the session running: nothing was written, the token is unused."""
 
@@ -199,21 +185,15 @@ def _prepare(
             )
         except _Stale:
             pass  # nothing was written: read the session, as any other resume does
-    for _ in range(RACES):
-        info = core.store.find_token(key)
-        if info is None:
-            raise UnknownToken()
-        if info.used:
-            raise TokenAlreadyUsed(info.session_id)
-        record = core.store.load(info.session_id)
-        if record is None:
-            raise UnknownToken()
-        try:
-            return _resume(core, key, record, flow, allow_changed, **options)
-        except _Raced:
-            continue  # another write got there first: read the session as it now is
-    msg = f"session {record.session_id!r} moved on at each of {RACES} resumes"
-    raise _Busy(msg)
+    info = core.store.find_token(key)
+    if info is None:
+        raise UnknownToken()
+    if info.used:
+        raise TokenAlreadyUsed(info.session_id)
+    record = core.store.load(info.session_id)
+    if record is None:
+        raise UnknownToken()
+    return _resume(core, key, record, flow, allow_changed, **options)
 
 
 def _resume(
@@ -259,30 +239,6 @@ def _resume(
         raise
     flow, state, events, session_meta, outcome_meta, now = checked
     until = now + timedelta(seconds=core.lease)
-    if failure is None and not skip and not asynchronous and core.save_uses_token and events:
-        waiting = isinstance(flow.find(tuple(events[0].path)), (Wait, Gate, Sleep))
-    else:
-        waiting = False
-    if waiting:
-        # A Wait, Gate or Sleep resumed (not a step that interrupted, which runs again): the
-        # token is used by the drive's first write, in the transaction that records what the
-        # resume led to, when nothing comes before that write (no step runs, nothing else is
-        # written): one commit per delivery. Else the drive uses it first (Drive.pending).
-        pending = Pending(key, mail, until, events, version)
-        core.states.drop(record.state)
-        record.meta = session_meta
-        core.flows.register(flow)
-        try:
-            return start(
-                core, flow, record, state, events, meta=outcome_meta, resume=prepare,
-                pending=pending,
-            )  # fmt: skip
-        except TokenRefused as refused:  # nothing of this resume was written
-            if version is not None:
-                raise _Stale() from None
-            if refused.used:
-                raise TokenAlreadyUsed(record.session_id) from None
-            raise _Raced(str(refused)) from None
     # One transaction: the token is used, the lease taken and the resume (with its value)
     # recorded, so a crash from here on leaves a session that recover() can continue.
     try:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.core import Core
-from tarry.drivers.drive.drive import Drive, Pending
+from tarry.drivers.drive.drive import Drive
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.drive.pump import AwaitableOrValue, settle
 from tarry.drivers.limits import DURABILITY, MAX_SESSION_ID, check_actor, valid_session_id
@@ -150,17 +150,11 @@ def start(
     asynchronous: bool = False,
     meta: dict[str, Any] | None = None,
     resume: Resume,
-    pending: Pending | None = None,
 ) -> AwaitableOrValue[Outcome]:
-    """Drive a session whose opening `written` events are already in the store (or, with
-    `pending`, are written by the drive's first write, which uses the resume's token: see
-    Drive.pending); then resume the waits it paused on that have a message queued (see
-    `late_mail`)."""
+    """Drive a session whose opening `written` events are already in the store; then resume
+    the waits it paused on that have a message queued (see `late_mail`)."""
     core.hub.announce(written)
     drive = Drive(core, flow, record, state, asynchronous=asynchronous, meta=meta)
-    if pending is not None:
-        drive.pending = pending
-        drive.ex.watch = True  # the first checkpoint uses the token before anything runs
     drive.ex.remember(written)  # the input it was started with: never read back in this run
     result = drive.start()
     if is_awaitable(result):

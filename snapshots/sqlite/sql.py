@@ -275,8 +275,6 @@ _RESUMING_LIVE = (
     "WHERE session_id = ?1 AND phase = 'live' AND " + _CONTINUES.format(p=4)
 )
 _USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
-# A save's use of a live token of its own session (SessionStore.save, `token_used`).
-_USE_OWN_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0 AND session_id = ?"
 # A live token's session, at which version and status (NULLs: the session is gone).
 _TOKEN_VERSION = (
     "SELECT session_id, version, status FROM tokens LEFT JOIN sessions USING (session_id) "

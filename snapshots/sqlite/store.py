@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError, TokenAlreadyUsed
+from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
@@ -36,7 +36,6 @@ from tarry.snapshots.sqlite.sql import (
     _LOAD,
     _ROWS_PER_INSERT,
     _SCHEMA,
-    _USE_OWN_TOKEN,
     FILL_PHASE,
     LISTING,
     SCHEMA_VERSION,
@@ -80,8 +79,6 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
 
     #: Its consume_token takes `version=` (drivers/core.py reads this, never a signature).
     consume_at_version = True
-    #: Its save takes `token_used=` and `mail_used=` (drivers/core.py reads this).
-    save_uses_token = True
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
         self.path = os.fspath(path)
@@ -223,27 +220,13 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         mail_done: Sequence[int] | None = None,
         logs: LogBatch | None = None,
         post: tuple[str, bytes] | None = None,
-        token_used: str | None = None,
-        mail_used: int | None = None,
     ) -> int:
-        """SessionStore.save; and, in the same transaction, first: `token_used`, a live token
-        of this session, is used and its wait row deleted (TokenAlreadyUsed when it is used,
-        unknown or another session's), and `mail_used`, a queued message, is consumed
-        (MailGone when another took it): the resume a drive records with its first write
-        (Drive.pending), so that a resume with no step to run is one commit. Any refusal,
-        the compare-and-set's included, writes nothing and leaves the token live."""
         sid = record.session_id
         row = ROWS.session_row(record, version=expected_version + 1)
         encoded = encode_events(events)
         prev = _prev(sid, events)
         args = (*row, expected_version, prev, record.stop)
         with self._write as db:
-            if token_used is not None:  # a resume recorded by this save: see SessionStore.save
-                if db.execute(_USE_OWN_TOKEN, (token_used, sid)).rowcount != 1:
-                    raise TokenAlreadyUsed(sid)  # or not the session's: nothing is written
-                db.execute("DELETE FROM waits WHERE token = ?", (token_used,))
-                if mail_used is not None:
-                    waits_.consume_mail(db, mail_used)  # MailGone: nothing is written
             seen, self._seen = self._seen, None
             held, phase_held = _HOLD_UNSEEN, False
             if seen is not None and seen[0] == sid:
