@@ -187,8 +187,10 @@ def agreement(benches: list[Bench], previous: list[Bench], commits: tuple[str, s
             for key in keys:
                 if isinstance(b.extra.get(key), int | float):
                     found[(b.workload, b.system, b.variant or "", key)] = float(b.extra[key])
-            for other, value in (b.extra.get("ratios") or {}).items():
-                found[(b.workload, b.system, other, "CPU ratio in turns")] = float(value)
+            ratios = b.extra.get("ratios")
+            if isinstance(ratios, dict):  # the turns' ratios (other benchmarks keep lists)
+                for other, value in ratios.items():
+                    found[(b.workload, b.system, other, "CPU ratio in turns")] = float(value)
         return found
 
     now, before = counted(benches), counted(previous)

@@ -351,3 +351,22 @@ def test_each_count_is_shown_beside_the_previous_runs(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert row(text, "turns_chain | tarry | pocketflow")[-1] == "10.0%"
     assert "Largest spread: 10.0%." in text
+
+
+def test_agreement_reads_the_turns_ratios_and_passes_over_other_ratio_lists(
+    tmp_path: Path,
+) -> None:
+    from report_collect import load
+    from report_counts import agreement
+
+    data = {
+        "benchmarks": [
+            entry("turns_chain", "tarry", 1.0, ratios={"pocketflow": 1.1}),
+            entry("resume_one_branch", "tarry", 1.0, ratios=[1.0, 1.2]),
+        ]
+    }
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    benches, _ = load(path)
+    lines = agreement(benches, benches, ("abc", "abc"))
+    assert any("pocketflow" in line for line in lines)
