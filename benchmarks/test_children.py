@@ -195,9 +195,12 @@ def test_children_over_worker_processes(
         # Start, claim, run, end and the parent's wake-up: at most 6 per child, the target of
         # child sessions (see docs/children.md for the count), with 1, 2 and 4 workers alike;
         # plus what each worker spends once whatever the job (its connections' setup, the
-        # contention of its first rounds over the same few ends), which only the smoke size
-        # (30 children) does not spread out.
-        assert r["statements_per_child"] <= 6 + PER_WORKER * workers / n, r
+        # contention of its first rounds over the same few ends). At the smoke size (30
+        # children) that contention depends on how the loaded machine schedules the workers
+        # (11 per child was seen under stress-ng): asserted at full size only. The
+        # deterministic bound is tests/drivers/rounds/test_postgres_children.py's.
+        if sizes.full:
+            assert r["statements_per_child"] <= 6 + PER_WORKER * workers / n, r
 
 
 def _work(dsn: str, schema: str, out: Path) -> None:
