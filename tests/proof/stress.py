@@ -269,10 +269,13 @@ def _check_aborts(ops: list[dict[str, Any]]) -> list[str]:
         # One asked while it ran if any, else the oldest left over from an earlier run. A
         # run that paused as aborted answered an abort when one fits: a cancel stored beside
         # it stays stored for the next run (SessionStore.save keeps a request not honoured).
+        # A run that paused as aborted answered an abort, not a cancel, whenever one fits
+        # (asked while it ran or left over): a cancel asked meanwhile is the next run's.
         during = [a for a in fits if a["t1"] >= op["t0"]]
         pool = during or fits
         if stopped:
-            pool = [a for a in pool if a.get("resumable", True)] or pool
+            aborts_ = [a for a in fits if a.get("resumable", True)]
+            pool = [a for a in aborts_ if a["t1"] >= op["t0"]] or aborts_ or pool
         answered.add(id(min(pool, key=lambda a: a["t0"])))
     return problems
 

@@ -247,6 +247,22 @@ def test_an_abort_or_cancel_from_another_process_while_the_run_ran_explains_its_
     assert [p for p in _problems(cancelled) if "no abort requested" in p] == []
 
 
+def test_a_run_paused_as_aborted_answers_a_left_over_abort_not_a_cancel_asked_meanwhile() -> None:
+    """An abort left over from before, then a cancel asked while a run ran: the run pauses as
+    aborted (it answered the abort), and the cancel, still stored, ends the next run."""
+
+    def op(who: str, kind: str, t0: float, t1: float, **more: Any) -> dict[str, Any]:
+        return {"who": who, "n": 0, "op": kind, "sid": "s1", "exc": None, "t0": t0, "t1": t1} | more
+
+    ops = [
+        op("c1/t0", "abort", 0.0, 0.1, resumable=True),
+        op("main/t0", "cancel", 1.0, 5.0, outcome="running"),
+        op("c2/t0", "resume", 2.0, 3.0, outcome="paused", reason="aborted"),
+        op("main/t1", "resume", 6.0, 7.0, outcome="error", error="cancelled", reason=None),
+    ]
+    assert stress._check_aborts(ops) == []
+
+
 def test_an_actor_stuck_past_its_grace_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     release = threading.Event()
 
