@@ -276,14 +276,61 @@ def decode_state(data: bytes) -> SessionState:
 
 def encode_lane(lane: ContainerFrame) -> bytes:
     """A parked lane as its wait row keeps it (`WaitRecord.lane`): its path, then what the
-    snapshot would hold of it (codec/wire.py `lane_to_data`)."""
-    return dumps([list(lane.path), lane_to_data(lane)])
+    snapshot would hold of it (codec/wire.py `lane_to_data`), its pause in short (`p`, see
+    `_short_pause`): a wide start writes one per waiting branch, and a row of a SQLite file's
+    1 KB pages that outgrows 231 bytes spills to a page of its own."""
+    data = lane_to_data(lane)
+    pause = lane.pause
+    if pause is not None and pause.path[: len(lane.path)] == lane.path:
+        del data["pause"]
+        data["p"] = _short_pause(pause, len(lane.path))
+    return dumps([list(lane.path), data])
+
+
+#: The fields of a pause in a parked lane's short form, after its kind and the rest of its
+#: path, each with the value it has when left out (a short form drops its trailing defaults).
+_SHORT_PAUSE = (
+    ("key", None),
+    ("reason", ""),
+    ("payload", None),
+    ("wake_at", None),
+    ("expires_at", None),
+    ("awaits_value", True),
+    ("on_timeout", None),
+)
+
+
+def _short_pause(pause: PauseState, prefix: int) -> list[Any]:
+    """[kind, the path past the lane's, then the fields of _SHORT_PAUSE up to the last that
+    differs from its default]: 25 bytes for a keyed Wait, where codec/wire.py's map of every
+    field by name takes 110."""
+    short = [pause.kind, list(pause.path[prefix:])]
+    short.extend(getattr(pause, name) for name, _ in _SHORT_PAUSE)
+    while len(short) > 2 and short[-1] == _SHORT_PAUSE[len(short) - 3][1]:
+        short.pop()
+    return short
+
+
+def _long_pause(short: Sequence[Any], path: Sequence[Any]) -> dict[str, Any]:
+    """The pause of `_short_pause`'s list, in codec/wire.py's map (`pause_from_data` reads)."""
+    if type(short) is not list or len(short) < 2 or type(short[1]) is not list:
+        msg = f"a parked lane is malformed (a short pause is [kind, path, ...], not {short!r:.40})"
+        raise SnapshotError(msg)
+    kind, rest, *fields = short
+    found = {"kind": kind, "path": [*path, *rest]}
+    for i, (name, default) in enumerate(_SHORT_PAUSE):
+        found[name] = fields[i] if i < len(fields) else default
+    return found
 
 
 def decode_lane(blob: bytes) -> ContainerFrame:
-    """The lane `encode_lane` wrote; SnapshotError for anything else."""
+    """The lane `encode_lane` wrote (or, before the short pause, with the pause as a map);
+    SnapshotError for anything else."""
     try:
         path, data = loads(blob)
+        if "p" in data:
+            data = dict(data)
+            data["pause"] = _long_pause(data.pop("p"), path)
         return lane_from_data(data, tuple(path))
     except SnapshotError:
         raise

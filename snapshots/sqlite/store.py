@@ -57,13 +57,27 @@ from tarry.snapshots.sqlite.waits import WaitsAndMail
 from tarry.snapshots.store import ENDED
 from tarry.snapshots.tally import Totals
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
+__all__ = ["PAGE_SIZE", "SCHEMA_VERSION", "SQLiteStore", "_ROWS_PER_INSERT"]
 
-#: Changed pages a transaction keeps in memory before it writes them to the WAL early: 62 MB
-#: of 4 KB pages, a save of some 45,000 waiting branches. Memory only while such a save lasts.
-#: Not 16,384: SQLite also reads the pragma's number as a boolean, from its low byte, and
-#: a multiple of 256 would turn spilling off altogether.
-SPILL_PAGES = 16_000
+#: The page size of a new file (a file made before keeps its own). Each commit writes every
+#: page it changed to the WAL, whole: a delivery or a pause -> resume changes a row or an index
+#: entry of some twenty b-trees (the session, its events, its wait, their indexes), a few dozen
+#: bytes in each, so the page is most of what it writes. With SQLite's default of 4 KB, a
+#: delivery wrote 65 KB of WAL and a pause -> resume 84 KB; with 1 KB pages, 23 KB and 28 KB.
+#: Rows stay within a page (a wait row holds its pause in short, see records.encode_lane); a
+#: big snapshot takes a chain of overflow pages either way, as many bytes as it has.
+PAGE_SIZE = 1024
+
+#: Changed bytes a transaction keeps in memory before it writes their pages to the WAL early
+#: (62 MB, a save of some 45,000 waiting branches): memory only while such a save lasts.
+SPILL_BYTES = 64_000_000
+
+
+def spill_pages(page_size: int) -> int:
+    """SPILL_BYTES in pages of `page_size` for `PRAGMA cache_spill`: never a multiple of 256
+    (SQLite also reads the pragma's number as a boolean, from its low byte, and a multiple of
+    256 would turn spilling off altogether)."""
+    return SPILL_BYTES // page_size | 1
 
 
 class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
@@ -108,6 +122,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             # Pages freed by deletes go back to the file system (`prune` shrinks the file with
             # `PRAGMA incremental_vacuum`). Set first: on a new file it must precede anything
             # that writes the file's header (WAL mode does); an older file is converted below.
+            self._db.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new file only
             self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             # WAL: readers never block the writer, nor it them.
             self._db.execute("PRAGMA journal_mode = WAL")
@@ -121,9 +136,10 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             # A transaction whose changed pages outgrow the page cache (2 MB) writes them to
             # the WAL before it commits ("spills") and writes each again when it changes it
             # once more: a start of 10,000 waiting branches (14 MB of pages) wrote its pages
-            # three times over. Up to SPILL_PAGES changed pages stay in memory instead, each
+            # three times over. Up to SPILL_BYTES of changed pages stay in memory instead, each
             # written once at the commit; the cache of unchanged pages keeps its size.
-            self._db.execute(f"PRAGMA cache_spill = {SPILL_PAGES}")
+            (page_size,) = self._db.execute("PRAGMA page_size").fetchone()
+            self._db.execute(f"PRAGMA cache_spill = {spill_pages(page_size)}")
             with self._write:
                 self._migrate()
             upkeep.convert_to_incremental_vacuum(self._db, self.path)

@@ -307,9 +307,25 @@ def test_sqlite_checkpoints_rarely(sqlite_store: SQLiteStore) -> None:
 
 
 def test_sqlite_keeps_a_big_save_in_memory_until_it_commits(sqlite_store: SQLiteStore) -> None:
-    # Pages are spilled to the WAL mid-transaction only past SPILL_PAGES (then written twice).
+    # Pages are spilled to the WAL mid-transaction only past SPILL_BYTES (then written twice).
     spill = sqlite_store._db.execute("PRAGMA cache_spill").fetchone()[0]
-    assert spill == store_module.SPILL_PAGES
+    assert spill == store_module.spill_pages(store_module.PAGE_SIZE)
+    assert spill * store_module.PAGE_SIZE >= 60_000_000 and spill % 256
+
+
+def test_a_new_sqlite_file_has_small_pages_and_an_old_one_keeps_its_own(tmp_path: Any) -> None:
+    new = SQLiteStore(tmp_path / "new.db")
+    assert new._db.execute("PRAGMA page_size").fetchone() == (store_module.PAGE_SIZE,)
+    new.close()
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as db:  # a file made with SQLite's default pages
+        db.execute("PRAGMA page_size = 4096")
+        db.execute("CREATE TABLE t (x)")
+    made = SQLiteStore(old)
+    assert made._db.execute("PRAGMA page_size").fetchone() == (4096,)
+    spill = made._db.execute("PRAGMA cache_spill").fetchone()[0]
+    assert spill == store_module.spill_pages(4096)
+    made.close()
 
 
 # -- MemoryStore: one blob per write -------------------------------------------------------------
