@@ -179,14 +179,15 @@ def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str,
     most steps (`Step._call` folds it with this).
 
     The same changes as `node_completed`'s, without the tests that cannot hold for such a
-    step: a step has no frame to close, no effects to merge, no lane to record it."""
+    step: a step has no frame to close, no effects to merge, no lane to record it, and the
+    frame it completes in is not a Graph's (see below)."""
     stack = fields["container_stack"]
     if stack:
+        # Never a Graph's frame (whose completions record an action): a Graph runs its nodes
+        # through `_run`, never `_call`, so none of its steps completes through here.
         top = stack[-1].__dict__
         top["child_outputs"][path[-1]] = data["output"]
         top["child"] += 1
-        if top["kind"] == "graph":
-            top["action"] = "default"
     else:
         fields["outputs"][path[-1]] = data["output"]
     if fields["resume_values"]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tarry import Branch, Flow, ForEach, Loop, Runtime, step
+from tarry import Branch, Flow, ForEach, Graph, Loop, Runtime, step
 from tarry.engine.elements.element import Element
 from tarry.engine.elements.step import Step
 from tarry.engine.state.events import EventLog, Row, at_of, ns_of
@@ -30,7 +30,7 @@ outputs = st.one_of(
 @st.composite
 def steps(draw: Any, name: str) -> Step:
     value = draw(outputs)
-    effect = draw(st.sampled_from(["none", "state", "metric", "prev", "raise_once"]))
+    effect = draw(st.sampled_from(["none", "state", "metric", "prev", "raise_once", "pause"]))
     failed: set[str] = set()
 
     def fn(ctx: Any) -> Any:
@@ -40,6 +40,8 @@ def steps(draw: Any, name: str) -> Step:
             ctx.metric("n", 1)
         elif effect == "prev":
             return [ctx.prev, value]
+        elif effect == "pause":  # the state of every frame open here is checked at the pause
+            return [ctx.interrupt("check"), value]
         elif effect == "raise_once" and ctx.session_id + repr(ctx.path) not in failed:
             failed.add(ctx.session_id + repr(ctx.path))
             raise ValueError("once")
@@ -58,7 +60,11 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
     for i in range(n):
         name = f"{prefix}{i}"
         kind = draw(
-            st.sampled_from(["step", "step", "foreach", "loop", "branch"] if depth else ["step"])
+            st.sampled_from(
+                ["step", "step", "foreach", "loop", "branch", "flow", "graph"]
+                if depth
+                else ["step"]
+            )
         )
         if kind == "step":
             body.append(draw(steps(name)))
@@ -75,6 +81,13 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
                     max_iterations=5,
                 )
             )
+        elif kind == "flow":  # a nested Flow: inline, its frame of kind "flow"
+            body.append(Flow(name, draw(bodies(depth - 1, name + "_"))))
+        elif kind == "graph":  # its nodes in a chain, each a step or a container
+            nodes = draw(bodies(depth - 1, name + "_"))
+            names = [node.name for node in nodes]
+            routes = {a: {"default": b} for a, b in zip(names, names[1:] + [None], strict=True)}
+            body.append(Graph(name, nodes, names[0], routes))
         else:
             side = draw(st.booleans())
             body.append(
@@ -101,6 +114,9 @@ def run(flow: Flow, sid: str) -> tuple[list[tuple[Any, ...]], Any]:
     rt = Runtime()
     out = rt.run(flow, session_id=sid)
     view = rt.session(out.session_id)
+    while out.paused:  # the live state of the frames open at the pause is the fold's
+        assert view.derive_state() == view.state
+        out = rt.resume(out.token, "ok")
     events = view.events()
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert view.derive_state() == view.state
