@@ -186,3 +186,22 @@ def test_a_step_s_ctx_and_an_item_s_scope_are_built_as_their_init_builds_them() 
     scope = seen[1]._scope
     assert type(scope) is Scope
     assert _fields(scope) == _fields(Scope(scope.item, scope.index, scope.iteration))
+
+
+def test_a_flow_keeps_the_paths_of_its_body_for_a_bounded_number_of_bases() -> None:
+    from tarry.engine.elements.element import KEPT_BASES
+
+    inner = Flow("inner", [step(lambda ctx: ctx.item, "a"), step(lambda ctx: ctx.prev, "b")])
+    flow = Flow("outer", [ForEach("items", list(range(3 * KEPT_BASES)), [inner])])
+    rt = Runtime()
+    out = rt.run(flow)
+    assert out.output == list(range(3 * KEPT_BASES))
+    assert len(inner._paths) == KEPT_BASES  # one per item up to the bound, then none kept
+    assert flow._paths == {(): (("items",),)}
+    completed = [e.path for e in rt.session(out.session_id).events() if e.type == "node.completed"]
+    assert completed[-4:] == [
+        ("items", 3 * KEPT_BASES - 1, "inner", "a"),
+        ("items", 3 * KEPT_BASES - 1, "inner", "b"),
+        ("items", 3 * KEPT_BASES - 1, "inner"),
+        ("items",),
+    ]
