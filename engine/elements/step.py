@@ -64,9 +64,17 @@ class Step(Element):
     def __call__(self, ctx: Context) -> Any:
         return self.fn(ctx)
 
-    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
+    def _call(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: bool = True
+    ) -> Any:
         """The step's first attempt, called in place (a body's common case, see run_body): its
-        result, or a Detour when the call raised, interrupted or returned an awaitable."""
+        result, or a Detour when the call raised, interrupted or returned an awaitable.
+
+        `fold=False` (a sequential ForEach's item, see foreach.py): a plain completion leaves
+        the innermost frame as it is (`child` 0, no child outputs) instead of recording the
+        output in it; the caller folds the iteration's completion at once, which leaves the
+        frame as the two folds would. A completion through the reducer (`_complete`,
+        `_record`) records it in the frame as usual: the frame's `child` then says so."""
         # ex.step_started(path, _STARTED), inlined.
         fields = ex.fields
         seq = fields["last_seq"] = fields["last_seq"] + 1
@@ -123,7 +131,13 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        step_output(fields, seq, path, data)
+        if fold:
+            step_output(fields, seq, path, data)
+        else:  # step_output's changes outside the frame
+            if fields["resume_values"]:
+                fields["resume_values"] = ()
+            if fields["retries"]:
+                fields["retries"] = 0
         rows.append((seq, _NODE_COMPLETED, at, path, data))
         if listener is not None:
             listener(event_of(rows[-1], ex.session_id))

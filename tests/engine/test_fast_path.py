@@ -205,3 +205,20 @@ def test_a_flow_keeps_the_paths_of_its_body_for_a_bounded_number_of_bases() -> N
         ("items", 3 * KEPT_BASES - 1, "inner"),
         ("items",),
     ]
+
+
+def test_a_foreach_item_whose_completion_must_be_measured_is_folded_as_the_general_path() -> None:
+    # Outputs near the value bound under a small state bound: the room estimate runs out on
+    # some items' completion (measured then), which the in-place item path folds first.
+    rt = Runtime(max_value_bytes=12_000, max_snapshot_bytes=14_000)
+    big = step(lambda ctx: "p" * 900 + str(ctx.item), "big")
+    flow = Flow("f", [ForEach("items", list(range(12)), big)])
+    out = rt.run(flow)
+    assert out.ok and out.output == ["p" * 900 + str(i) for i in range(12)]
+    general(flow.body[0])
+    slow = rt.run(Flow("f", [ForEach("items", list(range(12)), big)]))
+    fast_view, slow_view = rt.session(out.session_id), rt.session(slow.session_id)
+    assert fast_view.derive_state() == fast_view.state
+    assert [(e.type, e.path, e.data) for e in fast_view.events()] == [
+        (e.type, e.path, e.data) for e in slow_view.events()
+    ]
