@@ -141,9 +141,13 @@ def run_body(
     prev: Any,
     scope: Scope,
     paths: tuple[tuple[Any, ...], ...] | None = None,
+    fold: Any = True,
 ) -> Generator[Signal, Any, Any]:
     """Run `body[start:]` in order; return the last element's result (or `prev` if none ran).
-    `paths`: the elements' paths under `base`, when the caller keeps them (see `body_paths`)."""
+    `paths`: the elements' paths under `base`, when the caller keeps them (see `body_paths`).
+    `fold`: the fields of the frame the body's outputs are recorded in (the innermost while
+    a step of the body runs: a nested Flow's), for the steps to record their output in
+    without looking for it (see `Step._call`); True: let them look."""
     result = prev
     for index in range(start, len(body)):
         element = body[index]
@@ -153,7 +157,7 @@ def run_body(
             yield Checkpoint(path)
         if element.direct and not ex.pooled:
             # A sync step, called in place; a generator only if it must wait or retry.
-            result = element._call(ex, path, prev, scope)
+            result = element._call(ex, path, prev, scope, fold)
             if type(result) is Detour:
                 result = yield from element._detour(ex, path, prev, scope, result)
         else:

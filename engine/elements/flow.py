@@ -238,7 +238,15 @@ class Flow(Element):
             child = frame.child
             first = resume_prev(body, child, frame.child_outputs, prev)
         paths = body_paths(self._paths, body, path)
-        result = yield from run_body(ex, body, path, child, first, scope, paths)
+        # Its frame's fields, for its steps to record their outputs in (see Step._call): the
+        # innermost frame while they run (the state's own: in no lane), and changed in place.
+        if ex.lanes:
+            top: Any = True
+        elif frame is None:  # just opened: the innermost
+            top = ex.fields["container_stack"][-1].__dict__
+        else:  # the live state's own (see Execution.restoring), whatever is still above it
+            top = frame.__dict__
+        result = yield from run_body(ex, body, path, child, first, scope, paths, top)
         if type(result) is Route:  # a Graph routes by it (see graph.py)
             out = result.value
             completed(ex, path, out, ex.size_of(out), {"action": result.action})

@@ -65,16 +65,19 @@ class Step(Element):
         return self.fn(ctx)
 
     def _call(
-        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: bool = True
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: Any = True
     ) -> Any:
         """The step's first attempt, called in place (a body's common case, see run_body): its
         result, or a Detour when the call raised, interrupted or returned an awaitable.
 
-        `fold=False` (a sequential ForEach's item, see foreach.py): a plain completion leaves
-        the innermost frame as it is (`child` 0, no child outputs) instead of recording the
-        output in it; the caller folds the iteration's completion at once, which leaves the
-        frame as the two folds would. A completion through the reducer (`_complete`,
-        `_record`) records it in the frame as usual: the frame's `child` then says so."""
+        `fold`: how a plain completion (no route, no `ctx.state` or metric, in line) records
+        the output in the state, as `reducer.step_output` would: True, by calling it; the
+        fields of the innermost frame (a nested Flow's, handed by `run_body`, which knows it):
+        in them, without looking for them; False (a sequential ForEach's item, see
+        foreach.py): not in the innermost frame, which stays as it is (`child` 0, no child
+        outputs), as the caller folds the iteration's completion at once, which leaves the
+        frame as both folds would. A completion through the reducer (`_complete`, `_record`)
+        records it in the frame as usual: the frame's `child` then says so."""
         # ex.step_started(path, _STARTED), inlined.
         fields = ex.fields
         seq = fields["last_seq"] = fields["last_seq"] + 1
@@ -131,9 +134,12 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        if fold:
+        if fold is True:
             step_output(fields, seq, path, data)
-        else:  # step_output's changes outside the frame
+        else:  # step_output's changes, the frame's (when given) found without a look-up
+            if fold is not False:
+                fold["child_outputs"][path[-1]] = output
+                fold["child"] += 1
             if fields["resume_values"]:
                 fields["resume_values"] = ()
             if fields["retries"]:

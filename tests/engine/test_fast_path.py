@@ -222,3 +222,30 @@ def test_a_foreach_item_whose_completion_must_be_measured_is_folded_as_the_gener
     assert [(e.type, e.path, e.data) for e in fast_view.events()] == [
         (e.type, e.path, e.data) for e in slow_view.events()
     ]
+
+
+def test_a_nested_flow_resumed_under_a_container_records_its_next_steps_in_its_own_frame() -> None:
+    # Resumed inside the Loop, the Flow's frame is not the innermost when the Flow goes on:
+    # its later steps still record their outputs in it (the fold's state at the next pause).
+    def ask(ctx: Any) -> Any:
+        return ctx.interrupt("again?")
+
+    inner = Flow(
+        "inner",
+        [
+            step(lambda ctx: 1, "first"),
+            Loop("loop", [step(ask, "ask")], until=lambda ctx: True, max_iterations=2),
+            step(lambda ctx: 2, "between"),
+            step(ask, "last"),
+        ],
+    )
+    rt = Runtime()
+    out = rt.run(Flow("outer", [inner]))
+    assert out.pauses[0].path == ("inner", "loop", 0, "ask")
+    out = rt.resume(out.token, "a")
+    assert out.pauses[0].path == ("inner", "last")
+    view = rt.session(out.session_id)
+    assert view.derive_state() == view.state
+    (frame,) = view.state.container_stack
+    assert (frame.child, frame.child_outputs) == (3, {"first": 1, "loop": "a", "between": 2})
+    assert rt.resume(out.token, "b").output == "b"
