@@ -166,6 +166,11 @@ class ForEach(Element):
         key = (single.name,) if single is not None else ()
         name = single.name if single is not None else None
         fields = ex.fields
+        # The ForEach's frame's fields (the live state's own, changed in place): the innermost
+        # frame while an item of the fast path runs. Restored, the frame found on resume.
+        top: Any = None
+        if fast:
+            top = (frame if frame is not None else fields["container_stack"][-1]).__dict__
         put_result = ex.ledger.put_result
         for index in range(start, size):
             if resumed is not None:
@@ -190,7 +195,7 @@ class ForEach(Element):
                 if at is None:
                     at = ex.at = ex.ns()
                 data = {"index": index, "item": item}
-                foreach_iteration_started(fields, index)
+                foreach_iteration_started(top, index)
                 ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
                 cpath = path + (index, name)
                 if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
@@ -215,7 +220,6 @@ class ForEach(Element):
                 if n <= ex.room:
                     ex.room -= n
                 else:
-                    top = fields["container_stack"][-1].__dict__
                     if not top["child"]:  # fold the step's completion first: a failure here
                         top["child_outputs"][name] = out  # leaves the state the fold's, and a
                         top["child"] = 1  # resume completes the item without running it again
@@ -224,7 +228,7 @@ class ForEach(Element):
                 at = ex.at
                 if at is None:
                     at = ex.at = ex.ns()
-                foreach_iteration_completed(fields, index, out)
+                foreach_iteration_completed(top, index, out)
                 ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
                 put_result(path, index, out)
                 results.append(out)

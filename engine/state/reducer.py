@@ -196,11 +196,11 @@ def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str,
         fields["retries"] = 0
 
 
-def foreach_iteration_started(fields: Fields, index: int) -> None:
-    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame is the
-    innermost of a state its caller owns (no concurrent container in progress): the
-    per-item fold of `ForEach._run_sequential`, without the lookups it needs not make."""
-    top = fields["container_stack"][-1].__dict__
+def foreach_iteration_started(top: Fields, index: int) -> None:
+    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame's fields
+    are `top`, the innermost frame of a state its caller owns (no concurrent container in
+    progress): the per-item fold of `ForEach._run_sequential`, without the look-ups it need
+    not make (the caller keeps the frame's fields: a frame is changed in place)."""
     top["iteration"] = index
     top["child"] = 0
     top["started"] = True
@@ -208,10 +208,9 @@ def foreach_iteration_started(fields: Fields, index: int) -> None:
         top["child_outputs"] = {}
 
 
-def foreach_iteration_completed(fields: Fields, index: int, output: Any) -> None:
+def foreach_iteration_completed(top: Fields, index: int, output: Any) -> None:
     """`_iteration_completed` of iteration `index` of a sequential ForEach, as
     `foreach_iteration_started` is of its start."""
-    top = fields["container_stack"][-1].__dict__
     top["iteration"] = index + 1
     top["completed_iterations"] += 1
     top["child"] = 0
