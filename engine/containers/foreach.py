@@ -198,9 +198,9 @@ class ForEach(Element):
                 foreach_iteration_started(top, index)
                 ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
                 cpath = path + (index, name)
-                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
-                    cpath
-                ):
+                # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
+                # checkpoint read it a moment ago (a tick due since is asked at the next one).
+                if (ex.watch or len(ex.rows) >= ex.flush_at) and ex.stop(cpath):
                     yield Checkpoint(cpath)
                 # Scope(item, index, index), its __init__ inlined (see Step._call's ctx).
                 sc = _new(Scope)
