@@ -60,8 +60,11 @@ class Element:
         """Run the element (a generator of the signals it waits on); its result."""
         raise NotImplementedError
 
-    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
-        """Run a `direct` element in place: its result, or a Detour for `_detour`."""
+    def _call(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: Any = True
+    ) -> Any:
+        """Run a `direct` element in place: its result, or a Detour for `_detour`. `fold`:
+        where its completion records its output (see `Step._call`; `run_body` hands it on)."""
         raise NotImplementedError
 
     def _detour(
