@@ -164,21 +164,28 @@ class ForEach(Element):
         # of the general way below, event for event.
         fast = single is not None and not ex.lanes and not ex.pooled and ex.listener is None
         key = (single.name,) if single is not None else ()
+        name = single.name if single is not None else None
         fields = ex.fields
+        # The ForEach's frame's fields (the live state's own, changed in place): the innermost
+        # frame while an item of the fast path runs. Restored, the frame found on resume.
+        top: Any = None
+        if fast:
+            top = (frame if frame is not None else fields["container_stack"][-1]).__dict__
         put_result = ex.ledger.put_result
         for index in range(start, size):
-            ipath = path + (index,)
             if resumed is not None:
+                ipath = path + (index,)
                 item = _stored(ex, path, ex.ledger.item, index)
                 sc = Scope(item, index, index)
                 out = yield from resume_body(ex, body, ipath, resumed, item, sc)
                 resumed = None
             elif fast:
-                # ex.checkpoint(ipath), inlined: a call less per item.
+                # ex.checkpoint(path + (index,)), inlined: a call less per item, and the
+                # iteration's path made only if the driver is asked.
                 if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
-                    ipath
+                    path + (index,)
                 ):
-                    yield Checkpoint(ipath)
+                    yield Checkpoint(path + (index,))
                 item = (
                     items[index] if items is not None else _stored(ex, path, ex.ledger.item, index)
                 )
@@ -188,19 +195,21 @@ class ForEach(Element):
                 if at is None:
                     at = ex.at = ex.ns()
                 data = {"index": index, "item": item}
-                foreach_iteration_started(fields, index)
+                foreach_iteration_started(top, index)
                 ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
-                cpath = ipath + key
-                if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
-                    cpath
-                ):
+                cpath = path + (index, name)
+                # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
+                # checkpoint read it a moment ago (a tick due since is asked at the next one).
+                if (ex.watch or len(ex.rows) >= ex.flush_at) and ex.stop(cpath):
                     yield Checkpoint(cpath)
                 # Scope(item, index, index), its __init__ inlined (see Step._call's ctx).
                 sc = _new(Scope)
                 sc.item = item
                 sc.index = sc.iteration = index
                 sc.view = None
-                out = single._call(ex, cpath, item, sc)  # type: ignore[union-attr]
+                # Not folded into the frame: the iteration's completion, folded right after it
+                # with nothing between (no user code, no subscriber), leaves it as both would.
+                out = single._call(ex, cpath, item, sc, False)  # type: ignore[union-attr]
                 if type(out) is Detour:
                     out = yield from single._detour(ex, cpath, item, sc, out)  # type: ignore[union-attr]
                 # _complete, inlined.
@@ -211,12 +220,15 @@ class ForEach(Element):
                 if n <= ex.room:
                     ex.room -= n
                 else:
+                    if not top["child"]:  # fold the step's completion first: a failure here
+                        top["child_outputs"][name] = out  # leaves the state the fold's, and a
+                        top["child"] = 1  # resume completes the item without running it again
                     admit(ex, _ITERATION_COMPLETED, path, data, n)
                 seq = fields["last_seq"] = fields["last_seq"] + 1
                 at = ex.at
                 if at is None:
                     at = ex.at = ex.ns()
-                foreach_iteration_completed(fields, index, out)
+                foreach_iteration_completed(top, index, out)
                 ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
                 put_result(path, index, out)
                 results.append(out)
@@ -225,6 +237,7 @@ class ForEach(Element):
                     check_gathered(ex, path, gathered, f" (the results of items {start}..{index})")
                 continue
             else:
+                ipath = path + (index,)
                 # ex.checkpoint(ipath), inlined: a call less per item.
                 if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(
                     ipath

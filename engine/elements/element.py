@@ -60,8 +60,11 @@ class Element:
         """Run the element (a generator of the signals it waits on); its result."""
         raise NotImplementedError
 
-    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
-        """Run a `direct` element in place: its result, or a Detour for `_detour`."""
+    def _call(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: Any = True
+    ) -> Any:
+        """Run a `direct` element in place: its result, or a Detour for `_detour`. `fold`:
+        where its completion records its output (see `Step._call`; `run_body` hands it on)."""
         raise NotImplementedError
 
     def _detour(
@@ -115,6 +118,24 @@ def resume_body(
     return run_body(ex, body, base, child, first, scope)
 
 
+#: How many bases `body_paths` keeps the paths of, per body (a nested Flow under a loop is
+#: entered under a new base per iteration: those past the first few are made as they run).
+KEPT_BASES = 8
+
+
+def body_paths(
+    kept: dict[tuple[Any, ...], tuple[tuple[Any, ...], ...]],
+    body: tuple[Element, ...],
+    base: tuple[Any, ...],
+) -> tuple[tuple[Any, ...], ...] | None:
+    """The paths of `body`'s elements under `base`, made once and kept in `kept` (the body
+    owner's) for the next run under the same base; None past KEPT_BASES bases."""
+    paths = kept.get(base)
+    if paths is None and len(kept) < KEPT_BASES:
+        paths = kept[base] = tuple(base + (element.name,) for element in body)
+    return paths
+
+
 def run_body(
     ex: Execution,
     body: tuple[Element, ...],
@@ -122,18 +143,24 @@ def run_body(
     start: int,
     prev: Any,
     scope: Scope,
+    paths: tuple[tuple[Any, ...], ...] | None = None,
+    fold: Any = True,
 ) -> Generator[Signal, Any, Any]:
-    """Run `body[start:]` in order; return the last element's result (or `prev` if none ran)."""
+    """Run `body[start:]` in order; return the last element's result (or `prev` if none ran).
+    `paths`: the elements' paths under `base`, when the caller keeps them (see `body_paths`).
+    `fold`: the fields of the frame the body's outputs are recorded in (the innermost while
+    a step of the body runs: a nested Flow's), for the steps to record their output in
+    without looking for it (see `Step._call`); True: let them look."""
     result = prev
     for index in range(start, len(body)):
         element = body[index]
-        path = base + (element.name,)
+        path = base + (element.name,) if paths is None else paths[index]
         # ex.checkpoint(path), inlined: a call less per element.
         if (ex.watch or len(ex.rows) >= ex.flush_at or monotonic() >= ex.due) and ex.stop(path):
             yield Checkpoint(path)
         if element.direct and not ex.pooled:
             # A sync step, called in place; a generator only if it must wait or retry.
-            result = element._call(ex, path, prev, scope)
+            result = element._call(ex, path, prev, scope, fold)
             if type(result) is Detour:
                 result = yield from element._detour(ex, path, prev, scope, result)
         else:

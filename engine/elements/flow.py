@@ -15,6 +15,7 @@ from tarry.engine.elements.element import (
     Element,
     Route,
     Signal,
+    body_paths,
     check_name,
     resume_prev,
     run_body,
@@ -99,6 +100,8 @@ class Flow(Element):
                 msg = f"flow {name!r} has a cleanup, so no element of its body may be named {CLEANUP!r}"
                 raise InvalidFlow(msg)
             self.cleanup = Flow(CLEANUP, cleanup)
+        #: The paths of its body's elements, by the base they run under (see body_paths).
+        self._paths: dict[tuple[Any, ...], tuple[tuple[Any, ...], ...]] = {}
         self._index: dict[tuple[str, ...], Element] = {}
         #: Each element's (and each Parallel branch's) place in the tree, in order.
         self._places: dict[tuple[str, ...], int] = {}
@@ -193,7 +196,8 @@ class Flow(Element):
         # reference, and read only where it is used: by `ctx.prev` (CopyingContext), or when a
         # body that runs nothing returns it (run_body). A resume never reads it for nothing.
         prev = resume_prev(self.body, start, state.outputs, state.input)
-        result = yield from run_body(ex, self.body, (), start, prev, ROOT)
+        paths = body_paths(self._paths, self.body, ())
+        result = yield from run_body(ex, self.body, (), start, prev, ROOT, paths)
         return unwrap(result)
 
     def _clean(self, ex: Execution) -> Generator[Signal, Any, Any]:
@@ -233,7 +237,16 @@ class Flow(Element):
         else:
             child = frame.child
             first = resume_prev(body, child, frame.child_outputs, prev)
-        result = yield from run_body(ex, body, path, child, first, scope)
+        paths = body_paths(self._paths, body, path)
+        # Its frame's fields, for its steps to record their outputs in (see Step._call): the
+        # innermost frame while they run (the state's own: in no lane), and changed in place.
+        if ex.lanes:
+            top: Any = True
+        elif frame is None:  # just opened: the innermost
+            top = ex.fields["container_stack"][-1].__dict__
+        else:  # the live state's own (see Execution.restoring), whatever is still above it
+            top = frame.__dict__
+        result = yield from run_body(ex, body, path, child, first, scope, paths, top)
         if type(result) is Route:  # a Graph routes by it (see graph.py)
             out = result.value
             completed(ex, path, out, ex.size_of(out), {"action": result.action})

@@ -64,9 +64,20 @@ class Step(Element):
     def __call__(self, ctx: Context) -> Any:
         return self.fn(ctx)
 
-    def _call(self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope) -> Any:
+    def _call(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, fold: Any = True
+    ) -> Any:
         """The step's first attempt, called in place (a body's common case, see run_body): its
-        result, or a Detour when the call raised, interrupted or returned an awaitable."""
+        result, or a Detour when the call raised, interrupted or returned an awaitable.
+
+        `fold`: how a plain completion (no route, no `ctx.state` or metric, in line) records
+        the output in the state, as `reducer.step_output` would: True, by calling it; the
+        fields of the innermost frame (a nested Flow's, handed by `run_body`, which knows it):
+        in them, without looking for them; False (a sequential ForEach's item, see
+        foreach.py): not in the innermost frame, which stays as it is (`child` 0, no child
+        outputs), as the caller folds the iteration's completion at once, which leaves the
+        frame as both folds would. A completion through the reducer (`_complete`, `_record`)
+        records it in the frame as usual: the frame's `child` then says so."""
         # ex.step_started(path, _STARTED), inlined.
         fields = ex.fields
         seq = fields["last_seq"] = fields["last_seq"] + 1
@@ -123,7 +134,16 @@ class Step(Element):
         # ex.emit(NODE_COMPLETED, path, data), inlined; the step ran: the clock is read again.
         seq = fields["last_seq"] = fields["last_seq"] + 1
         at = ex.at = ex.ns()
-        step_output(fields, seq, path, data)
+        if fold is True:
+            step_output(fields, seq, path, data)
+        else:  # step_output's changes, the frame's (when given) found without a look-up
+            if fold is not False:
+                fold["child_outputs"][path[-1]] = output
+                fold["child"] += 1
+            if fields["resume_values"]:
+                fields["resume_values"] = ()
+            if fields["retries"]:
+                fields["retries"] = 0
         rows.append((seq, _NODE_COMPLETED, at, path, data))
         if listener is not None:
             listener(event_of(rows[-1], ex.session_id))

@@ -179,14 +179,15 @@ def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str,
     most steps (`Step._call` folds it with this).
 
     The same changes as `node_completed`'s, without the tests that cannot hold for such a
-    step: a step has no frame to close, no effects to merge, no lane to record it."""
+    step: a step has no frame to close, no effects to merge, no lane to record it, and the
+    frame it completes in is not a Graph's (see below)."""
     stack = fields["container_stack"]
     if stack:
+        # Never a Graph's frame (whose completions record an action): a Graph runs its nodes
+        # through `_run`, never `_call`, so none of its steps completes through here.
         top = stack[-1].__dict__
         top["child_outputs"][path[-1]] = data["output"]
         top["child"] += 1
-        if top["kind"] == "graph":
-            top["action"] = "default"
     else:
         fields["outputs"][path[-1]] = data["output"]
     if fields["resume_values"]:
@@ -195,11 +196,11 @@ def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str,
         fields["retries"] = 0
 
 
-def foreach_iteration_started(fields: Fields, index: int) -> None:
-    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame is the
-    innermost of a state its caller owns (no concurrent container in progress): the
-    per-item fold of `ForEach._run_sequential`, without the lookups it needs not make."""
-    top = fields["container_stack"][-1].__dict__
+def foreach_iteration_started(top: Fields, index: int) -> None:
+    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame's fields
+    are `top`, the innermost frame of a state its caller owns (no concurrent container in
+    progress): the per-item fold of `ForEach._run_sequential`, without the look-ups it need
+    not make (the caller keeps the frame's fields: a frame is changed in place)."""
     top["iteration"] = index
     top["child"] = 0
     top["started"] = True
@@ -207,10 +208,9 @@ def foreach_iteration_started(fields: Fields, index: int) -> None:
         top["child_outputs"] = {}
 
 
-def foreach_iteration_completed(fields: Fields, index: int, output: Any) -> None:
+def foreach_iteration_completed(top: Fields, index: int, output: Any) -> None:
     """`_iteration_completed` of iteration `index` of a sequential ForEach, as
     `foreach_iteration_started` is of its start."""
-    top = fields["container_stack"][-1].__dict__
     top["iteration"] = index + 1
     top["completed_iterations"] += 1
     top["child"] = 0

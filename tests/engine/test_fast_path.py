@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tarry import Branch, Flow, ForEach, Loop, Runtime, step
+from tarry import Branch, Flow, ForEach, Graph, Loop, Runtime, step
 from tarry.engine.elements.element import Element
 from tarry.engine.elements.step import Step
 from tarry.engine.state.events import EventLog, Row, at_of, ns_of
@@ -30,7 +30,7 @@ outputs = st.one_of(
 @st.composite
 def steps(draw: Any, name: str) -> Step:
     value = draw(outputs)
-    effect = draw(st.sampled_from(["none", "state", "metric", "prev", "raise_once"]))
+    effect = draw(st.sampled_from(["none", "state", "metric", "prev", "raise_once", "pause"]))
     failed: set[str] = set()
 
     def fn(ctx: Any) -> Any:
@@ -40,6 +40,8 @@ def steps(draw: Any, name: str) -> Step:
             ctx.metric("n", 1)
         elif effect == "prev":
             return [ctx.prev, value]
+        elif effect == "pause":  # the state of every frame open here is checked at the pause
+            return [ctx.interrupt("check"), value]
         elif effect == "raise_once" and ctx.session_id + repr(ctx.path) not in failed:
             failed.add(ctx.session_id + repr(ctx.path))
             raise ValueError("once")
@@ -58,7 +60,11 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
     for i in range(n):
         name = f"{prefix}{i}"
         kind = draw(
-            st.sampled_from(["step", "step", "foreach", "loop", "branch"] if depth else ["step"])
+            st.sampled_from(
+                ["step", "step", "foreach", "loop", "branch", "flow", "graph"]
+                if depth
+                else ["step"]
+            )
         )
         if kind == "step":
             body.append(draw(steps(name)))
@@ -75,6 +81,13 @@ def bodies(draw: Any, depth: int, prefix: str) -> list[Element]:
                     max_iterations=5,
                 )
             )
+        elif kind == "flow":  # a nested Flow: inline, its frame of kind "flow"
+            body.append(Flow(name, draw(bodies(depth - 1, name + "_"))))
+        elif kind == "graph":  # its nodes in a chain, each a step or a container
+            nodes = draw(bodies(depth - 1, name + "_"))
+            names = [node.name for node in nodes]
+            routes = {a: {"default": b} for a, b in zip(names, names[1:] + [None], strict=True)}
+            body.append(Graph(name, nodes, names[0], routes))
         else:
             side = draw(st.booleans())
             body.append(
@@ -101,6 +114,9 @@ def run(flow: Flow, sid: str) -> tuple[list[tuple[Any, ...]], Any]:
     rt = Runtime()
     out = rt.run(flow, session_id=sid)
     view = rt.session(out.session_id)
+    while out.paused:  # the live state of the frames open at the pause is the fold's
+        assert view.derive_state() == view.state
+        out = rt.resume(out.token, "ok")
     events = view.events()
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert view.derive_state() == view.state
@@ -170,3 +186,66 @@ def test_a_step_s_ctx_and_an_item_s_scope_are_built_as_their_init_builds_them() 
     scope = seen[1]._scope
     assert type(scope) is Scope
     assert _fields(scope) == _fields(Scope(scope.item, scope.index, scope.iteration))
+
+
+def test_a_flow_keeps_the_paths_of_its_body_for_a_bounded_number_of_bases() -> None:
+    from tarry.engine.elements.element import KEPT_BASES
+
+    inner = Flow("inner", [step(lambda ctx: ctx.item, "a"), step(lambda ctx: ctx.prev, "b")])
+    flow = Flow("outer", [ForEach("items", list(range(3 * KEPT_BASES)), [inner])])
+    rt = Runtime()
+    out = rt.run(flow)
+    assert out.output == list(range(3 * KEPT_BASES))
+    assert len(inner._paths) == KEPT_BASES  # one per item up to the bound, then none kept
+    assert flow._paths == {(): (("items",),)}
+    completed = [e.path for e in rt.session(out.session_id).events() if e.type == "node.completed"]
+    assert completed[-4:] == [
+        ("items", 3 * KEPT_BASES - 1, "inner", "a"),
+        ("items", 3 * KEPT_BASES - 1, "inner", "b"),
+        ("items", 3 * KEPT_BASES - 1, "inner"),
+        ("items",),
+    ]
+
+
+def test_a_foreach_item_whose_completion_must_be_measured_is_folded_as_the_general_path() -> None:
+    # Outputs near the value bound under a small state bound: the room estimate runs out on
+    # some items' completion (measured then), which the in-place item path folds first.
+    rt = Runtime(max_value_bytes=12_000, max_snapshot_bytes=14_000)
+    big = step(lambda ctx: "p" * 900 + str(ctx.item), "big")
+    flow = Flow("f", [ForEach("items", list(range(12)), big)])
+    out = rt.run(flow)
+    assert out.ok and out.output == ["p" * 900 + str(i) for i in range(12)]
+    general(flow.body[0])
+    slow = rt.run(Flow("f", [ForEach("items", list(range(12)), big)]))
+    fast_view, slow_view = rt.session(out.session_id), rt.session(slow.session_id)
+    assert fast_view.derive_state() == fast_view.state
+    assert [(e.type, e.path, e.data) for e in fast_view.events()] == [
+        (e.type, e.path, e.data) for e in slow_view.events()
+    ]
+
+
+def test_a_nested_flow_resumed_under_a_container_records_its_next_steps_in_its_own_frame() -> None:
+    # Resumed inside the Loop, the Flow's frame is not the innermost when the Flow goes on:
+    # its later steps still record their outputs in it (the fold's state at the next pause).
+    def ask(ctx: Any) -> Any:
+        return ctx.interrupt("again?")
+
+    inner = Flow(
+        "inner",
+        [
+            step(lambda ctx: 1, "first"),
+            Loop("loop", [step(ask, "ask")], until=lambda ctx: True, max_iterations=2),
+            step(lambda ctx: 2, "between"),
+            step(ask, "last"),
+        ],
+    )
+    rt = Runtime()
+    out = rt.run(Flow("outer", [inner]))
+    assert out.pauses[0].path == ("inner", "loop", 0, "ask")
+    out = rt.resume(out.token, "a")
+    assert out.pauses[0].path == ("inner", "last")
+    view = rt.session(out.session_id)
+    assert view.derive_state() == view.state
+    (frame,) = view.state.container_stack
+    assert (frame.child, frame.child_outputs) == (3, {"first": 1, "loop": "a", "between": 2})
+    assert rt.resume(out.token, "b").output == "b"
