@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ def _copy(
         record.session_id,
         record.flow,
         record.status,
-        record.state if state is None else state,
+        _unpack(record.state) if state is None else state,
         record.version if version is None else version,
         record.fingerprint,
         record.flow_version,
@@ -57,6 +58,89 @@ def _copy(
         record.durability,
         record.stop,
     )
+
+
+class _Packed(bytes):
+    """A state or events blob kept deflated (`_pack`), for a session left idle: what
+    `_unpack` gives back is byte for byte the blob that was written."""
+
+    __slots__ = ()
+
+
+def _zdict() -> bytes:
+    """The preset dictionary of `_pack`: the keys and names every snapshot and event log
+    holds, in the order the codec writes them, and no value of any session (a deflated blob
+    of a small session is mostly its ids, times and values)."""
+    sid = "0" * 32
+    pause = {
+        "kind": "human",
+        "reason": "",
+        "path": [],
+        "payload": {"message": "", "assignee": None},
+        "wake_at": None,
+        "expires_at": None,
+        "awaits_value": True,
+        "key": None,
+        "on_timeout": None,
+    }
+    state = {
+        "session_id": sid,
+        "flow": "",
+        "status": "paused",
+        "input": None,
+        "shared": {},
+        "outputs": {},
+        "container_stack": [],
+        "pause": pause,
+        "error": None,
+        "output": None,
+        "last_seq": 0,
+        "metrics": {},
+        "resume_values": [],
+        "retries": 0,
+    }
+    envelope = {
+        "format": "tarry.snapshot",
+        "v": 1,
+        "session": sid,
+        "flow": {"name": "", "fingerprint": sid, "version": None},
+        "state": state,
+    }
+    t = 1 << 60
+    events = [
+        [1, "node.failed", t, [], {"error": None}],
+        [1, "node.retrying", t, [], {}],
+        [1, "container.iteration_started", t, [], {}],
+        [1, "container.iteration_completed", t, [], {}],
+        [1, "run.resumed", t, [], {"value": None}],
+        [1, "run.completed", t, [], {"output": None}],
+        [1, "run.started", t, [], {"input": None, "flow": ""}],
+        [2, "node.started", t, [""], {"kind": "step"}],
+        [3, "node.completed", t, [""], {"output": None}],
+        [8, "node.started", t, [""], {"kind": "gate"}],
+        [9, "run.paused", t, [""], {"kind": "human", "reason": "", "payload": pause["payload"]}],
+    ]
+    return msgpack.packb(events) + msgpack.packb(envelope)
+
+
+_ZDICT = _zdict()
+
+
+def _pack(blob: bytes) -> bytes:
+    """`blob` deflated against `_ZDICT`, as a `_Packed` (always one, so that a blob that does
+    not shrink is not packed again at the next compaction: deflate adds a few bytes at most)."""
+    if type(blob) is _Packed:
+        return blob
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+    return _Packed(deflate.compress(blob) + deflate.flush())
+
+
+def _unpack(blob: bytes) -> bytes:
+    """The blob `_pack` was given (a blob it did not pack, as it is)."""
+    if type(blob) is not _Packed:
+        return blob
+    inflate = zlib.decompressobj(-15, _ZDICT)
+    return inflate.decompress(blob) + inflate.flush()
 
 
 def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
@@ -138,6 +222,7 @@ class _Entry:
         "ordered",
         "wakes",
         "logs",
+        "queued",
     )
 
     def __init__(self, record: SessionRecord) -> None:
@@ -158,6 +243,20 @@ class _Entry:
         #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
         self.wakes: list[tuple[Any, str]] | None = None
         self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
+        #: How many times it is in its store's `_recent` (see `MemoryStore._wrote`).
+        self.queued = 0
+
+
+def _compact(entry: _Entry) -> None:
+    """Deflate what the entry holds raw: its state, and the event blobs written since it was
+    last compacted (the raw ones at the end: each blob is packed once, however long the log)."""
+    record = entry.record
+    record.state = _pack(record.state)
+    batches = entry.batches
+    i = len(batches) - 1
+    while i >= 0 and type(batches[i]) is not _Packed:
+        batches[i] = _pack(batches[i])
+        i -= 1
 
 
 def _keep_logs(entry: _Entry, batch: LogBatch) -> None:

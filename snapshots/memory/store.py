@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import collections
 import datetime as dt
 import heapq
 import threading
@@ -24,6 +25,7 @@ from tarry.snapshots.memory.entry import (
     _ENDED,
     MERGE_BYTES,
     MERGE_FIRST,
+    _compact,
     _copy,
     _decode_batch,
     _dropped_logs,
@@ -34,6 +36,7 @@ from tarry.snapshots.memory.entry import (
     _merged,
     _read_logs,
     _tokens_of,
+    _unpack,
 )
 from tarry.snapshots.memory.tokens import TokensAndLeases
 from tarry.snapshots.memory.waits import WaitsAndMail
@@ -42,6 +45,11 @@ from tarry.snapshots.store import ENDED, due_now, kept_stop
 from tarry.snapshots.tally import Totals
 
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
+
+#: A session's state and event blobs are deflated once IDLE_AFTER writes of the store (to any
+#: session) have passed since its own last write: a session resumed soon after its pause
+#: never pays for it, a session left waiting holds a fraction of the bytes.
+IDLE_AFTER = 32
 
 
 class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
@@ -77,6 +85,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
+        #: The entries of the last IDLE_AFTER writes, oldest first (see `_wrote`).
+        self._recent: collections.deque[_Entry] = collections.deque()
 
     # -- sessions --------------------------------------------------------------------------
     def create(
@@ -95,6 +105,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._append(entry, events, batch)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            self._wrote(entry)
             if parent is not None:
                 self._children.setdefault(parent, []).append(record.session_id)
 
@@ -107,8 +118,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry = self._sessions.get(session_id)
             if entry is None:
                 return None
-            self.bytes_read += len(entry.record.state)
-            return _copy(entry.record)
+            state = _unpack(entry.record.state)
+            self.bytes_read += len(state)
+            return _copy(entry.record, state=state)
 
     def save(
         self,
@@ -150,6 +162,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 _keep_logs(entry, logs)
             if post is not None:
                 self.post(post[0], post[1], record.updated_at)  # under the same lock
+            self._wrote(entry)
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:
@@ -210,6 +223,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
             self._append(entry, events, batch)
+            self._wrote(entry)
 
     def events(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
@@ -228,7 +242,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         found: builtins.list[Event] = []
         for blob, start in zip(batches, firsts, strict=True):
             left = None if limit is None else limit - len(found)
-            found += _decode_batch(blob, session_id, max(after_seq + 1 - start, 0), left)
+            found += _decode_batch(_unpack(blob), session_id, max(after_seq + 1 - start, 0), left)
             if limit is not None and len(found) >= limit:
                 break
         return found
@@ -289,8 +303,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             for sid in session_ids:
                 entry = self._sessions.get(sid)
                 if entry is not None:
-                    self.bytes_read += len(entry.record.state)
-                    found[sid] = _copy(entry.record)
+                    state = _unpack(entry.record.state)
+                    self.bytes_read += len(state)
+                    found[sid] = _copy(entry.record, state=state)
             return found
 
     # -- internals ---------------------------------------------------------------------------
@@ -306,6 +321,24 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry.tokens = [tokens, token]
         else:
             tokens.append(token)
+
+    def _wrote(self, entry: _Entry) -> None:
+        """After a write of `entry`: compact the entry written IDLE_AFTER writes ago if it was
+        not written since, is still kept and is not running (one that runs is written again
+        soon). One compaction at most per write, of what one write left raw: O(1) per write."""
+        entry.queued += 1
+        recent = self._recent
+        recent.append(entry)
+        if len(recent) > IDLE_AFTER:
+            old = recent.popleft()
+            old.queued -= 1
+            record = old.record
+            if (
+                not old.queued
+                and record.status != "running"
+                and self._sessions.get(record.session_id) is old
+            ):
+                _compact(old)
 
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
@@ -335,6 +368,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             batches = entry.batches
             if (
                 len(batches) == 1
+                and type(batches[0]) is bytes  # not packed
                 and len(batches[0]) < MERGE_FIRST
                 and len(batches[0]) + len(blob) <= MERGE_BYTES
             ):
