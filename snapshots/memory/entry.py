@@ -3,6 +3,7 @@ batch per write."""
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import collections
 import zlib
@@ -227,8 +228,12 @@ class _Entry:
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
-        self.batches: list[bytes] = []  # one _encode_batch blob per write, in order
-        self.firsts: list[int] = []  # the seq of each batch's first event (to find a page)
+        #: One _encode_batch blob per write, in order: None before the first, the blob itself
+        #: while it is the only one (most sessions that wait wrote once), then a list.
+        self.batches: bytes | list[bytes] | None = None
+        #: With a list of batches: the seq of each one's first event (to find a page). A
+        #: session's first event is seq 1, so one blob needs none.
+        self.firsts: list[int] | None = None
         self.last_seq = 0
         self.tally: Tally | None = None  # brought up to date by `stats()`
         self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
@@ -253,10 +258,28 @@ def _compact(entry: _Entry) -> None:
     record = entry.record
     record.state = _pack(record.state)
     batches = entry.batches
+    if type(batches) is not list:
+        if batches is not None:
+            entry.batches = _pack(batches)
+        return
     i = len(batches) - 1
     while i >= 0 and type(batches[i]) is not _Packed:
         batches[i] = _pack(batches[i])
         i -= 1
+
+
+def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtins.list[int]]:
+    """The entry's batches from the one holding seq after_seq + 1 on, and their first seqs:
+    found by bisection, so a page decodes only the writes it spans, wherever it is in the log."""
+    batches = entry.batches
+    if batches is None:
+        return [], []
+    if type(batches) is not list:
+        return [batches], [1]
+    firsts = entry.firsts
+    assert firsts is not None
+    first = max(bisect.bisect_right(firsts, after_seq + 1) - 1, 0)
+    return batches[first:], firsts[first:]
 
 
 def _keep_logs(entry: _Entry, batch: LogBatch) -> None:

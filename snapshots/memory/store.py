@@ -8,7 +8,6 @@ session from memory_entry.py.
 
 from __future__ import annotations
 
-import bisect
 import builtins
 import collections
 import datetime as dt
@@ -34,6 +33,7 @@ from tarry.snapshots.memory.entry import (
     _keep,
     _keep_logs,
     _merged,
+    _pages,
     _read_logs,
     _tokens_of,
     _unpack,
@@ -234,11 +234,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry = self._sessions.get(session_id)
             if entry is None:
                 return []
-            # The write holding after_seq + 1, found by its first seq, and those after it:
-            # a page decodes only the writes it spans, wherever it is in the log.
-            first = max(bisect.bisect_right(entry.firsts, after_seq + 1) - 1, 0)
-            batches = entry.batches[first:]
-            firsts = entry.firsts[first:]
+            batches, firsts = _pages(entry, after_seq)
         found: builtins.list[Event] = []
         for blob, start in zip(batches, firsts, strict=True):
             left = None if limit is None else limit - len(found)
@@ -365,18 +361,22 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         if batch is not None:
             blob, counted = batch
             rows = rows_of(events)
-            batches = entry.batches
-            if (
-                len(batches) == 1
-                and type(batches[0]) is bytes  # not packed
-                and len(batches[0]) < MERGE_FIRST
-                and len(batches[0]) + len(blob) <= MERGE_BYTES
+            last = entry.batches
+            if last is None:
+                entry.batches = blob
+            elif (
+                type(last) is bytes  # one blob, not packed
+                and len(last) < MERGE_FIRST
+                and len(last) + len(blob) <= MERGE_BYTES
             ):
-                n_last = entry.last_seq - entry.firsts[-1] + 1  # seqs are gap-free
-                batches[-1] = _merged(batches[-1], n_last, blob, len(rows))
+                # its events are seqs 1 to last_seq (seqs are gap-free)
+                entry.batches = _merged(last, entry.last_seq, blob, len(rows))
+            elif type(last) is list:
+                last.append(blob)
+                entry.firsts.append(rows[0][0])  # type: ignore[union-attr]
             else:
-                batches.append(blob)
-                entry.firsts.append(rows[0][0])
+                entry.batches = [last, blob]
+                entry.firsts = [1, rows[0][0]]
             entry.last_seq = rows[-1][0]
             self.bytes_written += counted
 
