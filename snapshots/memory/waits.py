@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import dumps
 from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.memory.entry import _encode_batch, _Entry
 from tarry.snapshots.records import WaitRecord, encode_path
@@ -25,6 +26,16 @@ from tarry.snapshots.store import MailGone, refusals
 
 #: The claimant of a message that no session claimed yet.
 UNCLAIMED = ""
+
+#: How many paths of waits a store keeps to share (see `_shared_parts`): a flow has a few.
+SHARED_PATHS = 4096
+
+#: The payload of a Gate without a message or an assignee, as `wait_record` encodes it.
+_GATE_PAYLOAD = dumps({"message": "", "assignee": None})
+
+
+def _names_only(path: tuple[Any, ...]) -> bool:
+    return all(type(part) is str for part in path)
 
 
 class _Message:
@@ -67,6 +78,7 @@ class WaitsAndMail:
         self._claims: dict[str, set[int]] = {}  # the ids each session claimed
         self._targeted: dict[str, list[int]] = {}  # ids posted for a busy session
         self._next_mail = 1
+        self._paths: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _shared_parts
 
     # -- tokens ----------------------------------------------------------------------------
     def consume_tokens(
@@ -320,6 +332,7 @@ class WaitsAndMail:
             self._unqueue(message)
 
     def _add_wait(self, entry: _Entry, wait: WaitRecord) -> None:
+        wait = self._shared_parts(wait)
         token = wait.token
         if token in self._waits:
             self._drop_wait(token)
@@ -340,6 +353,31 @@ class WaitsAndMail:
         if wait.key is not None:
             bisect.insort(self._by_key.setdefault(wait.key, []), token)
             self._fifo.setdefault(wait.key, {})[token] = None
+
+    def _shared_parts(self, wait: WaitRecord) -> WaitRecord:
+        """`wait`, or an equal record that shares its path and payload with other waits: a
+        path of names only (no iteration index) is the flow's, kept once per store (at most
+        SHARED_PATHS of them); a payload that holds no value (a Gate's without a message) is
+        kept once per process. Values of a session are never kept beyond it."""
+        path, payload = wait.path, wait.payload
+        shared = self._paths.get(path)
+        if shared is None and len(self._paths) < SHARED_PATHS and _names_only(path):
+            shared = self._paths[path] = path
+        if payload == _GATE_PAYLOAD:
+            payload = _GATE_PAYLOAD
+        if (shared is None or shared is path) and payload is wait.payload:
+            return wait
+        return WaitRecord(
+            wait.token,
+            wait.session_id,
+            path if shared is None else shared,
+            wait.kind,
+            wait.key,
+            wait.wake_at,
+            wait.reason,
+            payload,
+            wait.lane,
+        )
 
     def _drop_wait(self, token: str) -> None:
         wait = self._waits.pop(token, None)

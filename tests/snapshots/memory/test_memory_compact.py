@@ -65,3 +65,24 @@ def test_a_session_written_again_is_packed_only_once_idle_again(monkeypatch) -> 
     assert rt.resume(out.token, True).ok
     assert type(entry.record.state) is bytes  # the resume wrote it raw
     assert rt.resume(other.token, True).ok
+
+
+def test_waits_share_their_flow_path_and_an_empty_gate_payload() -> None:
+    store = MemoryStore()
+    rt = Runtime(store=store)
+    flow = _ticket()
+    a, b = rt.run(flow), rt.run(flow)
+    wa, wb = store.wait(a.token), store.wait(b.token)
+    assert wa.path == ("approve",) and wa.path is wb.path
+    assert wa.payload is wb.payload and wa.payload  # one object, equal to what was written
+    assert rt.resume(a.token, True).ok and rt.resume(b.token, True).ok
+
+
+def test_a_payload_with_values_is_not_shared() -> None:
+    store = MemoryStore()
+    rt = Runtime(store=store)
+    flow = Flow("asks", [Gate("approve", message="refund order 17?")])
+    a, b = rt.run(flow), rt.run(flow)
+    wa, wb = store.wait(a.token), store.wait(b.token)
+    assert wa.payload == wb.payload and wa.payload is not wb.payload
+    assert len(store._paths) == 1
