@@ -26,7 +26,11 @@ _NO_META: dict[str, Any] = {}
 
 def _keep(record: SessionRecord, version: int) -> SessionRecord:
     """The store's own copy of a record it is given, at `version`."""
-    return _copy(record, version, dict(record.meta) if record.meta else _NO_META)
+    meta = dict(record.meta) if record.meta else _NO_META
+    state = record.state
+    if state[:1] == _MARK:  # no snapshot starts so, but the store keeps what it is given
+        state = _pack(state)
+    return _copy(record, version, meta, state)
 
 
 def _copy(
@@ -61,11 +65,23 @@ def _copy(
     )
 
 
-class _Packed(bytes):
-    """A state or events blob kept deflated (`_pack`), for a session left idle: what
-    `_unpack` gives back is byte for byte the blob that was written."""
+#: The first byte of a packed blob: 0xC1, a byte msgpack never uses, so that no blob the codec
+#: wrote starts with it (a state that starts with it anyway is packed as it is kept: `_keep`).
+_MARK = b"\xc1"
+#: A packed blob: _PLAIN and the deflated blob; or _JOINED, the length of the state (4 bytes),
+#: and the state and the session's one blob of events deflated together (`_join`).
+_PLAIN = b"\xc1\x00"
+_JOINED = b"\xc1\x01"
+
+
+class _InState:
+    """The type of IN_STATE."""
 
     __slots__ = ()
+
+
+#: The `batches` of an entry whose one blob of events is packed with its state (`_join`).
+IN_STATE = _InState()
 
 
 def _zdict() -> bytes:
@@ -127,21 +143,43 @@ def _zdict() -> bytes:
 _ZDICT = _zdict()
 
 
-def _pack(blob: bytes) -> bytes:
-    """`blob` deflated against `_ZDICT`, as a `_Packed` (always one, so that a blob that does
-    not shrink is not packed again at the next compaction: deflate adds a few bytes at most)."""
-    if type(blob) is _Packed:
-        return blob
+def _deflate(data: bytes) -> bytes:
     deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
-    return _Packed(deflate.compress(blob) + deflate.flush())
+    return deflate.compress(data) + deflate.flush()
+
+
+def _inflate(data: bytes) -> bytes:
+    inflate = zlib.decompressobj(-15, _ZDICT)
+    return inflate.decompress(data) + inflate.flush()
+
+
+def _pack(blob: bytes) -> bytes:
+    """A state or events blob deflated against `_ZDICT`, for a session left idle (always
+    packed, so that a blob that does not shrink is not packed again at the next compaction:
+    deflate adds a few bytes at most)."""
+    return _PLAIN + _deflate(blob)
+
+
+def _join(state: bytes, events: bytes) -> bytes:
+    """A state and the session's one blob of events packed together (they share names)."""
+    return _JOINED + len(state).to_bytes(4, "big") + _deflate(state + events)
 
 
 def _unpack(blob: bytes) -> bytes:
-    """The blob `_pack` was given (a blob it did not pack, as it is)."""
-    if type(blob) is not _Packed:
+    """The blob `_pack` was given, or the state `_join` was; a blob not packed as it is."""
+    if blob[:1] != _MARK:
         return blob
-    inflate = zlib.decompressobj(-15, _ZDICT)
-    return inflate.decompress(blob) + inflate.flush()
+    head = blob[:2]
+    if head == _PLAIN:
+        return _inflate(blob[2:])
+    if head == _JOINED:
+        return _inflate(blob[6:])[: int.from_bytes(blob[2:6], "big")]
+    return blob  # none of ours
+
+
+def _joined_events(state: bytes) -> bytes:
+    """The blob of events `_join` packed with the state."""
+    return _inflate(state[6:])[int.from_bytes(state[2:6], "big") :]
 
 
 def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
@@ -211,61 +249,98 @@ def _decode_batch(
     return events
 
 
+class _Extra:
+    """What few sessions have, kept apart from their entries (see `_Entry`)."""
+
+    __slots__ = ("values", "tally", "wakes", "logs")
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[int, bytes]] | None = None
+        self.tally: Tally | None = None
+        self.wakes: list[tuple[Any, str]] | None = None
+        self.logs: collections.deque[LogRecord] | None = None
+
+
+def _extra(name: str) -> Any:
+    """A property of `_Entry` kept on its `_Extra`: None while it has none, which a None set
+    does not make."""
+
+    def get(entry: _Entry) -> Any:
+        extra = entry.extra
+        return None if extra is None else getattr(extra, name)
+
+    def put(entry: _Entry, value: Any) -> None:
+        extra = entry.extra
+        if extra is None:
+            if value is None:
+                return
+            extra = entry.extra = _Extra()
+        setattr(extra, name, value)
+
+    return property(get, put)
+
+
 class _Entry:
-    __slots__ = (
-        "record",
-        "batches",
-        "firsts",
-        "last_seq",
-        "values",
-        "tokens",
-        "tally",
-        "ordered",
-        "wakes",
-        "logs",
-        "queued",
-    )
+    """A session in a MemoryStore: what it costs in memory is what a paused session costs,
+    so what most sessions do not use is made when first used, and out of the entry."""
+
+    __slots__ = ("record", "batches", "firsts", "last_seq", "tokens", "ordered", "extra")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
         #: One _encode_batch blob per write, in order: None before the first, the blob itself
         #: while it is the only one (most sessions that wait wrote once), then a list.
-        self.batches: bytes | list[bytes] | None = None
+        #: IN_STATE: that one blob is packed with the state (see `_compact`).
+        self.batches: bytes | list[bytes] | _InState | None = None
         #: With a list of batches: the seq of each one's first event (to find a page). A
         #: session's first event is seq 1, so one blob needs none.
         self.firsts: list[int] | None = None
         self.last_seq = 0
-        self.tally: Tally | None = None  # brought up to date by `stats()`
-        self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         #: The tokens it was given: one as itself, more as a list (most sessions have one).
         self.tokens: str | list[str] | None = None
-        # Made when first used (most sessions have one wait or none, and no wake time): a
-        # paused session's entry is a good part of what it costs in memory.
         #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
         #: live wait's token is in the store's `_waits`, its only index by token). One wait
         #: is kept as its token alone: one needs no order. None: no wait.
         self.ordered: str | list[tuple[bytes, str]] | None = None
-        #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
-        self.wakes: list[tuple[Any, str]] | None = None
-        self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
-        #: How many times it is in its store's `_recent` (see `MemoryStore._wrote`).
-        self.queued = 0
+        self.extra: _Extra | None = None  # made when one of the four below is first set
+
+    #: Its node tallies, brought up to date by `stats()`.
+    tally = _extra("tally")
+    #: Its out-of-line values by key and index, made when the first is put.
+    values = _extra("values")
+    #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
+    wakes = _extra("wakes")
+    #: Its last log records, if any.
+    logs = _extra("logs")
 
 
 def _compact(entry: _Entry) -> None:
     """Deflate what the entry holds raw: its state, and the event blobs written since it was
-    last compacted (the raw ones at the end: each blob is packed once, however long the log)."""
+    last compacted (the raw ones at the end: each blob is packed once, however long the log).
+    A state and a session's only blob of events are packed together."""
     record = entry.record
-    record.state = _pack(record.state)
     batches = entry.batches
-    if type(batches) is not list:
-        if batches is not None:
+    if record.state[:1] != _MARK:
+        if type(batches) is bytes and batches[:1] != _MARK:
+            record.state = _join(record.state, batches)
+            entry.batches = IN_STATE
+            return
+        record.state = _pack(record.state)
+    if type(batches) is bytes:
+        if batches[:1] != _MARK:
             entry.batches = _pack(batches)
-        return
-    i = len(batches) - 1
-    while i >= 0 and type(batches[i]) is not _Packed:
-        batches[i] = _pack(batches[i])
-        i -= 1
+    elif type(batches) is list:
+        i = len(batches) - 1
+        while i >= 0 and batches[i][:1] != _MARK:
+            batches[i] = _pack(batches[i])
+            i -= 1
+
+
+def _split(entry: _Entry) -> None:
+    """Before a write of events or of a new state: the entry's blob of events as one blob of
+    its own again, if it is packed with the state."""
+    if entry.batches is IN_STATE:
+        entry.batches = _joined_events(entry.record.state)
 
 
 def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtins.list[int]]:
@@ -274,8 +349,10 @@ def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtin
     batches = entry.batches
     if batches is None:
         return [], []
+    if batches is IN_STATE:
+        return [_joined_events(entry.record.state)], [1]
     if type(batches) is not list:
-        return [batches], [1]
+        return [batches], [1]  # type: ignore[list-item]
     firsts = entry.firsts
     assert firsts is not None
     first = max(bisect.bisect_right(firsts, after_seq + 1) - 1, 0)

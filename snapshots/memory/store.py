@@ -22,6 +22,7 @@ from tarry.snapshots.memory import upkeep as upkeep
 from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
+    _MARK,
     MERGE_BYTES,
     MERGE_FIRST,
     _compact,
@@ -35,6 +36,7 @@ from tarry.snapshots.memory.entry import (
     _merged,
     _pages,
     _read_logs,
+    _split,
     _tokens_of,
     _unpack,
 )
@@ -85,8 +87,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
-        #: The entries of the last IDLE_AFTER writes, oldest first (see `_wrote`).
-        self._recent: collections.deque[_Entry] = collections.deque()
+        #: The records of the last IDLE_AFTER writes, oldest first (see `_wrote`).
+        self._recent: collections.deque[SessionRecord] = collections.deque()
 
     # -- sessions --------------------------------------------------------------------------
     def create(
@@ -143,6 +145,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
             stop = kept_stop(entry.record.stop, record)
+            _split(entry)  # (its events are packed with the state it replaces)
             entry.record = _keep(record, expected_version + 1)
             entry.record.stop = stop
             self.bytes_written += len(record.state)
@@ -319,22 +322,17 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             tokens.append(token)
 
     def _wrote(self, entry: _Entry) -> None:
-        """After a write of `entry`: compact the entry written IDLE_AFTER writes ago if it was
-        not written since, is still kept and is not running (one that runs is written again
-        soon). One compaction at most per write, of what one write left raw: O(1) per write."""
-        entry.queued += 1
+        """After a write of `entry`: compact the session whose record was written IDLE_AFTER
+        writes ago if it was not saved since (its record is still that one), is still kept
+        and is not running (one that runs is written again soon). One compaction at most per
+        write, of what one write left raw: O(1) per write."""
         recent = self._recent
-        recent.append(entry)
+        recent.append(entry.record)
         if len(recent) > IDLE_AFTER:
             old = recent.popleft()
-            old.queued -= 1
-            record = old.record
-            if (
-                not old.queued
-                and record.status != "running"
-                and self._sessions.get(record.session_id) is old
-            ):
-                _compact(old)
+            found = self._sessions.get(old.session_id)
+            if found is not None and found.record is old and old.status != "running":
+                _compact(found)
 
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
@@ -361,11 +359,13 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         if batch is not None:
             blob, counted = batch
             rows = rows_of(events)
+            _split(entry)
             last = entry.batches
             if last is None:
                 entry.batches = blob
             elif (
-                type(last) is bytes  # one blob, not packed
+                type(last) is bytes
+                and last[:1] != _MARK  # one blob, not packed
                 and len(last) < MERGE_FIRST
                 and len(last) + len(blob) <= MERGE_BYTES
             ):
