@@ -3,10 +3,17 @@ the store since its own last write), and hands back the same bytes and events as
 
 from __future__ import annotations
 
+from support import at, rec
 from tarry import Flow, Gate, Runtime
+from tarry.engine.state.events import NODE_COMPLETED, RUN_STARTED, Event
 from tarry.snapshots import MemoryStore
 from tarry.snapshots.memory import store as memory_store
 from tarry.snapshots.memory.entry import IN_STATE, _Entry
+
+
+def ev(seq: int, sid: str = "s1") -> Event:
+    type_ = RUN_STARTED if seq == 1 else NODE_COMPLETED
+    return Event(seq, type_, sid, at(seq + 0.000123), ("root", seq), {"n": seq, "ok": True})
 
 
 def _packed(entry: _Entry) -> bool:
@@ -90,3 +97,65 @@ def test_a_payload_with_values_is_not_shared() -> None:
     wa, wb = store.wait(a.token), store.wait(b.token)
     assert wa.payload == wb.payload and wa.payload is not wb.payload
     assert len(store._paths) == 1
+
+
+def _idle(store: MemoryStore, n: int = 0) -> None:
+    """IDLE_AFTER writes of other sessions: every session written before is idle."""
+    for i in range(memory_store.IDLE_AFTER):
+        store.create(rec(f"filler{n}-{i}", status="completed"))
+
+
+def test_any_state_reads_back_as_given_packed_or_not() -> None:
+    store = MemoryStore()
+    states = {
+        "junk": b"\xc1\x01\x00\x00\x00\x09 not ours",  # what a packed blob starts with
+        "short": b"\xc1",
+        "plain": b"\xc1\x00",
+        "empty": b"",
+        "state": b"\x85 any bytes",
+    }
+    for sid, state in states.items():
+        store.create(rec(sid, status="paused", state=state, token=f"tk_{sid}"), events=[ev(1, sid)])
+    for sid, state in states.items():
+        assert store.load(sid).state == state
+    _idle(store)
+    for sid, state in states.items():
+        assert store._sessions[sid].record.state[:1] == b"\xc1"  # packed now
+        assert store.load(sid).state == state
+        assert store.load_many([sid])[sid].state == state
+        assert store.claim_waits([f"tk_{sid}"], "w", at(60), at(1)) == {}  # no waits
+        assert store.events(sid) == [ev(1, sid)]
+
+
+def test_a_packed_log_of_many_writes_reads_back_and_grows() -> None:
+    store = MemoryStore()
+    store.create(rec(token="tk_1", wake_at=at(5)), events=[ev(1)])
+    big = [ev(s) for s in range(2, 40)]  # too big to join the first blob: a second one
+    version = store.save(rec(status="paused", token="tk_1", wake_at=at(5)), 0, events=big)
+    assert type(store._sessions["s1"].batches) is list
+    _idle(store)
+    entry = store._sessions["s1"]
+    assert all(blob[:1] == b"\xc1" for blob in entry.batches)
+    everything = [ev(s) for s in range(1, 40)]
+    assert store.events("s1") == everything
+    assert store.events("s1", 20, 5) == everything[20:25]
+    [due] = store.due(at(6))
+    assert due.state == b"state"
+    # A write after the packed blobs, packed in turn when idle again: each blob once.
+    store.save(rec(status="paused"), version, events=[ev(40)])
+    assert entry.batches[-1][:1] != b"\xc1"
+    _idle(store, 1)
+    assert entry.batches[-1][:1] == b"\xc1"
+    assert store.events("s1", 35) == [ev(s) for s in range(36, 41)]
+
+
+def test_a_joined_session_takes_events_and_a_token_use() -> None:
+    store = MemoryStore()
+    store.create(rec(status="paused", token="tk_1"), events=[ev(1)])
+    _idle(store)
+    assert store._sessions["s1"].batches is IN_STATE
+    assert store.consume_token("tk_1", owner="w", until=at(9), events=[ev(2)])
+    assert store.events("s1") == [ev(1), ev(2)]
+    assert store.load("s1").state == b"state"
+    store.append_events("s1", [ev(3)])
+    assert store.events("s1") == [ev(1), ev(2), ev(3)]
