@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import collections
+import functools
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -49,7 +50,7 @@ def _copy(
         record.session_id,
         record.flow,
         record.status,
-        _unpack(record.state) if state is None else state,
+        _unpack(record.state, record) if state is None else state,
         record.version if version is None else version,
         record.fingerprint,
         record.flow_version,
@@ -143,14 +144,28 @@ def _zdict() -> bytes:
 _ZDICT = _zdict()
 
 
-def _deflate(data: bytes) -> bytes:
-    deflate = zlib.compressobj(6, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
+#: deflate's window (2 ** _WBITS bytes, a raw stream) and hash memory level: small, so that its
+#: working memory (some 32 KB here, 256 KB by default) is a block malloc hands back and reuses,
+#: not one that scatters the heap. A session left idle is mostly small: little is lost.
+_WBITS = 12
+_MEMLEVEL = 5
+
+
+def _deflate(data: bytes, zdict: bytes = _ZDICT) -> bytes:
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -_WBITS, _MEMLEVEL, zlib.Z_DEFAULT_STRATEGY, zdict)
     return deflate.compress(data) + deflate.flush()
 
 
-def _inflate(data: bytes) -> bytes:
-    inflate = zlib.decompressobj(-15, _ZDICT)
+def _inflate(data: bytes, zdict: bytes = _ZDICT) -> bytes:
+    inflate = zlib.decompressobj(-_WBITS, zdict)
     return inflate.decompress(data) + inflate.flush()
+
+
+@functools.lru_cache(maxsize=256)
+def _flow_zdict(flow: str, fingerprint: str) -> bytes:
+    """`_ZDICT` and the flow's name and fingerprint, which its every snapshot holds: made
+    again from those two whenever it is needed, so a cache of a few is enough."""
+    return _ZDICT + msgpack.packb([flow, fingerprint])
 
 
 def _pack(blob: bytes) -> bytes:
@@ -160,26 +175,34 @@ def _pack(blob: bytes) -> bytes:
     return _PLAIN + _deflate(blob)
 
 
-def _join(state: bytes, events: bytes) -> bytes:
-    """A state and the session's one blob of events packed together (they share names)."""
-    return _JOINED + len(state).to_bytes(4, "big") + _deflate(state + events)
+def _join(record: SessionRecord, events: bytes) -> bytes:
+    """The record's state and the session's one blob of events packed together (they share
+    names), against the dictionary of its flow (its name and fingerprint stay with the record
+    that holds the blob: a save that brings others brings a state of its own)."""
+    zdict = _flow_zdict(record.flow, record.fingerprint)
+    state = record.state
+    return _JOINED + len(state).to_bytes(4, "big") + _deflate(state + events, zdict)
 
 
-def _unpack(blob: bytes) -> bytes:
-    """The blob `_pack` was given, or the state `_join` was; a blob not packed as it is."""
+def _unpack(blob: bytes, record: SessionRecord | None = None) -> bytes:
+    """The blob `_pack` was given, or the state `_join` was (`record` the one holding it); a
+    blob not packed as it is."""
     if blob[:1] != _MARK:
         return blob
     head = blob[:2]
     if head == _PLAIN:
         return _inflate(blob[2:])
-    if head == _JOINED:
-        return _inflate(blob[6:])[: int.from_bytes(blob[2:6], "big")]
+    if head == _JOINED and record is not None:
+        zdict = _flow_zdict(record.flow, record.fingerprint)
+        return _inflate(blob[6:], zdict)[: int.from_bytes(blob[2:6], "big")]
     return blob  # none of ours
 
 
-def _joined_events(state: bytes) -> bytes:
-    """The blob of events `_join` packed with the state."""
-    return _inflate(state[6:])[int.from_bytes(state[2:6], "big") :]
+def _joined_events(record: SessionRecord) -> bytes:
+    """The blob of events `_join` packed with the record's state."""
+    state = record.state
+    zdict = _flow_zdict(record.flow, record.fingerprint)
+    return _inflate(state[6:], zdict)[int.from_bytes(state[2:6], "big") :]
 
 
 def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
@@ -322,7 +345,7 @@ def _compact(entry: _Entry) -> None:
     batches = entry.batches
     if record.state[:1] != _MARK:
         if type(batches) is bytes and batches[:1] != _MARK:
-            record.state = _join(record.state, batches)
+            record.state = _join(record, batches)
             entry.batches = IN_STATE
             return
         record.state = _pack(record.state)
@@ -340,7 +363,7 @@ def _split(entry: _Entry) -> None:
     """Before a write of events or of a new state: the entry's blob of events as one blob of
     its own again, if it is packed with the state."""
     if entry.batches is IN_STATE:
-        entry.batches = _joined_events(entry.record.state)
+        entry.batches = _joined_events(entry.record)
 
 
 def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtins.list[int]]:
@@ -350,7 +373,7 @@ def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtin
     if batches is None:
         return [], []
     if batches is IN_STATE:
-        return [_joined_events(entry.record.state)], [1]
+        return [_joined_events(entry.record)], [1]
     if type(batches) is not list:
         return [batches], [1]  # type: ignore[list-item]
     firsts = entry.firsts

@@ -23,6 +23,7 @@ from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
     _MARK,
+    IN_STATE,
     MERGE_BYTES,
     MERGE_FIRST,
     _compact,
@@ -87,8 +88,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
-        #: The records of the last IDLE_AFTER writes, oldest first (see `_wrote`).
-        self._recent: collections.deque[SessionRecord] = collections.deque()
+        #: The entries of the last IDLE_AFTER writes with the version each wrote, oldest
+        #: first (see `_wrote`). Not their records: a record held on would keep its state.
+        self._recent: collections.deque[tuple[_Entry, int]] = collections.deque()
 
     # -- sessions --------------------------------------------------------------------------
     def create(
@@ -120,7 +122,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry = self._sessions.get(session_id)
             if entry is None:
                 return None
-            state = _unpack(entry.record.state)
+            state = _unpack(entry.record.state, entry.record)
             self.bytes_read += len(state)
             return _copy(entry.record, state=state)
 
@@ -145,7 +147,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
             stop = kept_stop(entry.record.stop, record)
-            _split(entry)  # (its events are packed with the state it replaces)
+            if entry.batches is IN_STATE:  # its events are packed with the state it replaces
+                _split(entry)
             entry.record = _keep(record, expected_version + 1)
             entry.record.stop = stop
             self.bytes_written += len(record.state)
@@ -156,7 +159,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._save_waits(entry, record.status, waits, mail_done)
             if stop is not None and record.status == "paused":
                 entry.record.wake_at = due_now(entry.record.wake_at, record.updated_at)
-            if record.status == "paused" and entry.wakes:
+            extra = entry.extra  # (read in place: this is every pause's path)
+            if record.status == "paused" and extra is not None and extra.wakes:
                 earliest = self._earliest(entry)
                 wake = entry.record.wake_at
                 if earliest is not None and (wake is None or earliest < wake):
@@ -278,20 +282,20 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
 
     def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
         with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None or entry.values is None:
+            kept = _values_of(self._sessions.get(session_id))
+            if kept is None:
                 return None
-            blob = entry.values.get(key, {}).get(index)
+            blob = kept.get(key, {}).get(index)
             if blob is not None:
                 self.bytes_read += len(blob)
             return blob
 
     def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None or entry.values is None:
+            kept = _values_of(self._sessions.get(session_id))
+            if kept is None:
                 return []
-            column = entry.values.get(key, {})
+            column = kept.get(key, {})
             blobs = [column[i] for i in range(stop) if i in column]
             self.bytes_read += sum(map(len, blobs))
             return blobs
@@ -302,7 +306,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             for sid in session_ids:
                 entry = self._sessions.get(sid)
                 if entry is not None:
-                    state = _unpack(entry.record.state)
+                    state = _unpack(entry.record.state, entry.record)
                     self.bytes_read += len(state)
                     found[sid] = _copy(entry.record, state=state)
             return found
@@ -322,17 +326,21 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             tokens.append(token)
 
     def _wrote(self, entry: _Entry) -> None:
-        """After a write of `entry`: compact the session whose record was written IDLE_AFTER
-        writes ago if it was not saved since (its record is still that one), is still kept
-        and is not running (one that runs is written again soon). One compaction at most per
-        write, of what one write left raw: O(1) per write."""
+        """After a write of `entry`: compact the session written IDLE_AFTER writes ago if it
+        was not saved since (its version is the same), is still kept and is not running (one
+        that runs is written again soon). One compaction at most per write, of what one write
+        left raw: O(1) per write."""
         recent = self._recent
-        recent.append(entry.record)
+        recent.append((entry, entry.record.version))
         if len(recent) > IDLE_AFTER:
-            old = recent.popleft()
-            found = self._sessions.get(old.session_id)
-            if found is not None and found.record is old and old.status != "running":
-                _compact(found)
+            old, version = recent.popleft()
+            record = old.record
+            if (
+                record.version == version
+                and record.status != "running"
+                and self._sessions.get(record.session_id) is old
+            ):
+                _compact(old)
 
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
@@ -359,7 +367,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         if batch is not None:
             blob, counted = batch
             rows = rows_of(events)
-            _split(entry)
+            if entry.batches is IN_STATE:
+                _split(entry)
             last = entry.batches
             if last is None:
                 entry.batches = blob
@@ -383,9 +392,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
     def _put(self, entry: _Entry, values: Sequence[tuple[str, int, bytes]]) -> None:
         if not values:
             return
-        if entry.values is None:
-            entry.values = {}
-        kept = entry.values
+        kept = _values_of(entry)
+        if kept is None:
+            kept = entry.values = {}
         # Most values of one write share their key (a ForEach's items, its results): the
         # key's dict is looked up once per run of them, not once per value.
         last = slot = None
@@ -425,6 +434,13 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             batch = max(excess, self.max_sessions // 10)
             for rec in idle[:batch]:
                 self.delete(rec.session_id)
+
+
+def _values_of(entry: _Entry | None) -> dict[str, dict[int, bytes]] | None:
+    """The entry's out-of-line values, read in place (not by the property: a resume reads
+    them)."""
+    extra = None if entry is None else entry.extra
+    return None if extra is None else extra.values
 
 
 def _newest(record: SessionRecord) -> tuple[dt.datetime, str]:

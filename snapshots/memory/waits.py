@@ -34,8 +34,17 @@ SHARED_PATHS = 4096
 _GATE_PAYLOAD = dumps({"message": "", "assignee": None})
 
 
+_STR = frozenset((str,))
+
+
 def _names_only(path: tuple[Any, ...]) -> bool:
-    return all(type(part) is str for part in path)
+    return _STR.issuperset(map(type, path))
+
+
+def _no_waits(entry: _Entry) -> None:
+    entry.ordered = None
+    if entry.extra is not None:  # (not the property: this is every resume's path)
+        entry.extra.wakes = None
 
 
 class _Message:
@@ -390,11 +399,11 @@ class WaitsAndMail:
             return
         if isinstance(ordered, str):
             if ordered == token:
-                entry.ordered = entry.wakes = None  # (a wake left in the heap is a gone one)
+                _no_waits(entry)  # (a wake left in the heap is a gone one)
             return
         _remove(ordered, _by_path(wait))
         if not ordered:
-            entry.ordered = entry.wakes = None
+            _no_waits(entry)
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)

@@ -159,3 +159,14 @@ def test_a_joined_session_takes_events_and_a_token_use() -> None:
     assert store.load("s1").state == b"state"
     store.append_events("s1", [ev(3)])
     assert store.events("s1") == [ev(1), ev(2), ev(3)]
+
+
+def test_a_joined_session_saved_under_another_flow_version_keeps_its_log() -> None:
+    store = MemoryStore()
+    store.create(rec(status="paused", fingerprint="v1"), events=[ev(1)])
+    _idle(store)
+    assert store._sessions["s1"].batches is IN_STATE
+    store.save(rec(status="paused", fingerprint="v2", state=b"new"), 0, events=[ev(2)])
+    _idle(store, 1)
+    assert store.events("s1") == [ev(1), ev(2)]
+    assert store.load("s1").state == b"new" and store.load("s1").fingerprint == "v2"
