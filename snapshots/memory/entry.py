@@ -322,7 +322,7 @@ class _Entry:
         #: The tokens it was given: one as itself, more as a list (most sessions have one).
         self.tokens: str | list[str] | None = None
         #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
-        #: live wait's token is in the store's `_waits`, its only index by token). One wait
+        #: live wait's token is in the store's `_tokens`, its only index by token). One wait
         #: is kept as its token alone: one needs no order. None: no wait.
         self.ordered: str | list[tuple[bytes, str]] | None = None
         self.extra: _Extra | None = None  # made when one of the four below is first set

@@ -79,8 +79,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         #: parent -> the children created with it, oldest first.
         self._children: dict[str, builtins.list[str]] = {}
         self._sessions: dict[str, _Entry] = {}
-        # Tokens by session id; a consumed one is also in `_used` until its session is gone.
-        self._tokens: dict[str, str] = {}
+        # The session of each token: its id, or while the token has a live wait, that wait
+        # (one index by token for both). A consumed one is also in `_used` until its session
+        # is gone.
+        self._tokens: dict[str, str | WaitRecord] = {}
         self._used: set[str] = set()
         self._init_waits()
         self._init_batches()
