@@ -163,9 +163,18 @@ def _inflate(data: bytes, zdict: bytes = _ZDICT) -> bytes:
 
 @functools.lru_cache(maxsize=256)
 def _flow_zdict(flow: str, fingerprint: str) -> bytes:
-    """`_ZDICT` and the flow's name and fingerprint, which its every snapshot holds: made
-    again from those two whenever it is needed, so a cache of a few is enough."""
-    return _ZDICT + msgpack.packb([flow, fingerprint])
+    """`_ZDICT` and the flow's name and fingerprint where its every snapshot and log holds
+    them: made again from those two whenever needed, so a cache of a few is enough."""
+    flow_map = {"name": flow, "fingerprint": fingerprint, "version": None}
+    names = {"flow": flow_map, "state": {"session_id": "", "flow": flow}}
+    started = [[1, "run.started", 1 << 60, [], {"input": None, "flow": flow}]]
+    return _ZDICT + msgpack.packb(names) + msgpack.packb(started)
+
+
+def _record_zdict(record: SessionRecord) -> bytes:
+    """The dictionary of a record's joined blob: its flow's, and its session id (twice in
+    every snapshot, and as random as the blob gets)."""
+    return _flow_zdict(record.flow, record.fingerprint) + msgpack.packb(record.session_id)
 
 
 def _pack(blob: bytes) -> bytes:
@@ -179,7 +188,7 @@ def _join(record: SessionRecord, events: bytes) -> bytes:
     """The record's state and the session's one blob of events packed together (they share
     names), against the dictionary of its flow (its name and fingerprint stay with the record
     that holds the blob: a save that brings others brings a state of its own)."""
-    zdict = _flow_zdict(record.flow, record.fingerprint)
+    zdict = _record_zdict(record)
     state = record.state
     return _JOINED + len(state).to_bytes(4, "big") + _deflate(state + events, zdict)
 
@@ -193,7 +202,7 @@ def _unpack(blob: bytes, record: SessionRecord | None = None) -> bytes:
     if head == _PLAIN:
         return _inflate(blob[2:])
     if head == _JOINED and record is not None:
-        zdict = _flow_zdict(record.flow, record.fingerprint)
+        zdict = _record_zdict(record)
         return _inflate(blob[6:], zdict)[: int.from_bytes(blob[2:6], "big")]
     return blob  # none of ours
 
@@ -201,7 +210,7 @@ def _unpack(blob: bytes, record: SessionRecord | None = None) -> bytes:
 def _joined_events(record: SessionRecord) -> bytes:
     """The blob of events `_join` packed with the record's state."""
     state = record.state
-    zdict = _flow_zdict(record.flow, record.fingerprint)
+    zdict = _record_zdict(record)
     return _inflate(state[6:], zdict)[int.from_bytes(state[2:6], "big") :]
 
 
