@@ -284,9 +284,10 @@ def _decode_batch(
 class _Extra:
     """What few sessions have, kept apart from their entries (see `_Entry`)."""
 
-    __slots__ = ("values", "tally", "wakes", "logs")
+    __slots__ = ("firsts", "values", "tally", "wakes", "logs")
 
     def __init__(self) -> None:
+        self.firsts: list[int] | None = None
         self.values: dict[str, dict[int, bytes]] | None = None
         self.tally: Tally | None = None
         self.wakes: list[tuple[Any, str]] | None = None
@@ -316,7 +317,7 @@ class _Entry:
     """A session in a MemoryStore: what it costs in memory is what a paused session costs,
     so what most sessions do not use is made when first used, and out of the entry."""
 
-    __slots__ = ("record", "batches", "firsts", "last_seq", "tokens", "ordered", "extra")
+    __slots__ = ("record", "batches", "last_seq", "tokens", "ordered", "extra")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
@@ -324,9 +325,6 @@ class _Entry:
         #: while it is the only one (most sessions that wait wrote once), then a list.
         #: IN_STATE: that one blob is packed with the state (see `_compact`).
         self.batches: bytes | list[bytes] | _InState | None = None
-        #: With a list of batches: the seq of each one's first event (to find a page). A
-        #: session's first event is seq 1, so one blob needs none.
-        self.firsts: list[int] | None = None
         self.last_seq = 0
         #: The tokens it was given: one as itself, more as a list (most sessions have one).
         self.tokens: str | list[str] | None = None
@@ -334,8 +332,11 @@ class _Entry:
         #: live wait's token is in the store's `_tokens`, its only index by token). One wait
         #: is kept as its token alone: one needs no order. None: no wait.
         self.ordered: str | list[tuple[bytes, str]] | None = None
-        self.extra: _Extra | None = None  # made when one of the four below is first set
+        self.extra: _Extra | None = None  # made when one of the five below is first set
 
+    #: With a list of batches: the seq of each one's first event (to find a page). A
+    #: session's first event is seq 1, so one blob needs none.
+    firsts = _extra("firsts")
     #: Its node tallies, brought up to date by `stats()`.
     tally = _extra("tally")
     #: Its out-of-line values by key and index, made when the first is put.

@@ -384,7 +384,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 entry.batches = _merged(last, entry.last_seq, blob, len(rows))
             elif type(last) is list:
                 last.append(blob)
-                entry.firsts.append(rows[0][0])  # type: ignore[union-attr]
+                entry.extra.firsts.append(rows[0][0])  # type: ignore[union-attr]
             else:
                 entry.batches = [last, blob]
                 entry.firsts = [1, rows[0][0]]
