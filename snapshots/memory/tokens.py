@@ -65,7 +65,7 @@ class TokensAndLeases:
             known = self._tokens.get(token)
             if known is None or token in self._used:
                 return False
-            sid = _sid(known)
+            sid = known if type(known) is str else known.session_id
             entry = self._sessions.get(sid)
             if version is not None:
                 found = (entry.record.version, entry.record.status) if entry else None

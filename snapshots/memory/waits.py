@@ -37,10 +37,6 @@ _GATE_PAYLOAD = dumps({"message": "", "assignee": None})
 _STR = frozenset((str,))
 
 
-def _names_only(path: tuple[Any, ...]) -> bool:
-    return _STR.issuperset(map(type, path))
-
-
 def _sid(known: str | WaitRecord) -> str:
     """The session of a token, from what `_tokens` holds for it."""
     return known if type(known) is str else known.session_id  # type: ignore[union-attr]
@@ -287,12 +283,19 @@ class WaitsAndMail:
         mail_done: Sequence[int] | None,
     ) -> None:
         """What a save does to the session's waits and claimed mail."""
+        tokens = self._tokens
         for wait in waits:
-            if wait.token not in self._tokens:
-                self._add_token(entry, wait.token)
+            token = wait.token
+            known = tokens.get(token)
+            if known is None:
+                self._add_token(entry, token)
+                known = tokens[token]
             if (
-                wait.token not in self._used
-                and _sid(self._tokens[wait.token]) == entry.record.session_id
+                token not in self._used
+                and (
+                    known if type(known) is str else known.session_id  # type: ignore[union-attr]
+                )
+                == entry.record.session_id
             ):
                 self._add_wait(entry, wait)
         ended = status != "paused" and status != "running"
@@ -382,7 +385,7 @@ class WaitsAndMail:
         kept once per process. Values of a session are never kept beyond it."""
         path, payload = wait.path, wait.payload
         shared = self._paths.get(path)
-        if shared is None and len(self._paths) < SHARED_PATHS and _names_only(path):
+        if shared is None and len(self._paths) < SHARED_PATHS and _STR.issuperset(map(type, path)):
             shared = self._paths[path] = path
         if payload == _GATE_PAYLOAD:
             payload = _GATE_PAYLOAD
@@ -411,8 +414,10 @@ class WaitsAndMail:
         if not ordered:
             return
         if isinstance(ordered, str):
-            if ordered == token:
-                _no_waits(entry)  # (a wake left in the heap is a gone one)
+            if ordered == token:  # (a wake left in the heap is a gone one)
+                entry.ordered = None
+                if entry.extra is not None:  # in place, not by the property: every resume
+                    entry.extra.wakes = None
             return
         _remove(ordered, _by_path(wait))
         if not ordered:
