@@ -4,6 +4,11 @@ durable store would (so a flow that works in memory also works durably).
 The class holds the sessions, events and values; tokens, timers and leases come from
 memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it keeps per
 session from memory_entry.py.
+
+What a paused session costs in memory is what this process can hold, so an entry keeps little
+besides its bytes, and a session left idle (IDLE_AFTER writes of the store since its own) has
+its state and events deflated (`entry._compact`): what is handed out is always the bytes that
+were written.
 """
 
 from __future__ import annotations
