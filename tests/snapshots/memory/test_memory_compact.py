@@ -170,3 +170,12 @@ def test_a_joined_session_saved_under_another_flow_version_keeps_its_log() -> No
     _idle(store, 1)
     assert store.events("s1") == [ev(1), ev(2)]
     assert store.load("s1").state == b"new" and store.load("s1").fingerprint == "v2"
+
+
+def test_a_running_session_is_not_packed() -> None:
+    store = MemoryStore()
+    store.create(rec(status="running"), events=[ev(1)])
+    _idle(store)
+    assert store._sessions["s1"].batches is not IN_STATE
+    assert not _packed(store._sessions["s1"])
+    assert store.events("s1") == [ev(1)]
