@@ -384,9 +384,17 @@ class WaitsAndMail:
         SHARED_PATHS of them); a payload that holds no value (a Gate's without a message) is
         kept once per process. Values of a session are never kept beyond it."""
         path, payload = wait.path, wait.payload
-        shared = self._paths.get(path)
-        if shared is None and len(self._paths) < SHARED_PATHS and _STR.issuperset(map(type, path)):
-            shared = self._paths[path] = path
+        try:
+            shared = self._paths.get(path)
+        except TypeError:  # a part that cannot be hashed: kept as it is
+            shared = None
+        else:
+            if (
+                shared is None
+                and len(self._paths) < SHARED_PATHS
+                and _STR.issuperset(map(type, path))
+            ):
+                shared = self._paths[path] = path
         if payload == _GATE_PAYLOAD:
             payload = _GATE_PAYLOAD
         if (shared is None or shared is path) and payload is wait.payload:

@@ -179,3 +179,13 @@ def test_a_running_session_is_not_packed() -> None:
     assert store._sessions["s1"].batches is not IN_STATE
     assert not _packed(store._sessions["s1"])
     assert store.events("s1") == [ev(1)]
+
+
+def test_a_wait_whose_path_cannot_be_hashed_is_kept_as_given() -> None:
+    from tarry.snapshots.records import WaitRecord
+
+    store = MemoryStore()
+    store.create(rec(token="tk_1"))
+    odd = WaitRecord("tk_w", "s1", ("items", ["a"], "w"), "external")
+    store.save(rec(status="paused", token="tk_1"), 0, waits=[odd])
+    assert store.wait("tk_w") == odd
