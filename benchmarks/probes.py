@@ -136,9 +136,16 @@ def tarry_rss(units: int, reps: int) -> dict[str, Any]:
     rt = Runtime()
     n = units * reps
     before = rss_kb()
-    outs = [rt.run(flow) for _ in range(n)]
-    assert all(o.paused for o in outs)
+    # What a caller keeps to resume each session is its token (as LangGraph's caller keeps a
+    # thread id): the Outcome, the pause's payload and partial outputs, is read and dropped.
+    tokens = [_paused_token(rt.run(flow)) for _ in range(n)]
+    assert len(tokens) == n
     return {"rss_bytes_per_session": (rss_kb() - before) * 1024 / n, "sessions": n}
+
+
+def _paused_token(out: Any) -> str:
+    assert out.paused
+    return out.token
 
 
 # -- PocketFlow (no persistence) ---------------------------------------------------------------

@@ -17,6 +17,8 @@ from bench_support import Sizes, label
 from counts import COUNTS, Count, measure, python, smoke
 
 TWICE = {"turns_chain", "turns_foreach"}
+#: Issue 28's target for tarry's RSS per paused session (bytes).
+RSS_PER_SESSION = 1024
 
 
 def _id(count: Count) -> str:
@@ -46,6 +48,9 @@ def test_count(benchmark: Any, sizes: Sizes, count: Count) -> None:
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     assert "not_installed" not in figures, figures
+    if (count.workload, count.system) == ("rss_per_session", "tarry"):
+        # Issue 28: a paused session held in memory costs at most 1 KB.
+        assert figures["rss_bytes_per_session"] <= RSS_PER_SESSION, figures
     label(
         benchmark,
         count.workload,

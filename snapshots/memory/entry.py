@@ -3,8 +3,11 @@ batch per write."""
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import collections
+import functools
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +27,11 @@ _NO_META: dict[str, Any] = {}
 
 def _keep(record: SessionRecord, version: int) -> SessionRecord:
     """The store's own copy of a record it is given, at `version`."""
-    return _copy(record, version, dict(record.meta) if record.meta else _NO_META)
+    meta = dict(record.meta) if record.meta else _NO_META
+    state = record.state
+    if state[:1] == _MARK:  # no snapshot starts so, but the store keeps what it is given
+        state = _pack(state)
+    return _copy(record, version, meta, state)
 
 
 def _copy(
@@ -43,7 +50,7 @@ def _copy(
         record.session_id,
         record.flow,
         record.status,
-        record.state if state is None else state,
+        _unpack(record.state, record) if state is None else state,
         record.version if version is None else version,
         record.fingerprint,
         record.flow_version,
@@ -57,6 +64,154 @@ def _copy(
         record.durability,
         record.stop,
     )
+
+
+#: The first byte of a packed blob: 0xC1, a byte msgpack never uses, so that no blob the codec
+#: wrote starts with it (a state that starts with it anyway is packed as it is kept: `_keep`).
+_MARK = b"\xc1"
+#: A packed blob: _PLAIN and the deflated blob; or _JOINED, the length of the state (4 bytes),
+#: and the state and the session's one blob of events deflated together (`_join`).
+_PLAIN = b"\xc1\x00"
+_JOINED = b"\xc1\x01"
+
+
+class _InState:
+    """The type of IN_STATE."""
+
+    __slots__ = ()
+
+
+#: The `batches` of an entry whose one blob of events is packed with its state (`_join`).
+IN_STATE = _InState()
+
+
+def _zdict() -> bytes:
+    """The preset dictionary of `_pack`: the keys and names every snapshot and event log
+    holds, in the order the codec writes them, and no value of any session (a deflated blob
+    of a small session is mostly its ids, times and values)."""
+    sid = "0" * 32
+    pause = {
+        "kind": "human",
+        "reason": "",
+        "path": [],
+        "payload": {"message": "", "assignee": None},
+        "wake_at": None,
+        "expires_at": None,
+        "awaits_value": True,
+        "key": None,
+        "on_timeout": None,
+    }
+    state = {
+        "session_id": sid,
+        "flow": "",
+        "status": "paused",
+        "input": None,
+        "shared": {},
+        "outputs": {},
+        "container_stack": [],
+        "pause": pause,
+        "error": None,
+        "output": None,
+        "last_seq": 0,
+        "metrics": {},
+        "resume_values": [],
+        "retries": 0,
+    }
+    envelope = {
+        "format": "tarry.snapshot",
+        "v": 1,
+        "session": sid,
+        "flow": {"name": "", "fingerprint": sid, "version": None},
+        "state": state,
+    }
+    t = 1 << 60
+    events = [
+        [1, "node.failed", t, [], {"error": None}],
+        [1, "node.retrying", t, [], {}],
+        [1, "container.iteration_started", t, [], {}],
+        [1, "container.iteration_completed", t, [], {}],
+        [1, "run.resumed", t, [], {"value": None}],
+        [1, "run.completed", t, [], {"output": None}],
+        [1, "run.started", t, [], {"input": None, "flow": ""}],
+        [2, "node.started", t, [""], {"kind": "step"}],
+        [3, "node.completed", t, [""], {"output": None}],
+        [8, "node.started", t, [""], {"kind": "gate"}],
+        [9, "run.paused", t, [""], {"kind": "human", "reason": "", "payload": pause["payload"]}],
+    ]
+    return msgpack.packb(events) + msgpack.packb(envelope)
+
+
+_ZDICT = _zdict()
+
+
+#: deflate's window (2 ** _WBITS bytes, a raw stream) and hash memory level: small, so that its
+#: working memory (some 32 KB here, 256 KB by default) is a block malloc hands back and reuses,
+#: not one that scatters the heap. A session left idle is mostly small: little is lost.
+_WBITS = 12
+_MEMLEVEL = 5
+
+
+def _deflate(data: bytes, zdict: bytes = _ZDICT) -> bytes:
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -_WBITS, _MEMLEVEL, zlib.Z_DEFAULT_STRATEGY, zdict)
+    return deflate.compress(data) + deflate.flush()
+
+
+def _inflate(data: bytes, zdict: bytes = _ZDICT) -> bytes:
+    inflate = zlib.decompressobj(-_WBITS, zdict)
+    return inflate.decompress(data) + inflate.flush()
+
+
+@functools.lru_cache(maxsize=256)
+def _flow_zdict(flow: str, fingerprint: str) -> bytes:
+    """`_ZDICT` and the flow's name and fingerprint where its every snapshot and log holds
+    them: made again from those two whenever needed, so a cache of a few is enough."""
+    flow_map = {"name": flow, "fingerprint": fingerprint, "version": None}
+    names = {"flow": flow_map, "state": {"session_id": "", "flow": flow}}
+    started = [[1, "run.started", 1 << 60, [], {"input": None, "flow": flow}]]
+    return _ZDICT + msgpack.packb(names) + msgpack.packb(started)
+
+
+def _record_zdict(record: SessionRecord) -> bytes:
+    """The dictionary of a record's joined blob: its flow's, and its session id (twice in
+    every snapshot, and as random as the blob gets)."""
+    return _flow_zdict(record.flow, record.fingerprint) + msgpack.packb(record.session_id)
+
+
+def _pack(blob: bytes) -> bytes:
+    """A state or events blob deflated against `_ZDICT`, for a session left idle (always
+    packed, so that a blob that does not shrink is not packed again at the next compaction:
+    deflate adds a few bytes at most)."""
+    return _PLAIN + _deflate(blob)
+
+
+def _join(record: SessionRecord, events: bytes) -> bytes:
+    """The record's state and the session's one blob of events packed together (they share
+    names), against the dictionary of its flow (its name and fingerprint stay with the record
+    that holds the blob: a save that brings others brings a state of its own)."""
+    zdict = _record_zdict(record)
+    state = record.state
+    return _JOINED + len(state).to_bytes(4, "big") + _deflate(state + events, zdict)
+
+
+def _unpack(blob: bytes, record: SessionRecord | None = None) -> bytes:
+    """The blob `_pack` was given, or the state `_join` was (`record` the one holding it); a
+    blob not packed as it is."""
+    if blob[:1] != _MARK:
+        return blob
+    head = blob[:2]
+    if head == _PLAIN:
+        return _inflate(blob[2:])
+    if head == _JOINED and record is not None:
+        zdict = _record_zdict(record)
+        return _inflate(blob[6:], zdict)[: int.from_bytes(blob[2:6], "big")]
+    return blob  # none of ours
+
+
+def _joined_events(record: SessionRecord) -> bytes:
+    """The blob of events `_join` packed with the record's state."""
+    state = record.state
+    zdict = _record_zdict(record)
+    return _inflate(state[6:], zdict)[int.from_bytes(state[2:6], "big") :]
 
 
 def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
@@ -126,38 +281,115 @@ def _decode_batch(
     return events
 
 
+class _Extra:
+    """What few sessions have, kept apart from their entries (see `_Entry`)."""
+
+    __slots__ = ("firsts", "values", "tally", "wakes", "logs")
+
+    def __init__(self) -> None:
+        self.firsts: list[int] | None = None
+        self.values: dict[str, dict[int, bytes]] | None = None
+        self.tally: Tally | None = None
+        self.wakes: list[tuple[Any, str]] | None = None
+        self.logs: collections.deque[LogRecord] | None = None
+
+
+def _extra(name: str) -> Any:
+    """A property of `_Entry` kept on its `_Extra`: None while it has none, which a None set
+    does not make."""
+
+    def get(entry: _Entry) -> Any:
+        extra = entry.extra
+        return None if extra is None else getattr(extra, name)
+
+    def put(entry: _Entry, value: Any) -> None:
+        extra = entry.extra
+        if extra is None:
+            if value is None:
+                return
+            extra = entry.extra = _Extra()
+        setattr(extra, name, value)
+
+    return property(get, put)
+
+
 class _Entry:
-    __slots__ = (
-        "record",
-        "batches",
-        "firsts",
-        "last_seq",
-        "values",
-        "tokens",
-        "tally",
-        "ordered",
-        "wakes",
-        "logs",
-    )
+    """A session in a MemoryStore: what it costs in memory is what a paused session costs,
+    so what most sessions do not use is made when first used, and out of the entry."""
+
+    __slots__ = ("record", "batches", "last_seq", "tokens", "ordered", "extra")
 
     def __init__(self, record: SessionRecord) -> None:
         self.record = record
-        self.batches: list[bytes] = []  # one _encode_batch blob per write, in order
-        self.firsts: list[int] = []  # the seq of each batch's first event (to find a page)
+        #: One _encode_batch blob per write, in order: None before the first, the blob itself
+        #: while it is the only one (most sessions that wait wrote once), then a list.
+        #: IN_STATE: that one blob is packed with the state (see `_compact`).
+        self.batches: bytes | list[bytes] | _InState | None = None
         self.last_seq = 0
-        self.tally: Tally | None = None  # brought up to date by `stats()`
-        self.values: dict[str, dict[int, bytes]] | None = None  # made when the first is put
         #: The tokens it was given: one as itself, more as a list (most sessions have one).
         self.tokens: str | list[str] | None = None
-        # Made when first used (most sessions have one wait or none, and no wake time): a
-        # paused session's entry is a good part of what it costs in memory.
         #: (encoded path, token) of each live wait, sorted: `waits` in the stores' order (a
-        #: live wait's token is in the store's `_waits`, its only index by token). One wait
+        #: live wait's token is in the store's `_tokens`, its only index by token). One wait
         #: is kept as its token alone: one needs no order. None: no wait.
         self.ordered: str | list[tuple[bytes, str]] | None = None
-        #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
-        self.wakes: list[tuple[Any, str]] | None = None
-        self.logs: collections.deque[LogRecord] | None = None  # its last log records, if any
+        self.extra: _Extra | None = None  # made when one of the five below is first set
+
+    #: With a list of batches: the seq of each one's first event (to find a page). A
+    #: session's first event is seq 1, so one blob needs none.
+    firsts = _extra("firsts")
+    #: Its node tallies, brought up to date by `stats()`.
+    tally = _extra("tally")
+    #: Its out-of-line values by key and index, made when the first is put.
+    values = _extra("values")
+    #: A heap of (wake_at, token) of its waits with a time (gone ones popped lazily).
+    wakes = _extra("wakes")
+    #: Its last log records, if any.
+    logs = _extra("logs")
+
+
+def _compact(entry: _Entry) -> None:
+    """Deflate what the entry holds raw: its state, and the event blobs written since it was
+    last compacted (the raw ones at the end: each blob is packed once, however long the log).
+    A state and a session's only blob of events are packed together."""
+    record = entry.record
+    batches = entry.batches
+    if record.state[:1] != _MARK:
+        if type(batches) is bytes and batches[:1] != _MARK:
+            record.state = _join(record, batches)
+            entry.batches = IN_STATE
+            return
+        record.state = _pack(record.state)
+    if type(batches) is bytes:
+        if batches[:1] != _MARK:
+            entry.batches = _pack(batches)
+    elif type(batches) is list:
+        i = len(batches) - 1
+        while i >= 0 and batches[i][:1] != _MARK:
+            batches[i] = _pack(batches[i])
+            i -= 1
+
+
+def _split(entry: _Entry) -> None:
+    """Before a write of events or of a new state: the entry's blob of events as one blob of
+    its own again, if it is packed with the state."""
+    if entry.batches is IN_STATE:
+        entry.batches = _joined_events(entry.record)
+
+
+def _pages(entry: _Entry, after_seq: int) -> tuple[builtins.list[bytes], builtins.list[int]]:
+    """The entry's batches from the one holding seq after_seq + 1 on, and their first seqs:
+    found by bisection, so a page decodes only the writes it spans, wherever it is in the log."""
+    batches = entry.batches
+    if batches is None:
+        return [], []
+    if batches is IN_STATE:
+        return [_joined_events(entry.record)], [1]
+    if type(batches) is not list:
+        return [batches], [1]  # type: ignore[list-item]
+    firsts = entry.firsts
+    assert firsts is not None
+    first = max(bisect.bisect_right(firsts, after_seq + 1) - 1, 0)
+    return batches[first:], firsts[first:]
 
 
 def _keep_logs(entry: _Entry, batch: LogBatch) -> None:

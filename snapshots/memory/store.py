@@ -4,12 +4,17 @@ durable store would (so a flow that works in memory also works durably).
 The class holds the sessions, events and values; tokens, timers and leases come from
 memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it keeps per
 session from memory_entry.py.
+
+What a paused session costs in memory is what this process can hold, so an entry keeps little
+besides its bytes, and a session left idle (IDLE_AFTER writes of the store since its own) has
+its state and events deflated (`entry._compact`): what is handed out is always the bytes that
+were written.
 """
 
 from __future__ import annotations
 
-import bisect
 import builtins
+import collections
 import datetime as dt
 import heapq
 import threading
@@ -22,8 +27,11 @@ from tarry.snapshots.memory import upkeep as upkeep
 from tarry.snapshots.memory.batches import Batches
 from tarry.snapshots.memory.entry import (
     _ENDED,
+    _MARK,
+    IN_STATE,
     MERGE_BYTES,
     MERGE_FIRST,
+    _compact,
     _copy,
     _decode_batch,
     _dropped_logs,
@@ -32,8 +40,11 @@ from tarry.snapshots.memory.entry import (
     _keep,
     _keep_logs,
     _merged,
+    _pages,
     _read_logs,
+    _split,
     _tokens_of,
+    _unpack,
 )
 from tarry.snapshots.memory.tokens import TokensAndLeases
 from tarry.snapshots.memory.waits import WaitsAndMail
@@ -42,6 +53,11 @@ from tarry.snapshots.store import ENDED, due_now, kept_stop
 from tarry.snapshots.tally import Totals
 
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
+
+#: A session's state and event blobs are deflated once IDLE_AFTER writes of the store (to any
+#: session) have passed since its own last write: a session resumed soon after its pause
+#: never pays for it, a session left waiting holds a fraction of the bytes.
+IDLE_AFTER = 32
 
 
 class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
@@ -68,8 +84,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         #: parent -> the children created with it, oldest first.
         self._children: dict[str, builtins.list[str]] = {}
         self._sessions: dict[str, _Entry] = {}
-        # Tokens by session id; a consumed one is also in `_used` until its session is gone.
-        self._tokens: dict[str, str] = {}
+        # The session of each token: its id, or while the token has a live wait, that wait
+        # (one index by token for both). A consumed one is also in `_used` until its session
+        # is gone.
+        self._tokens: dict[str, str | WaitRecord] = {}
         self._used: set[str] = set()
         self._init_waits()
         self._init_batches()
@@ -77,6 +95,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         self.bytes_written = 0
         self.bytes_read = 0
         self._swept: dt.datetime | None = None
+        #: The entries of the last IDLE_AFTER writes with the version each wrote, oldest
+        #: first (see `_wrote`). Not their records: a record held on would keep its state.
+        self._recent: collections.deque[tuple[_Entry, int]] = collections.deque()
 
     # -- sessions --------------------------------------------------------------------------
     def create(
@@ -95,6 +116,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._append(entry, events, batch)
             if record.token and record.token not in self._tokens:
                 self._add_token(entry, record.token)
+            self._wrote(entry)
             if parent is not None:
                 self._children.setdefault(parent, []).append(record.session_id)
 
@@ -107,8 +129,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry = self._sessions.get(session_id)
             if entry is None:
                 return None
-            self.bytes_read += len(entry.record.state)
-            return _copy(entry.record)
+            state = _unpack(entry.record.state, entry.record)
+            self.bytes_read += len(state)
+            return _copy(entry.record, state=state)
 
     def save(
         self,
@@ -131,6 +154,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
             stop = kept_stop(entry.record.stop, record)
+            if entry.batches is IN_STATE:  # its events are packed with the state it replaces
+                _split(entry)
             entry.record = _keep(record, expected_version + 1)
             entry.record.stop = stop
             self.bytes_written += len(record.state)
@@ -141,7 +166,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             self._save_waits(entry, record.status, waits, mail_done)
             if stop is not None and record.status == "paused":
                 entry.record.wake_at = due_now(entry.record.wake_at, record.updated_at)
-            if record.status == "paused" and entry.wakes:
+            extra = entry.extra  # (read in place: this is every pause's path)
+            if record.status == "paused" and extra is not None and extra.wakes:
                 earliest = self._earliest(entry)
                 wake = entry.record.wake_at
                 if earliest is not None and (wake is None or earliest < wake):
@@ -150,6 +176,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 _keep_logs(entry, logs)
             if post is not None:
                 self.post(post[0], post[1], record.updated_at)  # under the same lock
+            self._wrote(entry)
             return expected_version + 1
 
     def delete(self, session_id: str) -> None:
@@ -210,6 +237,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 raise ConcurrentUpdate(msg)
             self._check_seq(entry, events)
             self._append(entry, events, batch)
+            self._wrote(entry)
 
     def events(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
@@ -220,15 +248,11 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry = self._sessions.get(session_id)
             if entry is None:
                 return []
-            # The write holding after_seq + 1, found by its first seq, and those after it:
-            # a page decodes only the writes it spans, wherever it is in the log.
-            first = max(bisect.bisect_right(entry.firsts, after_seq + 1) - 1, 0)
-            batches = entry.batches[first:]
-            firsts = entry.firsts[first:]
+            batches, firsts = _pages(entry, after_seq)
         found: builtins.list[Event] = []
         for blob, start in zip(batches, firsts, strict=True):
             left = None if limit is None else limit - len(found)
-            found += _decode_batch(blob, session_id, max(after_seq + 1 - start, 0), left)
+            found += _decode_batch(_unpack(blob), session_id, max(after_seq + 1 - start, 0), left)
             if limit is not None and len(found) >= limit:
                 break
         return found
@@ -265,20 +289,20 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
 
     def get_value(self, session_id: str, key: str, index: int) -> bytes | None:
         with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None or entry.values is None:
+            kept = _values_of(self._sessions.get(session_id))
+            if kept is None:
                 return None
-            blob = entry.values.get(key, {}).get(index)
+            blob = kept.get(key, {}).get(index)
             if blob is not None:
                 self.bytes_read += len(blob)
             return blob
 
     def get_values(self, session_id: str, key: str, stop: int) -> builtins.list[bytes]:
         with self._lock:
-            entry = self._sessions.get(session_id)
-            if entry is None or entry.values is None:
+            kept = _values_of(self._sessions.get(session_id))
+            if kept is None:
                 return []
-            column = entry.values.get(key, {})
+            column = kept.get(key, {})
             blobs = [column[i] for i in range(stop) if i in column]
             self.bytes_read += sum(map(len, blobs))
             return blobs
@@ -289,8 +313,9 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             for sid in session_ids:
                 entry = self._sessions.get(sid)
                 if entry is not None:
-                    self.bytes_read += len(entry.record.state)
-                    found[sid] = _copy(entry.record)
+                    state = _unpack(entry.record.state, entry.record)
+                    self.bytes_read += len(state)
+                    found[sid] = _copy(entry.record, state=state)
             return found
 
     # -- internals ---------------------------------------------------------------------------
@@ -306,6 +331,23 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             entry.tokens = [tokens, token]
         else:
             tokens.append(token)
+
+    def _wrote(self, entry: _Entry) -> None:
+        """After a write of `entry`: compact the session written IDLE_AFTER writes ago if it
+        was not saved since (its version is the same), is still kept and is not running (one
+        that runs is written again soon). One compaction at most per write, of what one write
+        left raw: O(1) per write."""
+        recent = self._recent
+        recent.append((entry, entry.record.version))
+        if len(recent) > IDLE_AFTER:
+            old, version = recent.popleft()
+            record = old.record
+            if (
+                record.version == version
+                and record.status != "running"
+                and self._sessions.get(record.session_id) is old
+            ):
+                _compact(old)
 
     @staticmethod
     def _check_seq(entry: _Entry, events: Sequence[Event]) -> None:
@@ -332,26 +374,34 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
         if batch is not None:
             blob, counted = batch
             rows = rows_of(events)
-            batches = entry.batches
-            if (
-                len(batches) == 1
-                and len(batches[0]) < MERGE_FIRST
-                and len(batches[0]) + len(blob) <= MERGE_BYTES
+            if entry.batches is IN_STATE:
+                _split(entry)
+            last = entry.batches
+            if last is None:
+                entry.batches = blob
+            elif (
+                type(last) is bytes
+                and last[:1] != _MARK  # one blob, not packed
+                and len(last) < MERGE_FIRST
+                and len(last) + len(blob) <= MERGE_BYTES
             ):
-                n_last = entry.last_seq - entry.firsts[-1] + 1  # seqs are gap-free
-                batches[-1] = _merged(batches[-1], n_last, blob, len(rows))
+                # its events are seqs 1 to last_seq (seqs are gap-free)
+                entry.batches = _merged(last, entry.last_seq, blob, len(rows))
+            elif type(last) is list:
+                last.append(blob)
+                entry.extra.firsts.append(rows[0][0])  # type: ignore[union-attr]
             else:
-                batches.append(blob)
-                entry.firsts.append(rows[0][0])
+                entry.batches = [last, blob]
+                entry.firsts = [1, rows[0][0]]
             entry.last_seq = rows[-1][0]
             self.bytes_written += counted
 
     def _put(self, entry: _Entry, values: Sequence[tuple[str, int, bytes]]) -> None:
         if not values:
             return
-        if entry.values is None:
-            entry.values = {}
-        kept = entry.values
+        kept = _values_of(entry)
+        if kept is None:
+            kept = entry.values = {}
         # Most values of one write share their key (a ForEach's items, its results): the
         # key's dict is looked up once per run of them, not once per value.
         last = slot = None
@@ -391,6 +441,13 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             batch = max(excess, self.max_sessions // 10)
             for rec in idle[:batch]:
                 self.delete(rec.session_id)
+
+
+def _values_of(entry: _Entry | None) -> dict[str, dict[int, bytes]] | None:
+    """The entry's out-of-line values, read in place (not by the property: a resume reads
+    them)."""
+    extra = None if entry is None else entry.extra
+    return None if extra is None else extra.values
 
 
 def _newest(record: SessionRecord) -> tuple[dt.datetime, str]:

@@ -14,14 +14,20 @@ from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 from tarry.snapshots.store import stale
 
 
+def _sid(known: Any) -> str:
+    """The session of a token, from what the store's `_tokens` holds for it (its id, or
+    while the token has a live wait, that wait)."""
+    return known if type(known) is str else known.session_id
+
+
 class TokensAndLeases:
     """The token, control, timer, lease and mark methods of MemoryStore."""
 
     _lock: threading.RLock
     _sessions: dict[str, _Entry]
-    _tokens: dict[str, str]
+    _tokens: dict[str, str | WaitRecord]
     _used: set[str]
-    _waits: dict[str, WaitRecord]
+    _wait: Any
     _marks: set[str]
     _check_seq: Any
     _append: Any
@@ -32,14 +38,14 @@ class TokensAndLeases:
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None:
         with self._lock:
-            sid = self._tokens.get(token)
-            return None if sid is None else TokenInfo(sid, token in self._used)
+            known = self._tokens.get(token)
+            return None if known is None else TokenInfo(_sid(known), token in self._used)
 
     def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
         with self._lock:
             known = self._tokens
             return {
-                token: TokenInfo(known[token], token in self._used)
+                token: TokenInfo(_sid(known[token]), token in self._used)
                 for token in tokens
                 if token in known
             }
@@ -56,9 +62,10 @@ class TokensAndLeases:
     ) -> bool:
         batch = _encode_batch(events) if events else None
         with self._lock:
-            sid = self._tokens.get(token)
-            if sid is None or token in self._used:
+            known = self._tokens.get(token)
+            if known is None or token in self._used:
                 return False
+            sid = known if type(known) is str else known.session_id
             entry = self._sessions.get(sid)
             if version is not None:
                 found = (entry.record.version, entry.record.status) if entry else None
@@ -162,7 +169,7 @@ class TokensAndLeases:
             claimed: dict[str, SessionRecord] = {}
             held: dict[str, SessionRecord | None] = {}  # by session: its copy, or None
             for token in tokens:
-                wait = self._waits.get(token)
+                wait = self._wait(token)
                 if wait is None:
                     continue  # unknown or used
                 sid = wait.session_id

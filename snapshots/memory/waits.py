@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tarry.engine.state.events import Event
+from tarry.snapshots.codec.pack import dumps
 from tarry.snapshots.mail import MailInfo, MailRecord
 from tarry.snapshots.memory.entry import _encode_batch, _Entry
 from tarry.snapshots.records import WaitRecord, encode_path
@@ -25,6 +26,26 @@ from tarry.snapshots.store import MailGone, refusals
 
 #: The claimant of a message that no session claimed yet.
 UNCLAIMED = ""
+
+#: How many paths of waits a store keeps to share (see `_shared_parts`): a flow has a few.
+SHARED_PATHS = 4096
+
+#: The payload of a Gate without a message or an assignee, as `wait_record` encodes it.
+_GATE_PAYLOAD = dumps({"message": "", "assignee": None})
+
+
+_STR = frozenset((str,))
+
+
+def _sid(known: str | WaitRecord) -> str:
+    """The session of a token, from what `_tokens` holds for it."""
+    return known if type(known) is str else known.session_id  # type: ignore[union-attr]
+
+
+def _no_waits(entry: _Entry) -> None:
+    entry.ordered = None
+    if entry.extra is not None:  # (not the property: this is every resume's path)
+        entry.extra.wakes = None
 
 
 class _Message:
@@ -49,14 +70,13 @@ class WaitsAndMail:
 
     _lock: threading.RLock
     _sessions: dict[str, _Entry]
-    _tokens: dict[str, str]
+    _tokens: dict[str, str | WaitRecord]
     _used: set[str]
     _check_seq: Any
     _append: Any
     _add_token: Any
 
     def _init_waits(self) -> None:
-        self._waits: dict[str, WaitRecord] = {}
         self._all_waits: list[str] = []  # every live wait's token, sorted
         self._by_kind: dict[str, list[str]] = {}  # sorted tokens per kind
         self._by_key: dict[str, list[str]] = {}  # sorted tokens per key
@@ -67,6 +87,7 @@ class WaitsAndMail:
         self._claims: dict[str, set[int]] = {}  # the ids each session claimed
         self._targeted: dict[str, list[int]] = {}  # ids posted for a busy session
         self._next_mail = 1
+        self._paths: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _shared_parts
 
     # -- tokens ----------------------------------------------------------------------------
     def consume_tokens(
@@ -86,7 +107,7 @@ class WaitsAndMail:
             for token in tokens:
                 if token in mail:
                     self._check_unclaimed(mail[token])
-            touched = list(dict.fromkeys(self._tokens[t] for t in tokens))
+            touched = list(dict.fromkeys(_sid(self._tokens[t]) for t in tokens))
             entries = [(sid, self._sessions.get(sid)) for sid in touched]
             for sid, entry in entries:  # every check before any write
                 if entry is not None:
@@ -111,14 +132,14 @@ class WaitsAndMail:
     # -- waits -----------------------------------------------------------------------------
     def wait(self, token: str) -> WaitRecord | None:
         with self._lock:
-            return self._waits.get(token)
+            return self._wait(token)
 
     def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._lock:
             entry = self._sessions.get(session_id)
             if entry is None or not entry.ordered:
                 return []
-            return [self._waits[t] for t in _tokens_in(entry, limit)]
+            return [self._tokens[t] for t in _tokens_in(entry, limit)]  # type: ignore[misc]
 
     def waiting(
         self,
@@ -140,7 +161,7 @@ class WaitsAndMail:
             for token in tokens[start:]:
                 if len(found) >= limit:
                     break
-                wait = self._waits[token]
+                wait: WaitRecord = self._tokens[token]  # type: ignore[assignment]
                 if kind is None or wait.kind == kind:
                     found.append(wait)
             return found
@@ -148,7 +169,7 @@ class WaitsAndMail:
     def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
         with self._lock:
             tokens = list(self._fifo.get(key, ()))[:limit]
-            return [self._waits[t] for t in tokens]
+            return [self._tokens[t] for t in tokens]  # type: ignore[misc]
 
     # -- the mailbox -----------------------------------------------------------------------
     def post(self, key: str, value: bytes, at: dt.datetime, *, target: str | None = None) -> int:
@@ -199,7 +220,7 @@ class WaitsAndMail:
     def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._lock:
             found = [
-                (self._waits[next(iter(self._fifo[key]))], self._mail[ids[0]].record())
+                (self._tokens[next(iter(self._fifo[key]))], self._mail[ids[0]].record())
                 for key, ids in self._queue.items()
                 if ids and self._fifo.get(key)
             ]
@@ -244,7 +265,7 @@ class WaitsAndMail:
     ) -> dict[str, builtins.list[WaitRecord]]:
         with self._lock:
             return {
-                key: [self._waits[t] for t in itertools.islice(self._fifo[key], limit)]
+                key: [self._tokens[t] for t in itertools.islice(self._fifo[key], limit)]
                 for key in dict.fromkeys(keys)
                 if self._fifo.get(key)
             }
@@ -262,10 +283,20 @@ class WaitsAndMail:
         mail_done: Sequence[int] | None,
     ) -> None:
         """What a save does to the session's waits and claimed mail."""
+        tokens = self._tokens
         for wait in waits:
-            if wait.token not in self._tokens:
-                self._add_token(entry, wait.token)
-            if wait.token not in self._used and self._tokens[wait.token] == entry.record.session_id:
+            token = wait.token
+            known = tokens.get(token)
+            if known is None:
+                self._add_token(entry, token)
+                known = tokens[token]
+            if (
+                token not in self._used
+                and (
+                    known if type(known) is str else known.session_id  # type: ignore[union-attr]
+                )
+                == entry.record.session_id
+            ):
                 self._add_wait(entry, wait)
         ended = status != "paused" and status != "running"
         if ended and entry.ordered:
@@ -279,7 +310,7 @@ class WaitsAndMail:
         """When the earliest live wait of the session is due: the top of its heap of wake
         times, once the tops whose waits are gone are popped (each is popped once)."""
         wakes = entry.wakes
-        while wakes and wakes[0][1] not in self._waits:  # (tokens are never reused)
+        while wakes and self._wait(wakes[0][1]) is None:  # (tokens are never reused)
             heapq.heappop(wakes)
         return wakes[0][0] if wakes else None
 
@@ -320,16 +351,17 @@ class WaitsAndMail:
             self._unqueue(message)
 
     def _add_wait(self, entry: _Entry, wait: WaitRecord) -> None:
+        wait = self._shared_parts(wait)
         token = wait.token
-        if token in self._waits:
+        if type(self._tokens.get(token)) is WaitRecord:
             self._drop_wait(token)
-        self._waits[token] = wait
+        self._tokens[token] = wait
         ordered = entry.ordered
         if ordered is None:
             entry.ordered = token
         else:
             if isinstance(ordered, str):
-                ordered = entry.ordered = [_by_path(self._waits[ordered])]
+                ordered = entry.ordered = [_by_path(self._tokens[ordered])]  # type: ignore[arg-type]
             bisect.insort(ordered, _by_path(wait))
         if wait.wake_at is not None:
             if entry.wakes is None:
@@ -341,22 +373,63 @@ class WaitsAndMail:
             bisect.insort(self._by_key.setdefault(wait.key, []), token)
             self._fifo.setdefault(wait.key, {})[token] = None
 
+    def _wait(self, token: str) -> WaitRecord | None:
+        """The live wait of `token`, if it has one."""
+        found = self._tokens.get(token)
+        return found if type(found) is WaitRecord else None
+
+    def _shared_parts(self, wait: WaitRecord) -> WaitRecord:
+        """`wait`, or an equal record that shares its path and payload with other waits: a
+        path of names only (no iteration index) is the flow's, kept once per store (at most
+        SHARED_PATHS of them); a payload that holds no value (a Gate's without a message) is
+        kept once per process. Values of a session are never kept beyond it."""
+        path, payload = wait.path, wait.payload
+        try:
+            shared = self._paths.get(path)
+        except TypeError:  # a part that cannot be hashed: kept as it is
+            shared = None
+        else:
+            if (
+                shared is None
+                and len(self._paths) < SHARED_PATHS
+                and _STR.issuperset(map(type, path))
+            ):
+                shared = self._paths[path] = path
+        if payload == _GATE_PAYLOAD:
+            payload = _GATE_PAYLOAD
+        if (shared is None or shared is path) and payload is wait.payload:
+            return wait
+        return WaitRecord(
+            wait.token,
+            wait.session_id,
+            path if shared is None else shared,
+            wait.kind,
+            wait.key,
+            wait.wake_at,
+            wait.reason,
+            payload,
+            wait.lane,
+        )
+
     def _drop_wait(self, token: str) -> None:
-        wait = self._waits.pop(token, None)
-        if wait is None:
+        wait = self._tokens.get(token)
+        if type(wait) is not WaitRecord:
             return
+        self._tokens[token] = wait.session_id
         self._unindex(wait)
         entry = self._sessions.get(wait.session_id)
         ordered = None if entry is None else entry.ordered
         if not ordered:
             return
         if isinstance(ordered, str):
-            if ordered == token:
-                entry.ordered = entry.wakes = None  # (a wake left in the heap is a gone one)
+            if ordered == token:  # (a wake left in the heap is a gone one)
+                entry.ordered = None
+                if entry.extra is not None:  # in place, not by the property: every resume
+                    entry.extra.wakes = None
             return
         _remove(ordered, _by_path(wait))
         if not ordered:
-            entry.ordered = entry.wakes = None
+            _no_waits(entry)
 
     def _unindex(self, wait: WaitRecord) -> None:
         _remove(self._all_waits, wait.token)

@@ -136,7 +136,11 @@ def corrupt_an_event(store, session_id: str) -> None:
     """Overwrite the stored bytes of the session's second event with something undecodable."""
     junk = b"\xc1"  # never valid msgpack
     if hasattr(store, "_sessions"):  # MemoryStore: one blob per write
-        store._sessions[session_id].batches[-1] = junk
+        entry = store._sessions[session_id]
+        if type(entry.batches) is list:
+            entry.batches[-1] = junk
+        else:
+            entry.batches = junk
     elif hasattr(store, "_pool"):  # PostgresStore
         with store._pool.connection() as conn:
             conn.execute(
