@@ -1,4 +1,5 @@
-"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback; build
+"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback; wait for
+a condition or move a drive's ticks by hand (no test depends on the machine's speed); build
 store records."""
 
 from __future__ import annotations
@@ -47,16 +48,53 @@ def live(app: Any) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
+    wait_until(lambda: server.started, "uvicorn to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(WAIT)
         sock.close()
+
+
+# --- waiting without depending on the machine's speed -----------------------------------------
+
+#: How long a test waits for something that normally takes milliseconds. A bound against a
+#: hang, not a speed requirement: the wait ends as soon as the condition holds, so a fast
+#: machine loses nothing and a loaded one (CI under stress-ng) does not fail.
+WAIT = 60.0
+
+
+def wait_until(condition: Any, what: str, timeout: float = WAIT, every: float = 0.02) -> Any:
+    """Poll `condition()` until it returns something true, and return that; fails naming
+    `what` after `timeout` seconds (a hang, not a slow machine)."""
+    deadline = time.monotonic() + timeout
+    while not (got := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(every)
+    return got
+
+
+class Ticks:
+    """The monotonic clock a drive ticks by, moved only by hand (`advance`).
+
+    A drive reads stored stop requests (`Runtime.abort`/`cancel` from another Runtime or
+    process), writes its progress and renews its lease at its first checkpoint a TICK after
+    the last (drivers/drive/drive.py): with this clock that happens when the test says so,
+    not when a second of the machine's time has passed. Install it with the `ticks` fixture;
+    it stands in for `time.monotonic` in drive.py only. A lease keeper thread (which renews
+    the leases of long steps by the real clock) is unaffected."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
 
 
 # --- store records ---------------------------------------------------------------------------
