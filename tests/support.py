@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import os
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import tarry
 
 
@@ -95,6 +97,50 @@ class Ticks:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.now += seconds
+
+
+# --- a headless browser on a live server -----------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+#: ms, for every wait on a page (Playwright's unit): WAIT, a bound against a hang.
+PAGE_TIMEOUT = int(WAIT * 1000)
+
+
+def need_chromium() -> Any:
+    """playwright.sync_api; skips the calling test without Chromium or Playwright (fails under
+    CI without Chromium)."""
+    import pytest
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing")
+        pytest.skip(f"{CHROMIUM} is missing")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@attrs.frozen
+class Browsing:
+    base: str  # the live server's URL
+    page: Any  # a Playwright page, every wait bounded by PAGE_TIMEOUT
+    expect: Any  # playwright.sync_api.expect
+    errors: list[str]  # the page's uncaught errors
+
+
+@contextmanager
+def browsing(app: Any, width: int = 1360, height: int = 900) -> Iterator[Browsing]:
+    """Serve `app` (`live`) and open a page of headless Chromium on it."""
+    sync_api = need_chromium()
+    with live(app) as base, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.set_default_timeout(PAGE_TIMEOUT)
+            yield Browsing(base, page, sync_api.expect, errors)
+        finally:
+            browser.close()
 
 
 # --- store records ---------------------------------------------------------------------------
