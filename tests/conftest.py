@@ -11,6 +11,17 @@ import tarry
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+    pass
+else:
+    # No example may fail for taking long on the wall clock (a loaded CI machine): hypothesis's
+    # per-example deadline and its too-slow health check are off. A test that bounds the work
+    # of an example bounds its CPU time (time.process_time), which load does not change.
+    settings.register_profile("tarry", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("tarry")
+
 
 @pytest.fixture
 def rt() -> tarry.Runtime:
