@@ -83,9 +83,10 @@ class Ticks:
     A drive reads stored stop requests (`Runtime.abort`/`cancel` from another Runtime or
     process), writes its progress and renews its lease at its first checkpoint a TICK after
     the last (drivers/drive/drive.py): with this clock that happens when the test says so,
-    not when a second of the machine's time has passed. Install it with the `ticks` fixture;
-    it stands in for `time.monotonic` in drive.py only. A lease keeper thread (which renews
-    the leases of long steps by the real clock) is unaffected."""
+    not when a second of the machine's time has passed. Install it with the `ticks` fixture
+    (tests/conftest.py): it stands in for `time.monotonic` in drive.py and in the engine
+    modules that check whether a tick is due. A lease keeper thread (which renews the leases
+    of long steps by the real clock) is unaffected."""
 
     def __init__(self) -> None:
         self.now = time.monotonic()
