@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pgserver
+from support import WAIT
 from tarry.snapshots import MemoryStore, SQLiteStore
 
 #: A new store joins by adding a factory taking pytest's tmp_path; a store that needs a server
@@ -28,7 +29,7 @@ def race(n: int, fn: Callable[[int], Any]) -> list[Any]:
     barrier = threading.Barrier(n)
 
     def run(i: int) -> Any:
-        barrier.wait(timeout=10)
+        barrier.wait(timeout=WAIT)
         try:
             return fn(i)
         except Exception as exc:

@@ -1,4 +1,5 @@
-"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback; build
+"""Helpers for tests: drive sync-or-async outcomes to the end; serve an app on loopback; wait for
+a condition or move a drive's ticks by hand (no test depends on the machine's speed); build
 store records."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import os
 import socket
 import threading
 import time
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import tarry
 
 
@@ -47,16 +50,98 @@ def live(app: Any) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
+    wait_until(lambda: server.started, "uvicorn to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(WAIT)
         sock.close()
+
+
+# --- waiting without depending on the machine's speed -----------------------------------------
+
+#: How long a test waits for something that normally takes milliseconds. A bound against a
+#: hang, not a speed requirement: the wait ends as soon as the condition holds, so a fast
+#: machine loses nothing and a loaded one (CI under stress-ng) does not fail.
+WAIT = 60.0
+
+
+def wait_until(condition: Any, what: str, timeout: float = WAIT, every: float = 0.02) -> Any:
+    """Poll `condition()` until it returns something true, and return that; fails naming
+    `what` after `timeout` seconds (a hang, not a slow machine)."""
+    deadline = time.monotonic() + timeout
+    while not (got := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(every)
+    return got
+
+
+class Ticks:
+    """The monotonic clock a drive ticks by, moved only by hand (`advance`).
+
+    A drive reads stored stop requests (`Runtime.abort`/`cancel` from another Runtime or
+    process), writes its progress and renews its lease at its first checkpoint a TICK after
+    the last (drivers/drive/drive.py): with this clock that happens when the test says so,
+    not when a second of the machine's time has passed. Install it with the `ticks` fixture
+    (tests/conftest.py): it stands in for `time.monotonic` in drive.py and in the engine
+    modules that check whether a tick is due. A lease keeper thread (which renews the leases
+    of long steps by the real clock) is unaffected."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+# --- a headless browser on a live server -----------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+#: ms, for every wait on a page (Playwright's unit): WAIT, a bound against a hang.
+PAGE_TIMEOUT = int(WAIT * 1000)
+
+
+def need_chromium() -> Any:
+    """playwright.sync_api; skips the calling test without Chromium or Playwright (fails under
+    CI without Chromium)."""
+    import pytest
+
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing")
+        pytest.skip(f"{CHROMIUM} is missing")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@attrs.frozen
+class Browsing:
+    base: str  # the live server's URL
+    page: Any  # a Playwright page, every wait bounded by PAGE_TIMEOUT
+    expect: Any  # playwright.sync_api.expect
+    errors: list[str]  # the page's uncaught errors
+
+
+@contextmanager
+def browsing(app: Any, width: int = 1360, height: int = 900) -> Iterator[Browsing]:
+    """Serve `app` (`live`) and open a page of headless Chromium on it."""
+    sync_api = need_chromium()
+    with live(app) as base, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.set_default_timeout(PAGE_TIMEOUT)
+            yield Browsing(base, page, sync_api.expect, errors)
+        finally:
+            browser.close()
 
 
 # --- store records ---------------------------------------------------------------------------

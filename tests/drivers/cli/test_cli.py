@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import WAIT, wait_until
 from tarry import Flow, ForEach, Gate, Runtime, UnknownSession
 
 TARRY = str(Path(sys.executable).parent / "tarry")
@@ -67,7 +68,10 @@ crashy = Flow("crashy", [ForEach("items", [1, 2], slow_once)])
 
 
 def tick(ctx):
-    time.sleep(ctx.input.get("delay", 0))
+    # With "slow" (a file), the delay holds only while that file exists, from item "from" on.
+    slow = ctx.input.get("slow")
+    if slow is None or (ctx.item >= ctx.input["from"] and Path(slow).exists()):
+        time.sleep(ctx.input.get("delay", 0))
     ctx.metric("ticks", 1)
     return ctx.item
 
@@ -156,7 +160,7 @@ class Lines:
         for line in stream:
             self._queue.put(line)
 
-    def wait_for(self, text: str, timeout: float = 15) -> str:
+    def wait_for(self, text: str, timeout: float = WAIT) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -167,6 +171,10 @@ class Lines:
             if text in line:
                 return line
         raise AssertionError(f"no line with {text!r} within {timeout} s; saw {self.seen!r}")
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines()
 
 
 def field(stdout: str, name: str) -> str:
@@ -362,7 +370,7 @@ def test_progress_bars_in_a_terminal(jobs: Path) -> None:
     )
     os.close(follower)
     screen = b""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT  # a bound against a hang: the loop ends at EOF
     while time.monotonic() < deadline:
         if not select.select([leader], [], [], 0.2)[0]:
             continue
@@ -374,21 +382,27 @@ def test_progress_bars_in_a_terminal(jobs: Path) -> None:
             break
         screen += chunk
     os.close(leader)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=WAIT) == 0
     text = screen.decode(errors="replace")
     assert "items" in text and "30/30" in text and "\x1b[" in text  # drawn, not printed
 
 
 def test_ctrl_c_pauses_the_run_where_it_stands(jobs: Path) -> None:
-    proc = start("run", "jobs:ticker", "--input", '{"n": 100, "delay": 0.02}', cwd=jobs)
-    Lines(proc.stderr).wait_for("items 20/100")
+    slow = jobs / "slow"
+    # From item 20 on, a minute of items while "slow" exists: the Ctrl-C lands in the run
+    # however slow the machine.
+    slow.touch()
+    given = json.dumps({"n": 200, "delay": 0.3, "slow": str(slow), "from": 20})
+    proc = start("run", "jobs:ticker", "--input", given, cwd=jobs)
+    Lines(proc.stderr).wait_for("items 20/200")
     proc.send_signal(signal.SIGINT)
     stdout = proc.stdout.read()
-    assert proc.wait(timeout=30) == 3
+    assert proc.wait(timeout=WAIT) == 3
     assert "paused (system) at items" in stdout and "aborted" in stdout
+    slow.unlink()
     done = tarry("resume", field(stdout, "token"), cwd=jobs)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.split("output ", 1)[1]) == list(range(100))
+    assert json.loads(done.stdout.split("output ", 1)[1]) == list(range(200))
 
 
 # --- inspecting and managing -----------------------------------------------------------------
@@ -449,7 +463,7 @@ def test_events_follow_stops_when_the_session_ends(tmp_path: Path) -> None:
     assert follower.poll() is None  # still following
     assert rt.resume(out.token, True).ok
     lines.wait_for('"run.completed"')
-    assert follower.wait(timeout=10) == 0
+    assert follower.wait(timeout=WAIT) == 0
 
 
 def test_stats(jobs: Path) -> None:
@@ -530,11 +544,12 @@ def test_worker_wakes_a_sleeping_session_and_stops_on_sigterm(jobs: Path) -> Non
     lines = Lines(worker.stdout)
     assert "ok" in lines.wait_for(f"resumed {session}")
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=10) == 0
+    assert worker.wait(timeout=WAIT) == 0
     assert Runtime(store=db(jobs)).session(session).outcome.output == "awake"
 
 
 LONG_JOB = """
+import signal
 import time
 from pathlib import Path
 
@@ -551,6 +566,24 @@ def item(ctx):
 
 long = Flow("long", [Sleep("nap", seconds=0),
                      ForEach("items", lambda ctx: list(range(ctx.input["n"])), item)])
+
+
+def counting(ctx):
+    # Run in the worker's main thread: each SIGTERM it gets is counted in the file "terms"
+    # before the worker's own handler sees it, so a test can tell when one was handled.
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def count(signum, frame):
+        with open(ctx.input["terms"], "a") as f:
+            f.write("term\\n")
+        previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, count)
+    return item(ctx)
+
+
+counted = Flow("counted", [Sleep("nap", seconds=0),
+                           ForEach("items", lambda ctx: list(range(ctx.input["n"])), counting)])
 """
 
 
@@ -565,12 +598,13 @@ def test_sigterm_pauses_the_session_in_progress_and_the_next_worker_goes_on(jobs
     session = field(ran.stdout, "session")
 
     worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
-    deadline = time.monotonic() + 30
-    while not (log.exists() and len(log.read_text().splitlines()) >= 5):
-        assert time.monotonic() < deadline and worker.poll() is None, "the run never started"
-        time.sleep(0.05)
+    wait_until(
+        lambda: worker.poll() is not None or (log.exists() and len(lines_of(log)) >= 5),
+        "the run's first items",
+    )
+    assert worker.poll() is None, "the run never started"
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=15) == 0, worker.stderr.read()  # not after the whole minute
+    assert worker.wait(timeout=WAIT) == 0, worker.stderr.read()  # not after the whole minute
     said = worker.stderr.read()
     assert f"the session in progress, {session}, was paused and handed back" in said, said
     view = Runtime(store=db(jobs)).session(session)
@@ -590,19 +624,20 @@ def test_a_second_sigterm_stops_the_worker_at_once(jobs: Path) -> None:
     log = jobs / "items.log"
     slow = jobs / "slow"
     slow.touch()
-    given = {"log": str(log), "slow": str(slow), "delay": 120, "n": 2}  # a step of two minutes
-    ran = tarry("run", "longjob:long", "--input", json.dumps(given), "--store", db(jobs), cwd=jobs)
+    terms = jobs / "terms"
+    given = {"log": str(log), "slow": str(slow), "delay": 120, "n": 2, "terms": str(terms)}
+    given_json = json.dumps(given)  # a step of two minutes
+    ran = tarry("run", "longjob:counted", "--input", given_json, "--store", db(jobs), cwd=jobs)
     assert ran.returncode == 3, ran.stderr
     worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
-    deadline = time.monotonic() + 30
-    while not log.exists():
-        assert time.monotonic() < deadline and worker.poll() is None, "the run never started"
-        time.sleep(0.05)
+    wait_until(lambda: worker.poll() is not None or log.exists(), "the run's first step")
+    assert worker.poll() is None, "the run never started"
     worker.send_signal(signal.SIGTERM)  # waits for the step in flight ...
-    time.sleep(0.5)
+    # Once the worker handled it (not merely got it: two signals not yet handled are one).
+    wait_until(lambda: terms.exists() and lines_of(terms) == ["term"], "the first SIGTERM")
     assert worker.poll() is None
     worker.send_signal(signal.SIGTERM)  # ... unless asked twice
-    assert worker.wait(timeout=15) == 130
+    assert worker.wait(timeout=WAIT) == 130
 
 
 def test_worker_once_resumes_the_others_when_a_session_cannot_be_continued(jobs: Path) -> None:
@@ -635,19 +670,22 @@ def test_worker_recovers_a_run_whose_process_was_killed(jobs: Path) -> None:
         db(jobs),
         cwd=jobs,
     )
-    deadline = time.monotonic() + 15
-    while not (marker.exists() and "started" in marker.read_text()):
-        assert time.monotonic() < deadline and run.poll() is None, "the run never started"
-        time.sleep(0.05)
+    wait_until(
+        lambda: run.poll() is not None or (marker.exists() and "started" in marker.read_text()),
+        "the run's first step",
+    )
+    assert run.poll() is None, "the run never started"
     run.kill()  # SIGKILL, mid-step
-    run.wait(timeout=10)
+    run.wait(timeout=WAIT)
     [session] = [s.session_id for s in Runtime(store=db(jobs)).sessions(status="running")]
 
+    # Its lease (1 s) lapses in the machine's time: the worker's rounds (every 0.2 s) recover it
+    # the first time they find it lapsed, awaited as a condition (Lines.wait_for).
     worker = start("worker", "--interval", "0.2", "--store", db(jobs), cwd=jobs)
     lines = Lines(worker.stdout)
     assert "ok" in lines.wait_for(f"recovered {session}")
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=10) == 0
+    assert worker.wait(timeout=WAIT) == 0
     assert Runtime(store=db(jobs)).session(session).outcome.output == [1, 2]
     assert marker.read_text().count("started") == 3  # item 1 twice (killed, then again), item 2
 
@@ -659,8 +697,8 @@ def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
         "run",
         "jobs:ticker",
         "--input",
-        # 40 s of steps unless stopped: time enough for the abort even on a loaded machine.
-        '{"n": 2000, "delay": 0.02}',
+        # 100 s of steps unless stopped: time enough for the abort even on a loaded machine.
+        '{"n": 2000, "delay": 0.05}',
         "--session-id",
         "t1",
         "--store",
@@ -669,15 +707,14 @@ def test_abort_a_run_from_another_process(jobs: Path, cancel: bool) -> None:
         cwd=jobs,
     )
     rt = Runtime(store=url)
-    deadline = time.monotonic() + 30
-    while True:  # until the run has written its progress once
+
+    def progress() -> bool:  # the run has written its progress once
         try:
-            if rt.session("t1").state.container_stack:
-                break
+            return bool(rt.session("t1").state.container_stack)
         except UnknownSession:
-            pass
-        assert time.monotonic() < deadline, "the run never showed its progress"
-        time.sleep(0.05)
+            return False
+
+    wait_until(progress, "the run's progress")
     asked = tarry("abort", "t1", *(["--cancel"] if cancel else []), "--store", url, cwd=jobs)
     assert asked.returncode == 0, asked.stderr
     action = "cancel" if cancel else "abort"

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support import WAIT
 from tarry import Flow, Gate, Runtime
 from tarry.drivers.cli.text import describe_outcome
 
@@ -117,7 +118,7 @@ def test_an_idle_worker_stopped_hands_nothing_back(tmp_path: Path) -> None:
     first = worker.stderr.readline()  # written before its first round: the handler is set
     assert "a round every" in first
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=15) == 0
+    assert worker.wait(timeout=WAIT) == 0
     rest = worker.stderr.read()
     assert rest.strip() == "tarry worker: stopped" and "handed back" not in rest
 

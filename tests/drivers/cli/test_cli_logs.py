@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import WAIT
 from tarry import Flow, Gate, ManualClock, Runtime
 
 TARRY = str(Path(sys.executable).parent / "tarry")
@@ -71,7 +72,7 @@ class Lines:
         self._queue: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self._queue.put(x) for x in stream], daemon=True).start()
 
-    def wait_for(self, text: str, timeout: float = 15) -> None:
+    def wait_for(self, text: str, timeout: float = WAIT) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -146,7 +147,7 @@ def test_logs_follow_stops_when_the_session_ends(tmp_path: Path) -> None:
     assert follower.poll() is None  # still following
     assert rt.resume(out.token, {"approved": True, "by": "ann"}).ok
     lines.wait_for("ERROR app.cli report: approved by ann")
-    assert follower.wait(timeout=15) == 0
+    assert follower.wait(timeout=WAIT) == 0
 
 
 def test_logs_of_an_unknown_session_or_level_fail(tmp_path: Path) -> None:

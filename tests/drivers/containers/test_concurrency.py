@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import (
     Flow,
     ForEach,
@@ -46,9 +48,8 @@ def test_async_steps_of_in_flight_iterations_overlap(store: Any) -> None:
     async def call(ctx: Any) -> int:
         # Every iteration waits until all n are in flight: one at a time would never get here.
         arrived.append(ctx.index)
-        for _ in range(200):
-            if len(arrived) >= n:
-                break
+        deadline = time.monotonic() + WAIT
+        while len(arrived) < n and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         assert len(arrived) >= n, "the iterations did not run at once"
         await asyncio.sleep(0.001 * (n - ctx.index))  # finish in reverse order
@@ -61,7 +62,7 @@ def test_async_steps_of_in_flight_iterations_overlap(store: Any) -> None:
 
 
 def test_sync_steps_run_on_a_pool_and_run_stays_sync(store: Any) -> None:
-    barrier = threading.Barrier(4, timeout=10)
+    barrier = threading.Barrier(4, timeout=WAIT)
     lock = threading.Lock()
     running = [0, 0]  # now, most at once
 
@@ -92,7 +93,7 @@ def test_sync_calls_in_flight_when_the_run_turns_async_run_once() -> None:
     def first(ctx: Any) -> int:
         calls.append(("first", ctx.item))
         if ctx.item % 2 == 0:
-            release.wait(10)
+            assert release.wait(WAIT)
         return int(ctx.item)
 
     async def second(ctx: Any) -> int:

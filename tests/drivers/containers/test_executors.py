@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import remote_steps
+from support import WAIT
 from tarry import Flow, ForEach, InvalidArgument, Parallel, Retry, Runtime, step
 from tarry.snapshots import SQLiteStore
 
@@ -42,7 +43,7 @@ class Peak:
     many must run at once (or the barrier breaks) and the peak shows any more."""
 
     def __init__(self, parties: int) -> None:
-        self.barrier = threading.Barrier(parties, timeout=10)
+        self.barrier = threading.Barrier(parties, timeout=WAIT)
         self.lock = threading.Lock()
         self.now = self.most = 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from support import resume_all
+from support import WAIT, resume_all
 from tarry import Flow, ForEach, Gate, Runtime
 
 
@@ -43,18 +43,18 @@ def test_abort_from_another_thread_while_a_step_blocks(rt: Runtime) -> None:
         ran.append(ctx.item)
         if ctx.item == 47:
             entered.set()
-            assert release.wait(5)
+            assert release.wait(WAIT)
         return ctx.item
 
     flow = Flow("threaded", [ForEach("items", list(range(100)), work)])
     result: dict = {}
     runner = threading.Thread(target=lambda: result.setdefault("out", rt.run(flow)))
     runner.start()
-    assert entered.wait(5)
+    assert entered.wait(WAIT)
     sid = rt.sessions(status="running")[0].session_id
     rt.abort(sid)
     release.set()
-    runner.join(5)
+    runner.join(WAIT)
     out = result["out"]
     assert out.paused and out.pause.reason == "aborted"
     assert ran == list(range(48))

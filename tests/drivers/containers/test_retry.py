@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import Flow, ManualClock, Retry, Runtime, step
 
 
@@ -234,7 +235,7 @@ def test_an_async_step_is_retried_after_its_timeout() -> None:
     async def slow_then_fast(ctx: tarry.Context) -> str:
         calls.append(ctx.attempt)
         if ctx.attempt == 1:
-            await asyncio.sleep(5)
+            await asyncio.sleep(WAIT)  # far longer than its timeout, however slow the machine
         return "fast"
 
     rt = Runtime()

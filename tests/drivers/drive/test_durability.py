@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from flows import batch, counts, paused_at, resume_racing
+from support import WAIT
 from tarry import Runtime
 
 FLOWS = str(Path(__file__).resolve().parents[2] / "flows.py")
@@ -134,8 +135,8 @@ def test_eight_threads_and_four_processes_race_for_one_token(tmp_path: Path) -> 
         for t in threads:
             t.start()
         for t in threads:
-            t.join(30)
-        results += [p.get(30) for p in pending]
+            t.join(WAIT)
+        results += [p.get(WAIT) for p in pending]
     assert sorted(results) == ["lost"] * 11 + ["won"]
     view = rt.session(out.session_id)
     events = view.events()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import tarry
-from support import settle
+from support import WAIT, settle
 from tarry import ForEach, Gate, ManualClock, Parallel, Runtime
 from tarry.snapshots import SQLiteStore
 
@@ -145,7 +145,7 @@ def test_records_from_outside_its_steps_are_not_kept() -> None:
 
 
 def test_sessions_running_at_once_keep_their_own_records() -> None:
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=WAIT)
 
     def work(ctx: Any) -> None:
         barrier.wait()  # both sessions are inside their step now

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support import settle
+from support import WAIT, settle
 from tarry import AsyncInSyncContext, Flow, ForEach, Gate, Outcome, Runtime, step
 
 
@@ -128,7 +128,7 @@ def test_interrupt_pauses_and_returns_resume_values_in_order(rt: Runtime, kind: 
 def test_async_step_timeout_fails_the_step(rt: Runtime) -> None:
     @step(timeout=0.01)
     async def slow(ctx):
-        await asyncio.sleep(5)
+        await asyncio.sleep(WAIT)  # a timeout that did not fire fails the test, late
 
     out = rt.run_sync(Flow("slow", [slow]))
     assert out.failed and out.error.type == "TimeoutError"

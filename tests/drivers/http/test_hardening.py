@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import Flow, ForEach, Gate
 
 pytest.importorskip("starlette")
@@ -262,7 +263,7 @@ def _serving(forwarded_allow_ips: str | None = None):
 
 
 def _login(port: int, forwarded: str) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
     try:
         conn.request(
             "POST",
@@ -282,7 +283,7 @@ def test_rotating_x_forwarded_for_does_not_escape_the_login_limit() -> None:
         answers = [_login(port, f"10.0.0.{i}") for i in range(7)]
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(WAIT)
         sock.close()
     assert answers[:5] == [401] * 5 and answers[5:] == [429, 429]
 
@@ -294,6 +295,6 @@ def test_forwarded_headers_are_trusted_only_from_the_proxies_named() -> None:
         answers = [_login(port, f"10.0.0.{i}") for i in range(7)]
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(WAIT)
         sock.close()
     assert answers == [401] * 7  # each a client of its own, as the trusted proxy says

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -15,6 +14,8 @@ from tarry import Branch, Flow, ForEach, Gate, Graph, ManualClock, Parallel, Rou
 pytest.importorskip("starlette")
 
 from starlette.testclient import TestClient  # noqa: E402
+from support import WAIT, wait_until  # noqa: E402
+from tarry.drivers.drive.drive import TICK  # noqa: E402
 from tarry.drivers.http import create_app  # noqa: E402
 from tarry.drivers.http.users import LoginLimit, UsersError, parse_users  # noqa: E402
 
@@ -373,9 +374,8 @@ def _hold(ctx):
     # The first item holds until the test says go: the session is running meanwhile.
     path = ctx.input
     open(path, "a").close()
-    deadline = time.monotonic() + 30
-    while ctx.index == 0 and not _exists(path + ".go") and time.monotonic() < deadline:
-        time.sleep(0.02)
+    if ctx.index == 0:
+        wait_until(lambda: _exists(path + ".go"), "the test's go")
     return ctx.index
 
 
@@ -396,7 +396,9 @@ HELD = Flow("held", [ForEach("items", [0, 1, 2], _hold)])
         ("cancel", None, "cancelled"),
     ],
 )
-def test_abort_and_cancel_reach_a_session_run_by_another_runtime(tmp_path, action, body, status):
+def test_abort_and_cancel_reach_a_session_run_by_another_runtime(
+    tmp_path, ticks, action, body, status
+):
     """The server's Runtime and the running one share only the store (as two processes do)."""
     url = f"sqlite:///{tmp_path / 'tarry.db'}"
     runner = tarry.Runtime(store=url, flows=[HELD], lease=3.0)
@@ -405,18 +407,17 @@ def test_abort_and_cancel_reach_a_session_run_by_another_runtime(tmp_path, actio
     result: list[tarry.Outcome] = []
     thread = threading.Thread(target=lambda: result.append(runner.run(HELD, marker)))
     thread.start()
-    deadline = time.monotonic() + 10
-    while not _exists(marker) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: _exists(marker), "the run's first item")
     (sid,) = [s.session_id for s in server.sessions(status="running")]
     api = client(server, users=USERS)
     r = api.post(f"/api/sessions/{sid}/{action}", json=body, headers=bearer(ANN))
     assert r.status_code in (200, 202), r.text
-    # The running drive reads stored requests at its ticks (at most a second apart), and
-    # then stops at its next checkpoint: hold the step past one tick.
-    time.sleep(1.2)
+    # The running drive reads stored requests at its ticks (a TICK apart), and then stops at
+    # its next checkpoint: the step is held while the tick comes (moved by hand).
+    ticks.advance(TICK)
     open(marker + ".go", "w").close()
-    thread.join(20)
+    thread.join(WAIT)
+    assert not thread.is_alive()
     assert server.session(sid).status == status
     assert (
         json.loads(json.dumps(api.get(f"/api/sessions/{sid}", headers=bearer(ANN)).json()))[

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import Flow, ForEach, Gate
 
 pytest.importorskip("starlette")
@@ -121,7 +122,7 @@ ENTERED = threading.Event()
 def slow(ctx):
     if ctx.index == 2:
         ENTERED.set()
-        RELEASE.wait(30)
+        RELEASE.wait(WAIT)
     return ctx.index
 
 
@@ -135,14 +136,14 @@ def test_a_running_item() -> None:
     runner = threading.Thread(target=lambda: rt.run(RUNNING, durability="step"), daemon=True)
     runner.start()
     try:
-        assert ENTERED.wait(30)
+        assert ENTERED.wait(WAIT)
         (sid,) = [s.session_id for s in rt.sessions()]
         body = client(rt).get(f"/api/sessions/{sid}/items?path=items").json()
         assert statuses(body) == ["done", "done", "running", "not_started", "not_started"]
         assert body["counts"]["running"] == 1
     finally:
         RELEASE.set()
-        runner.join(30)
+        runner.join(WAIT)
 
 
 class Counting:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import live
+from support import PAGE_TIMEOUT, live
 from tarry import Branch, Flow, ForEach, Gate
 
 CHROMIUM = "/usr/bin/chromium"
@@ -23,7 +23,7 @@ ARGS = [
     "--disable-sync",
 ]
 SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "monitor.png"
-TIMEOUT = 10_000  # ms, for every wait on the page
+TIMEOUT = PAGE_TIMEOUT  # ms, for every wait on the page
 
 
 def _need_chromium() -> None:

@@ -5,17 +5,11 @@ others are left alone and said so)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
 import tarry
-from support import live
+from support import browsing, need_chromium
 from tarry import Flow, Gate
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-TIMEOUT = 10_000
 
 APPROVAL = Flow("approval", [Gate("sign_off")])
 FAILS_ONCE: set[str] = set()
@@ -32,75 +26,63 @@ FLAKY = Flow("flaky", [flaky])
 
 
 def test_bulk_approve_reject_cancel_and_retry_after_a_confirmation(tmp_path: Path) -> None:
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing")
-        pytest.skip(f"{CHROMIUM} is missing")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    need_chromium()
     from tarry.drivers.http import create_app
 
     rt = tarry.Runtime(store=f"sqlite:///{tmp_path / 'bulk.db'}", flows=[APPROVAL, FLAKY])
     gates = [rt.run(APPROVAL).session_id for _ in range(5)]
     failed = [rt.run(FLAKY).session_id for _ in range(2)]
     assert all(rt.session(s).status == "failed" for s in failed)
-    with live(create_app(rt, poll_interval=0.2)) as base, sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1360, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.set_default_timeout(TIMEOUT)
-            expect = sync_api.expect
-            page.goto(base)
-            expect(page.locator("#sessions tbody tr")).to_have_count(7)
-            expect(page.locator("#bulk")).to_be_hidden()
+    with browsing(create_app(rt, poll_interval=0.2)) as b:
+        page, expect, errors, base = b.page, b.expect, b.errors, b.base
+        page.goto(base)
+        expect(page.locator("#sessions tbody tr")).to_have_count(7)
+        expect(page.locator("#bulk")).to_be_hidden()
 
-            def pick(*ids: str) -> None:
-                for sid in ids:
-                    page.check(f'#sessions tr[data-session="{sid}"] .c-pick input')
+        def pick(*ids: str) -> None:
+            for sid in ids:
+                page.check(f'#sessions tr[data-session="{sid}"] .c-pick input')
 
-            # Approve two: nothing is sent before the confirmation.
-            pick(gates[0], gates[1])
-            expect(page.locator("#bulk-count")).to_have_text("2 selected")
-            expect(page.locator("#detail-id")).to_have_text("No session selected")  # not opened
-            expect(page.locator('[data-bulk="retry"]')).to_be_disabled()  # none failed
-            page.click('[data-bulk="approve"]')
-            expect(page.locator("#bulk-question")).to_have_text("Approve 2 sessions?")
-            page.click("#bulk-no")  # changed my mind: nothing happens
-            assert rt.session(gates[0]).status == "paused"
-            page.click('[data-bulk="approve"]')
-            page.click("#bulk-yes")
-            expect(page.locator("#bulk-result")).to_have_text("2 approved.")
-            expect(page.locator(f'#sessions tr[data-session="{gates[0]}"]')).to_contain_text(
-                "completed"
-            )
-            assert [rt.session(s).status for s in gates[:2]] == ["completed", "completed"]
+        # Approve two: nothing is sent before the confirmation.
+        pick(gates[0], gates[1])
+        expect(page.locator("#bulk-count")).to_have_text("2 selected")
+        expect(page.locator("#detail-id")).to_have_text("No session selected")  # not opened
+        expect(page.locator('[data-bulk="retry"]')).to_be_disabled()  # none failed
+        page.click('[data-bulk="approve"]')
+        expect(page.locator("#bulk-question")).to_have_text("Approve 2 sessions?")
+        page.click("#bulk-no")  # changed my mind: nothing happens
+        assert rt.session(gates[0]).status == "paused"
+        page.click('[data-bulk="approve"]')
+        page.click("#bulk-yes")
+        expect(page.locator("#bulk-result")).to_have_text("2 approved.")
+        expect(page.locator(f'#sessions tr[data-session="{gates[0]}"]')).to_contain_text(
+            "completed"
+        )
+        assert [rt.session(s).status for s in gates[:2]] == ["completed", "completed"]
 
-            # Reject one, with a failed session picked too: it is left alone, and said so.
-            pick(gates[2], failed[0])
-            page.click('[data-bulk="reject"]')
-            expect(page.locator("#bulk-question")).to_contain_text("Reject 1 session?")
-            expect(page.locator("#bulk-question")).to_contain_text("1 not paused: left alone")
-            page.click("#bulk-yes")
-            expect(page.locator("#bulk-result")).to_have_text("1 rejected.")
-            assert rt.session(failed[0]).status == "failed"
+        # Reject one, with a failed session picked too: it is left alone, and said so.
+        pick(gates[2], failed[0])
+        page.click('[data-bulk="reject"]')
+        expect(page.locator("#bulk-question")).to_contain_text("Reject 1 session?")
+        expect(page.locator("#bulk-question")).to_contain_text("1 not paused: left alone")
+        page.click("#bulk-yes")
+        expect(page.locator("#bulk-result")).to_have_text("1 rejected.")
+        assert rt.session(failed[0]).status == "failed"
 
-            # Retry both failed sessions (one still picked): they complete.
-            pick(failed[1])
-            page.click('[data-bulk="retry"]')
-            expect(page.locator("#bulk-question")).to_have_text("Retry 2 sessions?")
-            page.click("#bulk-yes")
-            expect(page.locator("#bulk-result")).to_have_text("2 retried.")
-            assert [rt.session(s).status for s in failed] == ["completed", "completed"]
+        # Retry both failed sessions (one still picked): they complete.
+        pick(failed[1])
+        page.click('[data-bulk="retry"]')
+        expect(page.locator("#bulk-question")).to_have_text("Retry 2 sessions?")
+        page.click("#bulk-yes")
+        expect(page.locator("#bulk-result")).to_have_text("2 retried.")
+        assert [rt.session(s).status for s in failed] == ["completed", "completed"]
 
-            # Select all on the page, cancel: the two paused ones are cancelled.
-            page.check("#pick-all")
-            expect(page.locator("#bulk-count")).to_have_text("7 selected")
-            page.click('[data-bulk="cancel"]')
-            expect(page.locator("#bulk-question")).to_contain_text("Cancel 2 sessions?")
-            page.click("#bulk-yes")
-            expect(page.locator("#bulk-result")).to_have_text("2 cancelled.")
-            assert [rt.session(s).status for s in gates[3:]] == ["cancelled", "cancelled"]
-            assert errors == []
-        finally:
-            browser.close()
+        # Select all on the page, cancel: the two paused ones are cancelled.
+        page.check("#pick-all")
+        expect(page.locator("#bulk-count")).to_have_text("7 selected")
+        page.click('[data-bulk="cancel"]')
+        expect(page.locator("#bulk-question")).to_contain_text("Cancel 2 sessions?")
+        page.click("#bulk-yes")
+        expect(page.locator("#bulk-result")).to_have_text("2 cancelled.")
+        assert [rt.session(s).status for s in gates[3:]] == ["cancelled", "cancelled"]
+        assert errors == []

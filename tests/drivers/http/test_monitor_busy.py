@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import live
+from support import PAGE_TIMEOUT, WAIT, live
 from tarry import Flow, ForEach
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-TIMEOUT = 60_000  # ms: the busy session's end may take a while on a loaded machine
+TIMEOUT = PAGE_TIMEOUT  # ms: the busy session's end may take a while on a loaded machine
 ITEMS = 2500  # four events each: 10,000 events
 WINDOW = 400  # the page's TIMELINE_WINDOW
 MB = 1024 * 1024
@@ -31,7 +31,7 @@ STARTED = threading.Event()
 def step(ctx):
     if ctx.index == 0:
         STARTED.set()
-        GO.wait(60)  # the page opens the session before the flood
+        GO.wait(WAIT)  # the page opens the session before the flood
     return ctx.index
 
 
@@ -68,7 +68,7 @@ def test_a_busy_session_keeps_the_page_small(tmp_path: Path) -> None:
         target=lambda: result.setdefault("out", rt.run(BUSY, durability="step")), daemon=True
     )
     runner.start()
-    assert STARTED.wait(30)
+    assert STARTED.wait(WAIT)
     (sid,) = [s.session_id for s in rt.sessions()]
 
     with live(create_app(rt, poll_interval=0.2)) as base, sync_api.sync_playwright() as pw:
@@ -94,7 +94,7 @@ def test_a_busy_session_keeps_the_page_small(tmp_path: Path) -> None:
             middle = heap(cdp)
             assert page.evaluate("document.getElementsByTagName('*').length") < 5000
             expect(page.locator("#timeline li").last).to_contain_text("run.completed")
-            runner.join(30)
+            runner.join(WAIT)
             assert result["out"].ok
             after = heap(cdp)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import live
+from support import PAGE_TIMEOUT, live
 from tarry import Flow, Gate
 
 pytest.importorskip("starlette")
@@ -84,7 +84,7 @@ def test_in_chromium_mounted_at_tarry_with_a_failed_sessions_traceback(tmp_path:
             page.on("request", lambda r: asked.append(r.url))
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.set_default_timeout(10_000)
+            page.set_default_timeout(PAGE_TIMEOUT)
             expect = sync_api.expect
             page.goto(base + "/tarry/")
             page.fill("#token", ANN)

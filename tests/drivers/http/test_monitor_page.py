@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 import tarry
-from support import live
+from support import PAGE_TIMEOUT, WAIT, live, wait_until
 from tarry import Flow, ForEach, Gate, Parallel, Wait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -38,7 +37,7 @@ ARGS = [
     "--disable-sync",
 ]
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-TIMEOUT = 10_000  # ms, for every wait on the page
+TIMEOUT = PAGE_TIMEOUT  # ms, for every wait on the page
 WIDTHS = (360, 768, 1440)
 USER, TOKEN = "ann", "ann-secret-token-7"
 CONTROLS = ("approve", "reject", "resume", "skip", "abort", "cancel", "replay")
@@ -89,7 +88,7 @@ RELEASE: dict[str, threading.Event] = {}  # session id -> what its running steps
 
 def work(ctx):
     if ctx.index >= 3:
-        RELEASE[ctx.session_id].wait(30)
+        RELEASE[ctx.session_id].wait(WAIT)
     return ctx.index
 
 
@@ -99,7 +98,7 @@ QUICK = Flow("quick", [lambda ctx: "done"])
 
 
 def hold(ctx):
-    RELEASE[ctx.session_id].wait(30)
+    RELEASE[ctx.session_id].wait(WAIT)
 
 
 SPREAD = Flow(
@@ -138,16 +137,15 @@ def _run_in_background(rt: tarry.Runtime, flow: Flow, sid: str, threads: list, d
     thread = threading.Thread(target=rt.run, args=(flow,), kwargs={"session_id": sid}, daemon=True)
     thread.start()
     threads.append(thread)
-    deadline = time.monotonic() + 10
-    while True:  # until `done` items are done and the next one waits on RELEASE
+
+    def going() -> bool:  # `done` items are done and the next one waits on RELEASE
         try:
             stack = rt.session(sid).state.container_stack
         except tarry.TarryError:
             stack = []
-        if stack and stack[0].completed_iterations >= done:
-            return
-        assert time.monotonic() < deadline, f"{sid} did not get going"
-        time.sleep(0.02)
+        return bool(stack and stack[0].completed_iterations >= done)
+
+    wait_until(going, f"{sid} to get going")
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +196,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             for event in RELEASE.values():
                 event.set()
             for thread in threads:
-                thread.join(30)
+                thread.join(WAIT)
 
 
 def log_in(page: Any, site: dict[str, Any]) -> None:
@@ -252,10 +250,7 @@ def open_session(page: Any, site: dict[str, Any], sid: str, base: str | None = N
 
 
 def wait_for(check: Any, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT / 1000
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+    wait_until(check, what, every=0.05)
 
 
 # --- controls ------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import Flow, ForEach, Gate, ManualClock, Runtime, Wait
 from tarry.engine.errors import InvalidArgument
 
@@ -53,18 +54,18 @@ def test_an_abort_records_its_actor() -> None:
 
     def hold(ctx):
         reached.set()
-        assert gate.wait(30)
+        assert gate.wait(WAIT)
 
     rt = Runtime()
     flow = Flow("held", [ForEach("items", [0, 1], hold)])
     result: list[tarry.Outcome] = []
     thread = threading.Thread(target=lambda: result.append(rt.run(flow)))
     thread.start()
-    assert reached.wait(10)
+    assert reached.wait(WAIT)
     (sid,) = [s.session_id for s in rt.sessions(status="running")]
     rt.abort(sid, actor="gus")
     gate.set()
-    thread.join(10)
+    thread.join(WAIT)
     assert result[0].paused
     (paused,) = data_of(rt, sid, "run.paused")
     assert paused["reason"] == "aborted" and paused["actor"] == "gus"

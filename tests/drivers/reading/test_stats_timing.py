@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 import tarry
+from support import WAIT
 from tarry import Flow, ForEach, Gate, ManualClock, Runtime, Sleep, Wait, step
 from tarry.snapshots.codec.pack import dumps
 
 
-def test_a_step_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
+def one_thread(store) -> tuple[Runtime, ManualClock, threading.Event]:
+    """A Runtime on a ManualClock with a single thread for sync steps, and an event set when
+    the step "work" of the item at index 1 has emitted node.started."""
     clock = ManualClock()
     rt = Runtime(store=store, clock=clock, max_threads=1)
     second_started = threading.Event()
@@ -23,12 +26,17 @@ def test_a_step_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
             second_started.set()
 
     rt.subscribe(watch)
+    return rt, clock, second_started
+
+
+def test_a_step_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
+    rt, clock, second_started = one_thread(store)
 
     @step
     def work(ctx: tarry.Context) -> int:
         if ctx.item == "slow":
             # Both lanes have emitted node.started; the other one waits for the only thread.
-            assert second_started.wait(10)
+            assert second_started.wait(WAIT)
             clock.advance(5)
         return 1
 
@@ -43,20 +51,12 @@ def test_a_step_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
 
 
 def test_a_failed_attempt_queued_for_a_thread_is_timed_from_when_it_began(store) -> None:
-    clock = ManualClock()
-    rt = Runtime(store=store, clock=clock, max_threads=1)
-    second_started = threading.Event()
-
-    def watch(event: tarry.Event) -> None:
-        if event.type == "node.started" and event.path[1:] == (1, "work"):
-            second_started.set()
-
-    rt.subscribe(watch)
+    rt, clock, second_started = one_thread(store)
 
     @step
     def work(ctx: tarry.Context) -> int:
         if ctx.item == "slow":
-            assert second_started.wait(10)
+            assert second_started.wait(WAIT)
             clock.advance(4)
             return 1
         raise ValueError("at once")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import tarry
-from support import Crash
+from support import WAIT, Crash
 from tarry import Flow, ForEach, ManualClock, Runtime, Wait
 from tarry.snapshots import dumps
 
@@ -294,7 +294,7 @@ def test_a_delivery_racing_a_token_resume_is_applied_once_and_never_lost(store) 
         for t in threads:
             t.start()
         for t in threads:
-            t.join(30)
+            t.join(WAIT)
         assert set(results) == {"token", "key"}  # neither thread raised anything else
         view = rt.session(out.session_id)
         assert [e.type for e in view.events()].count("run.resumed") == 1  # never both

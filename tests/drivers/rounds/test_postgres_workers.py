@@ -113,7 +113,7 @@ def test_workers_resume_each_session_once_and_recover_a_killed_one(
     ]
     killed = None
     try:
-        deadline = time.monotonic() + 50
+        deadline = time.monotonic() + 600  # a bound against a hang, not a speed requirement
         while time.monotonic() < deadline:
             marker = logdir / "hung"
             if killed is None and marker.exists() and marker.read_text():

@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from support import WAIT
 from tarry import (
     Flow,
     ForEach,
@@ -151,7 +152,7 @@ def test_the_lease_keeper_keeps_a_long_step_from_being_taken_over(tmp_path) -> N
     def long_step(ctx):
         ran.append(1)
         entered.set()
-        assert release.wait(30)
+        assert release.wait(WAIT)
         return "done"
 
     flow = Flow("long", [long_step])
@@ -161,7 +162,7 @@ def test_the_lease_keeper_keeps_a_long_step_from_being_taken_over(tmp_path) -> N
     runner = threading.Thread(target=lambda: result.append(rt.run(flow, session_id="L")))
     runner.start()
     try:
-        assert entered.wait(30)
+        assert entered.wait(WAIT)
         keeper = rt._core.keeper
         for _ in range(5):  # 45 s of the ManualClock, renewed every 9 s by the keeper
             clock.advance(9)
@@ -170,7 +171,7 @@ def test_the_lease_keeper_keeps_a_long_step_from_being_taken_over(tmp_path) -> N
             assert other.sessions()[0].status == "running"
     finally:
         release.set()
-        runner.join(30)
+        runner.join(WAIT)
     [out] = result
     assert out.ok and out.output == "done" and ran == [1]
     assert rt._core.keeper.drives == {}  # an ended drive is no longer kept
@@ -184,7 +185,7 @@ def test_a_drive_whose_lease_the_keeper_finds_taken_stops_without_writing(tmp_pa
 
     def long_step(ctx):
         entered.set()
-        assert release.wait(30)
+        assert release.wait(WAIT)
         return ctx.item
 
     flow = Flow("lost", [ForEach("items", [1, 2], long_step)])
@@ -193,13 +194,13 @@ def test_a_drive_whose_lease_the_keeper_finds_taken_stops_without_writing(tmp_pa
     runner = threading.Thread(target=lambda: result.append(rt.run(flow, session_id="X")))
     runner.start()
     try:
-        assert entered.wait(30)
+        assert entered.wait(WAIT)
         clock.advance(11)  # the keeper did not run in time (a stalled process)
         assert store.claim("X", "thief", clock.now().replace(year=2100), clock.now())
         assert rt._core.keeper.renew_due(time.monotonic() + 3600) == 1
     finally:
         release.set()
-        runner.join(30)
+        runner.join(WAIT)
     [out] = result
     assert out.failed and out.error.type == "lease_lost"
     assert store.load("X").lease_owner == "thief"

@@ -15,24 +15,38 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tarry import Flow, ForEach, Gate, InvalidArgument, Runtime, UnknownSession, step
+from support import WAIT, Ticks, wait_until
+from tarry import (
+    Flow,
+    ForEach,
+    Gate,
+    InvalidArgument,
+    ManualClock,
+    Runtime,
+    UnknownSession,
+    step,
+)
 from tarry.drivers.drive.drive import TICK
 
 HERE = str(Path(__file__).resolve())
 
 
 def make_flow() -> Flow:
-    """N items, each a side effect logged to a file: no completed item may ever run twice."""
+    """N items, each a side effect logged to a file: no completed item may ever run twice. Each
+    takes `delay` seconds while the file LOG.slow exists (`start_child` makes it): a test
+    removes it to have the rest run quickly."""
 
     @step(name="work")
     def work(ctx: Any) -> int:
         with open(ctx.input["log"], "a") as f:
             f.write(f"{ctx.index}\n")
-        time.sleep(ctx.input["delay"])
+        if os.path.exists(ctx.input["log"] + ".slow"):
+            time.sleep(ctx.input["delay"])  # the work that an abort cuts short
         return ctx.item * 2
 
     return Flow("slow", [ForEach("items", lambda ctx: list(range(ctx.input["n"])), work)])
@@ -90,32 +104,38 @@ def start_child(
         str(lease),
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(HERE).parents[2])}
+    fast(log, False)
     return subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+
+
+def fast(log: Path, on: bool = True) -> None:
+    """The items of the run logging to `log` take no time from now on (or `delay`, if not on)."""
+    slow = Path(f"{log}.slow")
+    if on:
+        slow.unlink(missing_ok=True)
+    else:
+        slow.touch()
 
 
 def lines(log: Path) -> list[int]:
     return [int(x) for x in log.read_text().split()] if log.exists() else []
 
 
-def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+wait_for = wait_until
 
 
 def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
 
 # -- abort and cancel from another process -----------------------------------------------------
 
-N = 400  # items of DELAY seconds: far longer than a test waits, unless the abort works
-DELAY = 0.02
+N = 400  # items of DELAY seconds: a minute of work at the least, unless the abort works
+DELAY = 0.15
 
 
 def test_abort_from_another_process_stops_the_run_resumably(url: str, tmp_path: Path) -> None:
@@ -128,7 +148,8 @@ def test_abort_from_another_process_stops_the_run_resumably(url: str, tmp_path: 
     result = finish(proc)
     assert result == {"status": "paused", "reason": "aborted", "error": None}
     done = lines(log)
-    assert 3 <= len(done) < N  # stopped early: within a second, not after the whole run
+    assert 3 <= len(done) < N  # stopped early, not after the whole run
+    fast(log)
     out = rt.resume(rt.session("s1").outcome.token)
     assert out.ok and out.output == [2 * i for i in range(N)]
     assert sorted(lines(log)) == list(range(N))  # every item ran exactly once
@@ -180,16 +201,20 @@ def test_the_session_keeps_its_own_durability_when_another_process_continues_it(
     url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "log"
-    proc = start_child(url, "s1", log, N, DELAY, durability="step", lease=0.5)
+    proc = start_child(url, "s1", log, N, DELAY, durability="step")
     wait_for(lambda: len(lines(log)) >= 3, "the child's first items")
     proc.kill()  # no write at all after this: what is stored is what step durability wrote
-    proc.communicate(timeout=30)
-    rt = Runtime(store=url, flows=[make_flow()])  # this Runtime's default durability: "pause"
+    proc.communicate(timeout=WAIT)
+    # By this Runtime's clock the dead run's lease (30 s) has lapsed: no waiting it out. The
+    # clock stands still; the recovered run's own lease is renewed by it all the same.
+    fast(log)
+    later = ManualClock(datetime.now(UTC) + timedelta(hours=1))
+    # This Runtime's default durability: "pause".
+    rt = Runtime(store=url, flows=[make_flow()], clock=later)
     view = rt.session("s1")
     assert view.durability == "step"
     stored = {e.data["index"] for e in view.events() if e.type == "container.iteration_completed"}
     assert stored == set(range(len(stored))) and len(lines(log)) - len(stored) <= 1
-    time.sleep(0.6)  # the dead run's lease lapses
     # Recovered with step durability: each item is written as it completes, so the events are
     # in the store while the recovered run is still going.
     seen: dict[int, int] = {}
@@ -221,7 +246,7 @@ def blocked_flow(gate: threading.Event, reached: threading.Event) -> Flow:
     def wait_here(ctx: Any) -> str:
         if ctx.index == 2:
             reached.set()
-            assert gate.wait(30)
+            assert gate.wait(WAIT)
         return f"item {ctx.index}"
 
     return Flow("blocked", [ForEach("items", [0, 1, 2, 3], wait_here)])
@@ -240,7 +265,7 @@ def test_a_session_running_in_this_process_is_seen_live(shared_store: Any) -> No
     flow = blocked_flow(gate, reached)
     thread, result = in_thread(lambda: rt.run(flow, session_id="s1"))
     try:
-        assert reached.wait(10)
+        assert reached.wait(WAIT)
         view = rt.session("s1")
         assert view.status == "running"
         (frame,) = view.state.container_stack
@@ -251,20 +276,22 @@ def test_a_session_running_in_this_process_is_seen_live(shared_store: Any) -> No
         assert view.outcome.status == "running"
     finally:
         gate.set()
-        thread.join(10)
+        thread.join(WAIT)
     assert result[0].ok
 
 
-def test_abort_and_cancel_through_another_runtime_over_the_same_store(shared_store: Any) -> None:
+def test_abort_and_cancel_through_another_runtime_over_the_same_store(
+    shared_store: Any, ticks: Ticks
+) -> None:
     gate, reached = threading.Event(), threading.Event()
     rt = Runtime(store=shared_store)
     other = Runtime(store=shared_store)
     thread, result = in_thread(lambda: rt.run(blocked_flow(gate, reached), session_id="s1"))
-    assert reached.wait(10)
+    assert reached.wait(WAIT)
     other.abort("s1")  # stored; seen at the first checkpoint a TICK or more from the start
-    time.sleep(TICK + 0.05)
+    ticks.advance(TICK)
     gate.set()
-    thread.join(10)
+    thread.join(WAIT)
     out = result[0]
     assert out.paused and out.pause.reason == "aborted"
     assert rt.resume(out.token).ok
@@ -286,7 +313,7 @@ def test_a_resumed_session_is_stored_as_running(shared_store: Any) -> None:
 
     def wait_here(ctx: Any) -> str:
         reached.set()
-        assert gate.wait(30)
+        assert gate.wait(WAIT)
         return "done"
 
     rt = Runtime(store=shared_store)
@@ -295,11 +322,11 @@ def test_a_resumed_session_is_stored_as_running(shared_store: Any) -> None:
     assert other.session("s1").status == "paused"
     thread, result = in_thread(lambda: rt.resume(paused.token, True))
     try:
-        assert reached.wait(10)
+        assert reached.wait(WAIT)
         assert other.session("s1").status == "running"
     finally:
         gate.set()
-        thread.join(10)
+        thread.join(WAIT)
     assert result[0].ok and other.session("s1").status == "completed"
 
 

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 from opentelemetry.trace import StatusCode  # noqa: E402
+from support import WAIT
 from tarry import Flow, ForEach, Gate, ManualClock, Retry, Runtime, step  # noqa: E402
 
 
@@ -112,7 +113,7 @@ def test_steps_nest_in_their_containers_and_lanes_are_timed_from_their_start() -
     @step
     def work(ctx: tarry.Context) -> int:
         if ctx.item == "slow":
-            assert second.wait(10)
+            assert second.wait(WAIT)
             clock.advance(5)
         return 1
 

@@ -13,7 +13,7 @@ pytest.importorskip("uvicorn")
 
 import tarry  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from support import live  # noqa: E402
+from support import WAIT, live  # noqa: E402
 from tarry import Flow, ForEach, Gate, ManualClock, Runtime, Wait  # noqa: E402
 from tarry.drivers.http.app import create_app  # noqa: E402
 from tarry.drivers.telemetry.prometheus import Metrics  # noqa: E402
@@ -32,7 +32,7 @@ def get(url: str, token: str | None = None) -> tuple[int, str, str]:
     request = urllib.request.Request(url)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=WAIT) as response:
         return response.status, response.headers["Content-Type"], response.read().decode()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from typing import Any
 
 import attrs
@@ -472,12 +473,14 @@ def test_events_encoded_together_are_each_what_encode_event_writes(
     assert encode_events(events) == [encode_event(e) for e in events]
 
 
-@settings(max_examples=200, deadline=1000)
+@settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=64))
 def test_random_bytes_are_never_a_state_or_event(data: bytes) -> None:
     for decode in (decode_state, lambda d: decode_event(d, "s")):
+        started = time.process_time()  # CPU: the work done, whatever else loads the machine
         with contextlib.suppress(SnapshotError):
             decode(data)
+        assert time.process_time() - started < 1.0
 
 
 def test_raw_msgpack_envelope_without_ext_types_is_read() -> None:

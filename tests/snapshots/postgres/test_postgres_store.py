@@ -16,7 +16,7 @@ from typing import Any
 
 import pgserver
 import pytest
-from support import T0, rec
+from support import T0, WAIT, rec
 from tarry.drivers.stores import open_store
 from tarry.engine.errors import InvalidArgument, SnapshotError
 from tarry.snapshots import SessionStore, TokenInfo
@@ -299,7 +299,7 @@ def test_a_claim_passes_over_a_locked_message_without_waiting(postgres: Any, sch
             started = time.monotonic()
             assert store.claim_mail("job", "s1") == (second, b"b")
             assert store.claim_mail("job", "s2") is None  # the only one left is held
-            assert time.monotonic() - started < 10  # (a call that waited would hang here)
+            assert time.monotonic() - started < WAIT  # (a call that waited would hang here)
         assert store.claim_mail("job", "s2") == (first, b"a")  # free again with the lock
 
 
@@ -414,7 +414,7 @@ def test_the_pool_shares_at_most_max_size_connections(postgres: Any, schema: str
     finally:
         store.close()
     with psycopg.connect(dsn) as conn:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT
         while True:  # the server notices closed connections a moment later
             (left,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
@@ -595,7 +595,7 @@ def test_a_renewal_waits_for_a_row_lock_instead_of_failing(postgres: Any, schema
             # Another claimant does not wait: the row is locked, and the lease is not its.
             started = time.monotonic()
             assert store.claim("s1", "b", until=until, now=T0 + dt.timedelta(seconds=40)) is False
-            assert time.monotonic() - started < 10  # (a call that waited would hang here)
+            assert time.monotonic() - started < WAIT  # (a call that waited would hang here)
             # The owner's renewal waits for the lock to go, then succeeds.
             threading.Timer(0.3, locker.commit).start()
             later = T0 + dt.timedelta(seconds=60)
