@@ -6,8 +6,8 @@ memory_tokens.py, waits and the mailbox from memory_waits.py, and the entries it
 session from memory_entry.py.
 
 What a paused session costs in memory is what this process can hold, so an entry keeps little
-besides its bytes, and a session left idle (IDLE_AFTER writes of the store since its own) has
-its state and events deflated (`entry._compact`): what is handed out is always the bytes that
+besides its bytes, and a paused session left idle (IDLE_AFTER writes of the store since its
+own) has its state and events deflated (`entry._compact`): what is handed out is always the bytes that
 were written.
 """
 
@@ -54,8 +54,8 @@ from tarry.snapshots.tally import Totals
 
 __all__ = ["MemoryStore", "_decode_batch", "_encode_batch"]
 
-#: A session's state and event blobs are deflated once IDLE_AFTER writes of the store (to any
-#: session) have passed since its own last write: a session resumed soon after its pause
+#: A paused session's state and event blobs are deflated once IDLE_AFTER writes of the store
+#: (to any session) have passed since its own last write: a session resumed soon after its pause
 #: never pays for it, a session left waiting holds a fraction of the bytes.
 IDLE_AFTER = 32
 
@@ -334,9 +334,10 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
 
     def _wrote(self, entry: _Entry) -> None:
         """After a write of `entry`: compact the session written IDLE_AFTER writes ago if it
-        was not saved since (its version is the same), is still kept and is not running (one
-        that runs is written again soon). One compaction at most per write, of what one write
-        left raw: O(1) per write."""
+        was not saved since (its version is the same), is still kept and is paused (one that
+        runs is written again soon; an ended one waits for nothing and is pruned in turn: its
+        compaction would tax every run by the bytes it wrote, a ForEach item by some 15,000
+        instructions). One compaction at most per write, of what one write left raw."""
         recent = self._recent
         recent.append((entry, entry.record.version))
         if len(recent) > IDLE_AFTER:
@@ -344,7 +345,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             record = old.record
             if (
                 record.version == version
-                and record.status != "running"
+                and record.status == "paused"
                 and self._sessions.get(record.session_id) is old
             ):
                 _compact(old)

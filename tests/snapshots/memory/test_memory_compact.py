@@ -189,3 +189,15 @@ def test_a_wait_whose_path_cannot_be_hashed_is_kept_as_given() -> None:
     odd = WaitRecord("tk_w", "s1", ("items", ["a"], "w"), "external")
     store.save(rec(status="paused", token="tk_1"), 0, waits=[odd])
     assert store.wait("tk_w") == odd
+
+
+def test_only_a_paused_session_is_packed() -> None:
+    # An ended session waits for nothing: packing it would tax every run by what it wrote
+    # (a ForEach item by some 15,000 instructions, deflating its events later).
+    store = MemoryStore()
+    for status in ("completed", "failed", "cancelled", "paused"):
+        store.create(rec(status, status=status, state=b"\x85 state"), events=[ev(1, status)])
+    _idle(store)
+    packed = {sid: _packed(store._sessions[sid]) for sid in ("completed", "failed", "cancelled")}
+    assert packed == {"completed": False, "failed": False, "cancelled": False}
+    assert _packed(store._sessions["paused"])
