@@ -391,8 +391,8 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
             elif type(last) is list:
                 last.append(blob)
                 entry.extra.firsts.append(rows[0][0])  # type: ignore[union-attr]
-            else:
-                entry.batches = [last, blob]
+            else:  # one blob (IN_STATE was split above)
+                entry.batches = [last, blob]  # type: ignore[list-item]
                 entry.firsts = [1, rows[0][0]]
             entry.last_seq = rows[-1][0]
             self.bytes_written += counted
