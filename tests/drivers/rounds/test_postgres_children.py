@@ -75,12 +75,16 @@ def test_children_of_one_parent_run_once_each_over_many_workers(dsn: str, tmp_pa
         for _ in range(WORKERS)
     ]
     try:
-        deadline = time.monotonic() + 600  # a bound against a hang, not a speed requirement
-        while time.monotonic() < deadline and rt.session("parent").status != "completed":
+        from support import wait_until  # (not at the top: the workers run this file alone)
+
+        def parent_completed() -> bool:
             for w in workers:
                 if w.poll() is not None:
                     pytest.fail(f"a worker died: {w.stderr.read().decode()[-2000:]}")
-            time.sleep(0.2)
+            return rt.session("parent").status == "completed"
+
+        # a bound against a hang, not a speed requirement
+        wait_until(parent_completed, "the parent to complete", timeout=600, every=0.2)
     finally:
         for w in workers:
             w.terminate()
