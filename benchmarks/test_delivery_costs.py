@@ -328,8 +328,10 @@ def test_sqlite_wal_bytes_per_pause(benchmark: Any, sizes: Any, tmp_path: Path) 
         # 92 KB at both ks with 4 KB pages: 22 frames in two commits (the token's use, the
         # lease and the `run.resumed` event; then the save of the pause), 18 statements, for
         # about 1 KB of payload. With 1 KB pages (store.PAGE_SIZE), 27 to 28 KB: some 26
-        # frames. The target of 24 KB is not met; this catches a regression from there.
-        assert worst <= 30 * 1024
+        # frames. 23.5 to 23.9 KB (some 23 frames) since SQLite schema 8 keeps a waiting
+        # branch's token in its wait row and an event's row has no type column: the target
+        # of 24 KB is met, with a margin of a frame; this bound allows two more.
+        assert worst <= 26 * 1024
 
 
 def _written() -> int | None:
@@ -384,7 +386,9 @@ def test_sqlite_bytes_written_by_a_wide_start(benchmark: Any, sizes: Any, tmp_pa
     # journals) for 4.2 MB of data; 3.3 to 3.5 times the data with it, 2.93 since the event log
     # and the values are clustered on their keys (a file made before keeps its layout): 12.3 MB.
     # 11.8 MB with 1 KB pages and the parked lanes' pauses in short (records.encode_lane),
-    # which also shrank the data to 3.3 MB: 3.6 times it. The target of 3 is not met (the
-    # token's three b-trees beside the wait's four are the rest); this catches a regression.
+    # which also shrank the data to 3.3 MB: 3.6 times it. 9.4 MB, 2.85 times, since SQLite
+    # schema 8 keeps each token in its wait row (three b-trees fewer per wait) and leaves the
+    # events' type column out: the target of 3 is met. The tokens are random, so the pages a
+    # start fills vary by about 1% from run to run.
     if sizes.full:
-        assert total <= 12.5 * 1024 * 1024 and ratio <= 3.8
+        assert ratio <= 3

@@ -78,7 +78,8 @@ class Batches:
             for key in dict.fromkeys(keys):
                 db.execute(
                     "INSERT OR IGNORE INTO batch_items (key, submission_id) "
-                    "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM waits WHERE key = ?) AND NOT "
+                    "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM waits INDEXED BY waits_queue "
+                    "WHERE key = ? AND used = 0) AND NOT "
                     "EXISTS (SELECT 1 FROM mail INDEXED BY mail_queue WHERE key = ? "
                     "AND claimed_by = '')",
                     (key, record.submission_id, key, key),

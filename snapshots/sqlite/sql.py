@@ -11,7 +11,7 @@ from functools import cache
 from typing import Any
 
 from tarry.engine.errors import ConcurrentUpdate
-from tarry.engine.state.events import Event, rows_of
+from tarry.engine.state.events import Event, Row, rows_of
 from tarry.snapshots.sql_common import COLUMNS, Listing, select_sessions
 from tarry.snapshots.sql_common import NAMES as _NAMES
 from tarry.snapshots.sqlite import upkeep as upkeep
@@ -29,13 +29,24 @@ from tarry.snapshots.sqlite.rows import micros
 #: led with the status (sessions_status_created) moved an entry at every pause and every
 #: resume, a page of WAL each; a phase changes only when the session ends (or a failed one is
 #: resumed). Files made before get the column, filled in on open.
-SCHEMA_VERSION = 7
+#: 8: a waiting branch's token lives in its wait row (sqlite/waits.py): `used` marks it used,
+#: `ord` orders a key's waiters. The tokens table keeps only tokens with no wait (a failed
+#: session's, a record's own before it waits) and those used before schema 8: each wait wrote
+#: three more b-trees for its token (the table, its key and its session index). Files made
+#: before move their live waits' tokens on open.
+SCHEMA_VERSION = 8
 
 #: A session's phase, from its status as the SQL expression `status` gives it: what the
 #: listings by status walk (see SCHEMA_VERSION 7). Two comparisons, not an IN list.
 _PHASE = "CASE WHEN {s} = 'running' OR {s} = 'paused' THEN 'live' ELSE {s} END"
 #: The statuses whose phase is "live".
 LIVE = frozenset({"running", "paused"})
+
+
+def events_typed(db: sqlite3.Connection) -> bool:
+    """Whether the events of the file `db` have their type in a column of its own (a file
+    made before schema 8): its writes must fill it in."""
+    return any(row[1] == "type" for row in db.execute("PRAGMA table_info(events)"))
 
 
 def phase_of(status: str) -> str:
@@ -96,7 +107,9 @@ FILL_PHASE = f"UPDATE sessions SET phase = {_PHASE.format(s='status')} WHERE pha
 # The event log and the values are clustered on their keys (WITHOUT ROWID, since files made
 # with schema 6): a rowid table with a composite primary key keeps a second b-tree for the key,
 # so each event appended wrote two pages instead of one. A file made before keeps its layout
-# (no statement depends on it), and nothing else differs, so the schema version stays.
+# (no statement depends on it), and nothing else differs, so the schema version stays. Since
+# schema 8 an event's row has no `type` column: its blob names its type already, and no
+# statement reads the column; a file made before keeps it and fills it in (see events_typed).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id   TEXT PRIMARY KEY,
@@ -120,7 +133,6 @@ CREATE TABLE IF NOT EXISTS sessions (
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
     seq        INTEGER NOT NULL,
-    type       TEXT NOT NULL,
     blob       BLOB NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
@@ -274,15 +286,42 @@ _RESUMING_LIVE = (
     "lease_until = CASE WHEN ?2 IS NULL THEN lease_until ELSE ?3 END "
     "WHERE session_id = ?1 AND phase = 'live' AND " + _CONTINUES.format(p=4)
 )
+# What a used wait row keeps: its token, session, kind and key (a used token is refused as
+# used); its path, pause and parked lane go, and it leaves the indexes of live waits. `used`
+# becomes the time it was used (microseconds, SQLite's clock), so that its entry of the
+# session's index (session_id, used, wake_at) goes to the end of the session's range instead
+# of a random place in it: one page where a growing range of used tokens split several.
+USED_WAIT = (
+    "used = CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER), "
+    "path = X'', reason = '', payload = X'', lane = X'', wake_at = NULL"
+)
+# Use a live token: a wait's (the usual one) or one of the tokens table (no wait: a failed
+# session's; or live since before schema 8, when every token had a row there).
+_USE_WAIT_TOKEN = f"UPDATE waits SET {USED_WAIT} WHERE token = ? AND used = 0"
 _USE_TOKEN = "UPDATE tokens SET used = 1 WHERE token = ? AND used = 0"
+# A token's session and whether it is used, wherever it lives (in one of the two at most).
+FIND_TOKEN = (
+    "SELECT session_id, used FROM waits WHERE token = ?1 "
+    "UNION ALL SELECT session_id, used FROM tokens WHERE token = ?1"
+)
+# The same for many tokens: (token, session id, used) rows.
+FIND_TOKENS = (
+    "SELECT token, session_id, used FROM waits WHERE token IN (SELECT value FROM json_each(?1)) "
+    "UNION ALL "
+    "SELECT token, session_id, used FROM tokens WHERE token IN (SELECT value FROM json_each(?1))"
+)
 # A live token's session, at which version and status (NULLs: the session is gone).
 _TOKEN_VERSION = (
-    "SELECT session_id, version, status FROM tokens LEFT JOIN sessions USING (session_id) "
-    "WHERE tokens.token = ? AND tokens.used = 0"
+    "SELECT t.session_id, version, status FROM ("
+    "SELECT session_id FROM waits WHERE token = ?1 AND used = 0 "
+    "UNION ALL SELECT session_id FROM tokens WHERE token = ?1 AND used = 0"
+    ") AS t LEFT JOIN sessions USING (session_id)"
 )
 _TOKEN_SESSION = (
-    f"SELECT session_id, {_SEEN} FROM tokens LEFT JOIN sessions USING (session_id) "
-    "WHERE tokens.token = ?"
+    f"SELECT t.session_id, {_SEEN} FROM ("
+    "SELECT session_id FROM waits WHERE token = ?1 "
+    "UNION ALL SELECT session_id FROM tokens WHERE token = ?1"
+    ") AS t LEFT JOIN sessions USING (session_id)"
 )
 # Lapsed leases of any status, by lease: a range of sessions_lease (which holds leased rows only).
 _DUE = (
@@ -302,6 +341,7 @@ UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
     WHERE status = 'paused' AND wake_at <= ?3 AND (wake_at, session_id) > (?4, ?5)
     AND token IS NOT NULL AND (lease_until IS NULL OR lease_until <= ?3)
     AND NOT EXISTS (SELECT 1 FROM tokens WHERE tokens.token = sessions.token AND used)
+    AND NOT EXISTS (SELECT 1 FROM waits WHERE waits.token = sessions.token AND used)
     ORDER BY wake_at, session_id LIMIT ?6
 ) RETURNING {COLUMNS}, stop
 """
@@ -311,11 +351,14 @@ UPDATE sessions SET lease_owner = ?1, lease_until = ?2 WHERE session_id IN (
 # `_LIVE_WAITS` then reads which of the tokens are whose, in the same write transaction.
 _CLAIM_WAITS = f"""
 UPDATE sessions SET lease_owner = ?2, lease_until = ?3 WHERE session_id IN (
-    SELECT session_id FROM waits WHERE token IN (SELECT value FROM json_each(?1))
+    SELECT session_id FROM waits WHERE token IN (SELECT value FROM json_each(?1)) AND used = 0
 ) AND +status = 'paused' AND (+lease_until IS NULL OR +lease_until <= ?4)
 RETURNING {COLUMNS}, stop
 """
-_LIVE_WAITS = "SELECT token, session_id FROM waits WHERE token IN (SELECT value FROM json_each(?))"
+_LIVE_WAITS = (
+    "SELECT token, session_id FROM waits WHERE token IN (SELECT value FROM json_each(?)) "
+    "AND used = 0"
+)
 
 
 def _triples(rows: int, first: int, lead: str = "") -> str:
@@ -326,23 +369,47 @@ def _triples(rows: int, first: int, lead: str = "") -> str:
     )
 
 
-@cache
-def _insert_events(rows: int) -> str:
-    """Insert `rows` events of one session: the session id, then (seq, type, blob) per row."""
-    return f"INSERT INTO events (session_id, seq, type, blob) VALUES {_triples(rows, 2, '?1, ')}"
+def _pairs(rows: int, first: int, lead: str = "") -> str:
+    """`_triples` of two parameters each: `_pairs(2, 2, "?1, ")` is "(?1, ?2, ?3), (?1, ?4, ?5)"."""
+    return ", ".join(f"({lead}?{first + 2 * i}, ?{first + 2 * i + 1})" for i in range(rows))
 
 
 @cache
-def _append_events(rows: int) -> str:
+def _insert_events(rows: int, typed: bool) -> str:
+    """Insert `rows` events of one session: the session id, then (seq, blob) per row, or
+    (seq, type, blob) into a file made before schema 8 (`typed`: see events_typed)."""
+    if typed:
+        values = _triples(rows, 2, "?1, ")
+        return f"INSERT INTO events (session_id, seq, type, blob) VALUES {values}"
+    return f"INSERT INTO events (session_id, seq, blob) VALUES {_pairs(rows, 2, '?1, ')}"
+
+
+@cache
+def _append_events(rows: int, typed: bool) -> str:
     """Insert `rows` events if they continue the log: the session id, the seq before the first
-    event, then (seq, type, blob) per row. (Reading `events` in an INSERT into `events` makes
-    SQLite stage the rows in a temporary table: inside a transaction, a SELECT and a plain
-    INSERT cost less.)"""
-    return (
-        "INSERT INTO events (session_id, seq, type, blob) "
-        f"SELECT ?1, column1, column2, column3 FROM (VALUES {_triples(rows, 3)}) "
-        f"WHERE EXISTS ({_FOLLOWS})"
-    )
+    event, then (seq, blob) or (seq, type, blob) per row, as `_insert_events`. (Reading
+    `events` in an INSERT into `events` makes SQLite stage the rows in a temporary table:
+    inside a transaction, a SELECT and a plain INSERT cost less.)"""
+    if typed:
+        columns = "session_id, seq, type, blob"
+        select = f"?1, column1, column2, column3 FROM (VALUES {_triples(rows, 3)})"
+    else:
+        columns = "session_id, seq, blob"
+        select = f"?1, column1, column2 FROM (VALUES {_pairs(rows, 3)})"
+    return f"INSERT INTO events ({columns}) SELECT {select} WHERE EXISTS ({_FOLLOWS})"
+
+
+def event_rows(
+    args: builtins.list[Any], rows: Sequence[Row], encoded: Sequence[bytes], typed: bool
+) -> None:
+    """Add the parameters of events (their `rows_of` and their blobs) to `args`, as the
+    statements above take them."""
+    if typed:
+        for row, blob in zip(rows, encoded, strict=True):
+            args += (row[0], row[1], blob)
+    else:
+        for row, blob in zip(rows, encoded, strict=True):
+            args += (row[0], blob)
 
 
 @cache
@@ -367,11 +434,12 @@ def _put_values_if_session(rows: int) -> str:
 _ADD_TOKEN = "INSERT OR IGNORE INTO tokens (token, session_id, used) VALUES (?, ?, 0)"
 
 
-def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> bool:
-    """Register `token` for the session; whether it is new (then it is live and the session's).
-    OR IGNORE: a token already known keeps its owner and its used flag; re-registering must
-    never make a consumed token live again."""
-    return bool(db.execute(_ADD_TOKEN, (token, session_id)).rowcount == 1)
+def _add_token(db: sqlite3.Cursor, token: str, session_id: str) -> None:
+    """Register `token`, which no wait of this save holds, for the session (a failed session's
+    token, a record's own). A token known already, here or in a wait, keeps its owner and its
+    used flag (OR IGNORE): re-registering must never make a used token live again."""
+    if db.execute("SELECT 1 FROM waits WHERE token = ?", (token,)).fetchone() is None:
+        db.execute(_ADD_TOKEN, (token, session_id))
 
 
 def _prev(session_id: str | None, events: Sequence[Event]) -> int | None:
@@ -395,19 +463,22 @@ def _check_run(session_id: str, events: Sequence[Event], *, after: int) -> None:
 
 
 def _insert(
-    db: sqlite3.Cursor, session_id: str, events: Sequence[Event], encoded: builtins.list[bytes]
+    db: sqlite3.Cursor,
+    session_id: str,
+    events: Sequence[Event],
+    encoded: builtins.list[bytes],
+    typed: bool,
 ) -> int:
-    """Insert events whose continuity was checked; the bytes written. An event that is already
-    stored raises ConcurrentUpdate (inside the caller's transaction, so nothing is kept)."""
+    """Insert events whose continuity was checked (`typed`: see `_insert_events`); the bytes
+    written. An event that is already stored raises ConcurrentUpdate (inside the caller's
+    transaction, so nothing is kept)."""
     rows = rows_of(events)
     for start in range(0, len(rows), _ROWS_PER_INSERT):
         stop = min(start + _ROWS_PER_INSERT, len(rows))
         args: builtins.list[Any] = [session_id]
-        for i in range(start, stop):
-            row = rows[i]
-            args += (row[0], row[1], encoded[i])
+        event_rows(args, rows[start:stop], encoded[start:stop], typed)
         try:
-            db.execute(_insert_events(stop - start), args)
+            db.execute(_insert_events(stop - start, typed), args)
         except sqlite3.IntegrityError as exc:
             if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                 raise

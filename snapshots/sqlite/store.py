@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tarry.engine.errors import ConcurrentUpdate, SessionExists, SnapshotError
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, rows_of
 from tarry.snapshots.log_records import LogBatch, LogRecord
 from tarry.snapshots.records import SessionRecord, WaitRecord, decode_event, encode_events
 from tarry.snapshots.sqlite import batches as batches_
@@ -50,6 +50,8 @@ from tarry.snapshots.sqlite.sql import (
     _put_values_if_session,
     _Transaction,
     _update,
+    event_rows,
+    events_typed,
     phase_of,
 )
 from tarry.snapshots.sqlite.tokens import TokensAndLeases
@@ -142,6 +144,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             self._db.execute(f"PRAGMA cache_spill = {spill_pages(page_size)}")
             with self._write:
                 self._migrate()
+            #: Whether its events have a `type` column to fill in (a file made before schema 8).
+            self._typed = events_typed(self._db)
             upkeep.convert_to_incremental_vacuum(self._db, self.path)
         except BaseException:
             self._db.close()
@@ -177,6 +181,8 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
         if found < SCHEMA_VERSION:
             if 1 <= found < 2:  # a file made before waits: its paused sessions get theirs
                 waits_.backfill(self._db)
+            if 1 <= found < 8:  # a file made before schema 8: its waits' tokens move into them
+                waits_.fold_tokens(self._db)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -213,7 +219,9 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
                     "INSERT INTO children (parent, child) VALUES (?, ?)",
                     (parent, record.session_id),
                 )
-            written = len(record.state) + _insert(db, record.session_id, events, encoded)
+            written = len(record.state) + _insert(
+                db, record.session_id, events, encoded, self._typed
+            )
             self._seen = (record.session_id, *(row[i] for i in _INDEXED))
         self.bytes_written += written
 
@@ -262,16 +270,13 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
                 raise _not_continued(db, sid, events[0].seq)
             self._seen = (sid, *(row[i] for i in _INDEXED))
             written = len(record.state)
-            written += _insert(db, sid, events, encoded)
+            written += _insert(db, sid, events, encoded, self._typed)
             written += _put(db, sid, values, _put_values)
-            token = record.token
-            fresh = _add_token(db, token, sid) if token else False
             waits_.save_waits(
                 db,
                 sid,
                 record.status,
-                record.token,
-                fresh,
+                record.token or None,
                 waits,
                 mail_done,
                 micros(record.updated_at),
@@ -346,11 +351,11 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             # The durable-step case: one statement, a transaction by itself, that checks and
             # inserts (measured: 5% faster a step than BEGIN, SELECT, INSERT, COMMIT).
             args: builtins.list[Any] = [session_id, prev]
-            for event, blob in zip(events, encoded, strict=True):
-                args += (event.seq, event.type, blob)
+            event_rows(args, rows_of(events), encoded, self._typed)
             with self._lock:
                 try:
-                    inserted = self._cur.execute(_append_events(len(events)), args).rowcount
+                    insert = _append_events(len(events), self._typed)
+                    inserted = self._cur.execute(insert, args).rowcount
                 except sqlite3.IntegrityError as exc:
                     if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                         raise
@@ -361,7 +366,7 @@ class SQLiteStore(TokensAndLeases, WaitsAndMail, batches_.Batches):
             with self._write as db:
                 if db.execute(_FOLLOWS, (session_id, prev)).fetchone() is None:
                     raise _not_continued(db, session_id, prev + 1)
-                _insert(db, session_id, events, encoded)
+                _insert(db, session_id, events, encoded, self._typed)
         self.bytes_written += sum(map(len, encoded))
 
     def events(

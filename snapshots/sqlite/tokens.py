@@ -25,6 +25,9 @@ from tarry.snapshots.sqlite.sql import (
     _TOKEN_SESSION,
     _TOKEN_VERSION,
     _USE_TOKEN,
+    _USE_WAIT_TOKEN,
+    FIND_TOKEN,
+    FIND_TOKENS,
     LIVE,
     _insert,
     _not_continued,
@@ -41,25 +44,20 @@ class TokensAndLeases:
     _cur: sqlite3.Cursor
     _write: _Transaction
     _seen: tuple[Any, ...] | None
+    _typed: bool
     bytes_written: int
 
     # -- tokens ----------------------------------------------------------------------------
     def find_token(self, token: str) -> TokenInfo | None:
         with self._lock:
-            row = self._cur.execute(
-                "SELECT session_id, used FROM tokens WHERE token = ?", (token,)
-            ).fetchone()
+            row = self._cur.execute(FIND_TOKEN, (token,)).fetchone()
         return None if row is None else TokenInfo(row[0], bool(row[1]))
 
     def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
         if not tokens:
             return {}
         with self._lock:
-            rows = self._cur.execute(
-                "SELECT token, session_id, used FROM tokens "
-                "WHERE token IN (SELECT value FROM json_each(?))",
-                (json.dumps(list(tokens)),),
-            ).fetchall()
+            rows = self._cur.execute(FIND_TOKENS, (json.dumps(list(tokens)),)).fetchall()
         return {token: TokenInfo(sid, bool(used)) for token, sid, used in rows}
 
     def consume_token(
@@ -84,7 +82,10 @@ class TokensAndLeases:
                     raise moved
             # Of any number of racing processes, exactly one sees used = 0 (the write lock
             # of BEGIN IMMEDIATE serialises them); the lease and events go in the same commit.
-            if db.execute(_USE_TOKEN, (token,)).rowcount != 1:
+            if (
+                db.execute(_USE_WAIT_TOKEN, (token,)).rowcount != 1
+                and db.execute(_USE_TOKEN, (token,)).rowcount != 1
+            ):
                 return False
             if mail is not None:
                 waits_.consume_mail(db, mail)  # MailGone: the transaction rolls back
@@ -101,10 +102,9 @@ class TokensAndLeases:
                     db.execute(resuming, (sid, owner, maybe_micros(until), prev)).rowcount == 1
                 )
                 self._seen = (sid, "running", *seen[2:])
-            db.execute("DELETE FROM waits WHERE token = ?", (token,))
             if not continues:
                 raise _not_continued(db, sid, events[0].seq)
-            written = _insert(db, sid, events, encoded)
+            written = _insert(db, sid, events, encoded, self._typed)
         self.bytes_written += written
         return True
 

@@ -32,6 +32,8 @@ from tarry.snapshots.sqlite.rows import ROWS, from_micros, maybe_micros, micros
 from tarry.snapshots.sqlite.sql import (
     _RESUMING,
     _RESUMING_LIVE,
+    FIND_TOKENS,
+    USED_WAIT,
     _add_token,
     _insert,
     _not_continued,
@@ -40,14 +42,17 @@ from tarry.snapshots.sqlite.sql import (
 )
 from tarry.snapshots.store import MailGone
 
-#: Tables of schema version 2. The waits of paused sessions, one per live token of a waiting
-#: branch: clustered by token (a poll pages through them in token order), indexed by key (a
-#: delivery finds its waits), by kind (an adapter's poll) and by session. The mailbox: a queue
-#: of messages per key (schema 4), ids from AUTOINCREMENT so that an id is never reused (a
+#: Tables of schema version 2. The waits of paused sessions, one per token of a waiting branch
+#: (schema 8: the token lives here; `used` is 0 while it is live, and when it was used after):
+#: clustered by token (a poll pages
+#: through them in token order); the live ones indexed by key in the order they came (a
+#: delivery finds the longest waiter: `ord` counts up per key) and by kind (an adapter's
+#: poll); all by session (live ones first, by time). A used row keeps only what refuses its
+#: token again (see sql.USED_WAIT) until its session is pruned. The mailbox: a queue of
+#: messages per key (schema 4), ids from AUTOINCREMENT so that an id is never reused (a
 #: delivery consumes the message by its id); indexed so that each read is a range: a key's
 #: unclaimed messages in order, a session's claims, the messages meant for a busy session.
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS waits (
+WAITS_TABLE = """CREATE TABLE IF NOT EXISTS waits (
         token      TEXT PRIMARY KEY,
         session_id TEXT NOT NULL,
         path       BLOB NOT NULL,
@@ -56,21 +61,29 @@ SCHEMA = (
         wake_at    INTEGER,
         reason     TEXT NOT NULL,
         payload    BLOB NOT NULL,
-        lane       BLOB NOT NULL DEFAULT X''
-    ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS waits_key ON waits (key, token) WHERE key IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS waits_kind ON waits (kind, token)",
-    # A session's waits, and the earliest of their times (schema 5; was on session_id alone).
-    "DROP INDEX IF EXISTS waits_session",
-    "CREATE INDEX IF NOT EXISTS waits_session_wake ON waits (session_id, wake_at)",
-    """CREATE TABLE IF NOT EXISTS mail (
+        lane       BLOB NOT NULL DEFAULT X'',
+        used       INTEGER NOT NULL DEFAULT 0,
+        ord        INTEGER
+    ) WITHOUT ROWID"""
+MAIL_TABLE = """CREATE TABLE IF NOT EXISTS mail (
         id         INTEGER PRIMARY KEY AUTOINCREMENT,
         key        TEXT NOT NULL,
         claimed_by TEXT NOT NULL DEFAULT '',
         target     TEXT,
         value      BLOB NOT NULL,
         at         INTEGER NOT NULL
-    )""",
+    )"""
+SCHEMA = (
+    WAITS_TABLE,
+    # Schema 8: the indexes of schemas 2 to 7 held used waits' rows too, which had none.
+    "DROP INDEX IF EXISTS waits_key",
+    "DROP INDEX IF EXISTS waits_kind",
+    "DROP INDEX IF EXISTS waits_session",
+    "DROP INDEX IF EXISTS waits_session_wake",
+    "CREATE INDEX IF NOT EXISTS waits_queue ON waits (key, ord) WHERE key IS NOT NULL AND used = 0",
+    "CREATE INDEX IF NOT EXISTS waits_live_kind ON waits (kind, token) WHERE used = 0",
+    "CREATE INDEX IF NOT EXISTS waits_session_live ON waits (session_id, used, wake_at)",
+    MAIL_TABLE,
     "CREATE INDEX IF NOT EXISTS mail_queue ON mail (key, id) WHERE claimed_by = ''",
     "CREATE INDEX IF NOT EXISTS mail_claims ON mail (claimed_by) WHERE claimed_by <> ''",
     "CREATE INDEX IF NOT EXISTS mail_target ON mail (target, id) "
@@ -80,10 +93,33 @@ SCHEMA = (
 
 
 def upgrade_waits(db: sqlite3.Connection) -> None:
-    """A file of schema 2 to 4 gets the `lane` column of schema 5 (a parked lane's bytes)."""
+    """A file of schema 2 to 7 gets the columns its waits lack: `lane` (schema 5), `used` and
+    `ord` (schema 8; `fold_tokens` fills them in)."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(waits)")}
-    if columns and "lane" not in columns:
-        db.execute("ALTER TABLE waits ADD COLUMN lane BLOB NOT NULL DEFAULT X''")
+    if not columns:
+        return
+    for name, definition in (
+        ("lane", "BLOB NOT NULL DEFAULT X''"),
+        ("used", "INTEGER NOT NULL DEFAULT 0"),
+        ("ord", "INTEGER"),
+    ):
+        if name not in columns:
+            db.execute(f"ALTER TABLE waits ADD COLUMN {name} {definition}")
+
+
+def fold_tokens(db: sqlite3.Connection) -> None:
+    """A file made before schema 8 kept every token in the tokens table: the tokens of its
+    waits move into their rows. A key's waiters keep their order (the tokens' rowids, the order
+    they were registered in); a token that was used (a wait left behind) stays used."""
+    db.execute(
+        "UPDATE waits SET ord = (SELECT t.rowid FROM tokens AS t WHERE t.token = waits.token) "
+        "WHERE key IS NOT NULL AND ord IS NULL"
+    )
+    db.execute(
+        f"UPDATE waits SET {USED_WAIT} WHERE used = 0 "
+        "AND token IN (SELECT token FROM tokens WHERE used = 1)"
+    )
+    db.execute("DELETE FROM tokens WHERE token IN (SELECT token FROM waits)")
 
 
 def upgrade_mail(db: sqlite3.Connection) -> None:
@@ -94,7 +130,7 @@ def upgrade_mail(db: sqlite3.Connection) -> None:
         return
     db.execute("DROP INDEX IF EXISTS mail_claimed")
     db.execute("ALTER TABLE mail RENAME TO mail_before_queue")
-    db.execute(SCHEMA[5])
+    db.execute(MAIL_TABLE)
     db.execute(
         "INSERT INTO mail (key, claimed_by, value, at) "
         "SELECT key, claimed_by, value, at FROM mail_before_queue ORDER BY at, key"
@@ -102,22 +138,27 @@ def upgrade_mail(db: sqlite3.Connection) -> None:
     db.execute("DROP TABLE mail_before_queue")
 
 
-# A wait is kept only for a live token of its own session: a used one is never made live again.
-_ADD_WAIT = (
-    f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}, lane) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 "
-    "WHERE EXISTS (SELECT 1 FROM tokens WHERE token = ?1 AND session_id = ?2 AND used = 0)"
+# The wait of a new token: one row of VALUES and no REPLACE, so SQLite opens no statement
+# journal for it (inside a save's transaction, a statement that may write several rows, an
+# INSERT ... SELECT or a REPLACE, first copies every page it is about to change: a start of
+# 10,000 waiting branches copied 250 MB that way). A keyed wait comes last in its key's queue.
+_NEW_WAIT = (
+    f"INSERT INTO waits ({WAIT_COLUMNS}, lane, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+    "CASE WHEN ?5 IS NOT NULL THEN (SELECT coalesce(max(ord), 0) + 1 "
+    "FROM waits INDEXED BY waits_queue WHERE key = ?5 AND used = 0) END)"
 )
-# The wait of a token this save registered: live, the session's, and with no wait row yet (a
-# wait row is only ever written for a registered token). One row of VALUES and no REPLACE, so
-# SQLite opens no statement journal for it: inside a save's transaction, a statement that may
-# write several rows (an INSERT ... SELECT, a REPLACE) first copies every page it is about to
-# change, and a start of 10,000 waiting branches copied 250 MB that way.
-_NEW_WAIT = f"INSERT INTO waits ({WAIT_COLUMNS}, lane) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# The wait of a token registered before: written again only while it is live and the
+# session's (a used token is never made live again).
+_RENEW_WAIT = (
+    "UPDATE waits SET path = ?3, kind = ?4, key = ?5, wake_at = ?6, reason = ?7, payload = ?8, "
+    "lane = ?9 WHERE token = ?1 AND session_id = ?2 AND used = 0"
+)
 _TOKENS = "SELECT value FROM json_each(?)"
-# The first time of a session's waits: the first entry past the NULLs of its index range.
+# The first time of a session's live waits: the first entry past the NULLs of its index range.
 # And whether it keeps a stop request (due at once then: see SessionStore.save).
 _EARLIEST = (
-    "SELECT (SELECT min(wake_at) FROM waits WHERE session_id = ?1 AND wake_at IS NOT NULL), "
+    "SELECT (SELECT min(wake_at) FROM waits "
+    "WHERE session_id = ?1 AND used = 0 AND wake_at IS NOT NULL), "
     "(SELECT stop FROM sessions WHERE session_id = ?1)"
 )
 # Written only when it is earlier than the record's own (which the save just wrote).
@@ -132,18 +173,17 @@ def save_waits(
     sid: str,
     status: str,
     token: str | None,
-    fresh: bool,
     waits: Sequence[WaitRecord],
     mail_done: Sequence[int] | None,
     now: int = 0,
 ) -> None:
-    """What a save does to a session's waits and claimed mail, inside its transaction (after
-    it registered the record's own `token`, which was new if `fresh`); `now`: the record's
-    `updated_at` (microseconds)."""
+    """What a save does to a session's tokens, waits and claimed mail, inside its transaction:
+    the record's own `token` is registered (in its wait if it has one, else in the tokens
+    table), and each wait; `now`: the record's `updated_at` (microseconds)."""
     for wait in waits:
-        # The record's own token is registered already.
-        new = fresh if wait.token == token else _add_token(db, wait.token, sid)
-        db.execute(_NEW_WAIT if new else _ADD_WAIT, (*_wait_row(wait, sid), bytes(wait.lane)))
+        _put_wait(db, sid, wait)
+    if token is not None and not any(wait.token == token for wait in waits):
+        _add_token(db, token, sid)
     if status == "paused":  # due at the earliest time of all its waits, parked ones too
         earliest, stop = db.execute(_EARLIEST, (sid,)).fetchone()
         if stop is not None:
@@ -151,16 +191,29 @@ def save_waits(
         if earliest is not None:
             db.execute(_WAKE_EARLIER, (earliest, sid))
     ended = status != "paused" and status != "running"
-    if ended:  # the session ended: so did its waits
-        # One statement when it had none (the usual end): their tokens are then used.
-        ended = db.execute("DELETE FROM waits WHERE session_id = ? RETURNING token", (sid,))
-        tokens = [token for (token,) in ended.fetchall()]
-        if tokens:
-            db.execute(
-                f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (json.dumps(tokens),)
-            )
+    if ended:  # the session ended: so did its waits, and their tokens are used
+        db.execute(f"UPDATE waits SET {USED_WAIT} WHERE session_id = ? AND used = 0", (sid,))
     if mail_done is not None or ended:  # a drive that claimed nothing costs nothing here
         settle_claims(db, sid, mail_done or ())
+
+
+def _put_wait(db: sqlite3.Cursor, sid: str, wait: WaitRecord) -> None:
+    """Write `wait` of session `sid`: a new token's, or again a live one's of the session. A
+    token of the tokens table (a record's own, registered before it had a wait) moves into
+    its wait if it is live and the session's; a used one stays used, with no wait."""
+    row = (*_wait_row(wait, sid), bytes(wait.lane))
+    known = db.execute("SELECT session_id, used FROM tokens WHERE token = ?", (wait.token,))
+    found = known.fetchone()
+    if found is not None:
+        if found[0] != sid or found[1]:
+            return
+        db.execute("DELETE FROM tokens WHERE token = ?", (wait.token,))
+    try:
+        db.execute(_NEW_WAIT, row)
+    except sqlite3.IntegrityError as exc:
+        if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
+            raise
+        db.execute(_RENEW_WAIT, row)
 
 
 def settle_claims(db: sqlite3.Cursor, sid: str, done: Sequence[int]) -> None:
@@ -203,6 +256,7 @@ class WaitsAndMail:
     _cur: sqlite3.Cursor
     _write: _Transaction
     _seen: tuple[Any, ...] | None
+    _typed: bool
     bytes_written: int
 
     # -- tokens ----------------------------------------------------------------------------
@@ -220,14 +274,13 @@ class WaitsAndMail:
         batch = json.dumps(list(tokens))
         written = 0
         with self._write as db:
-            found = db.execute(
-                f"SELECT token, session_id, used FROM tokens WHERE token IN ({_TOKENS})", (batch,)
-            )
-            refused, sids = check_tokens(tokens, found)
+            refused, sids = check_tokens(tokens, db.execute(FIND_TOKENS, (batch,)))
             if refused:
                 return refused  # nothing was written: the transaction commits nothing
+            db.execute(
+                f"UPDATE waits SET {USED_WAIT} WHERE token IN ({_TOKENS}) AND used = 0", (batch,)
+            )
             db.execute(f"UPDATE tokens SET used = 1 WHERE token IN ({_TOKENS})", (batch,))
-            db.execute(f"DELETE FROM waits WHERE token IN ({_TOKENS})", (batch,))
             for token in tokens:
                 if token in mail:
                     consume_mail(db, mail[token])  # raised inside: nothing is kept
@@ -242,7 +295,7 @@ class WaitsAndMail:
                 if resumed != 1 and prev is not None:  # raised inside: nothing is kept
                     raise _not_continued(db, sid, given[0].seq)
                 if given:
-                    written += _insert(db, sid, given, encode_events(given))
+                    written += _insert(db, sid, given, encode_events(given), self._typed)
             self._seen = None
         self.bytes_written += written
         return {}
@@ -251,7 +304,7 @@ class WaitsAndMail:
     def wait(self, token: str) -> WaitRecord | None:
         with self._lock:
             rows = self._cur.execute(
-                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE token = ?", (token,)
+                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE token = ? AND used = 0", (token,)
             ).fetchall()
         found = with_lanes(rows, from_micros)
         return found[0] if found else None
@@ -259,7 +312,7 @@ class WaitsAndMail:
     def waits(self, session_id: str, *, limit: int | None = None) -> builtins.list[WaitRecord]:
         with self._lock:
             rows = self._cur.execute(
-                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE session_id = ? "
+                f"SELECT {WAIT_COLUMNS}, lane FROM waits WHERE session_id = ? AND used = 0 "
                 "ORDER BY path, token LIMIT ?",
                 (session_id, -1 if limit is None else limit),
             ).fetchall()
@@ -273,11 +326,11 @@ class WaitsAndMail:
         after: str | None = None,
         limit: int = 1000,
     ) -> builtins.list[WaitRecord]:
-        where, args = ["token > ?"], [after or ""]
+        where, args = ["token > ?", "used = 0"], [after or ""]
         table = "waits"
         if key is not None:
-            # The key's own entries, in token order: never the kind index and a sort.
-            table = "waits INDEXED BY waits_key"
+            # The key's own entries (a key has few waits to sort): never the kind index.
+            table = "waits INDEXED BY waits_queue"
             where.append("key = ?")
             args.append(key)
         if kind is not None:
@@ -296,12 +349,10 @@ class WaitsAndMail:
         return wait_records(rows, from_micros, skip_bad=skip_bad)
 
     def waiters(self, key: str, limit: int = 100) -> builtins.list[WaitRecord]:
-        # A token's rowid grows with each one registered (the save that pauses on it), so it
-        # orders the key's waits by how long they have waited; a key has few waits to sort.
-        columns = ", ".join("w." + c for c in WAIT_COLUMNS.split(", "))
+        # The key's live waits by how long they have waited: its range of waits_queue.
         return self._waits(
-            f"SELECT {columns} FROM waits AS w INDEXED BY waits_key "
-            "JOIN tokens AS t ON t.token = w.token WHERE w.key = ? ORDER BY t.rowid LIMIT ?",
+            f"SELECT {WAIT_COLUMNS} FROM waits INDEXED BY waits_queue "
+            "WHERE key = ? AND used = 0 ORDER BY ord LIMIT ?",
             (key, limit),
             skip_bad=True,
         )
@@ -365,8 +416,8 @@ class WaitsAndMail:
             "FROM (SELECT key, min(id) AS id FROM mail INDEXED BY mail_queue "
             "WHERE claimed_by = '' GROUP BY key) AS q "
             "JOIN mail AS m ON m.id = q.id "
-            "JOIN waits AS w ON w.token = (SELECT w2.token FROM waits AS w2 INDEXED BY waits_key "
-            "JOIN tokens AS t ON t.token = w2.token WHERE w2.key = q.key ORDER BY t.rowid LIMIT 1) "
+            "JOIN waits AS w ON w.token = (SELECT w2.token FROM waits AS w2 INDEXED BY waits_queue "
+            "WHERE w2.key = q.key AND w2.used = 0 ORDER BY w2.ord LIMIT 1) "
             "ORDER BY q.id LIMIT ?"
         )
         with self._lock:

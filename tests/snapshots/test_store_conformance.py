@@ -602,15 +602,15 @@ def test_sqlite_schema_and_pragmas(tmp_path: Path) -> None:
     SQLiteStore(path).close()  # reopening an existing file is fine
     db = sqlite3.connect(path)
     try:
-        assert db.execute("PRAGMA user_version").fetchone() == (7,)
+        assert db.execute("PRAGMA user_version").fetchone() == (8,)
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"sessions", "events", "vals", "tokens", "marks", "waits", "mail", "logs"} <= tables
-        db.execute("PRAGMA user_version = 8")
+        db.execute("PRAGMA user_version = 9")
         db.commit()
     finally:
         db.close()
-    with pytest.raises(SnapshotError, match="schema version 8"):
+    with pytest.raises(SnapshotError, match="schema version 9"):
         SQLiteStore(path)
 
 

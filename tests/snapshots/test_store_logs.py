@@ -133,5 +133,5 @@ def test_sqlite_file_at_version_2_gets_the_logs_table(tmp_path: Path) -> None:
         store.save(rec(), 0, logs=batch(1))
         assert [r.seq for r in store.logs("s1")] == [1]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (7,)
+    assert db.execute("PRAGMA user_version").fetchone() == (8,)
     db.close()

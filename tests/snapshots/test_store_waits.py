@@ -754,12 +754,96 @@ def test_sqlite_wait_queries_use_indexes(tmp_path: Path) -> None:
         store.waits("s1")
         store.queued(key="k1")
         store.queued(session_id="s1")
+        store.waiters("k1")
         store._cur = real
-        assert len(plans) == 7
+        assert len(plans) == 8
+        # A key's waiters, longest first, straight from the queue index.
+        assert "waits_queue" in plans[7] and "TEMP B-TREE" not in plans[7], plans[7]
         for found in plans:
             assert "SCAN" not in found, found  # every lookup through an index or the key
-        assert "waits_kind" in plans[1] and "waits_key" in plans[2] and "waits_key" in plans[3]
-        assert "TEMP B-TREE" not in " ".join(plans[:4])  # pages come in token order, unsorted
+        assert "waits_live_kind" in plans[1]
+        assert "waits_queue" in plans[2] and "waits_queue" in plans[3]
+        # Pages of every wait, and of a kind's, come in token order, unsorted (a key's few
+        # waits are sorted).
+        assert "TEMP B-TREE" not in " ".join(plans[:2])
+
+
+def test_an_sqlite_file_of_schema_7_moves_its_waits_tokens_into_them(tmp_path: Path) -> None:
+    """Schema 7 kept every token in the tokens table, a used one's wait deleted, and ordered a
+    key's waiters by the tokens' rowids. On open, the tokens of live waits move into them (the
+    order of the waiters kept); used tokens stay in the tokens table, refused as used."""
+    path = tmp_path / "old.db"
+    with SQLiteStore(path) as store:
+        paused(store, "s1", wait("t1", key="k"), wait("t2", index=1, key="k"))
+        paused(store, "s2", wait("t3", "s2", key="k"), wait("t4", "s2", index=1, wake_at=at(5)))
+        store.create(rec("bad", status="failed", token="tk_f"))
+    db = sqlite3.connect(path)
+    for name in ("waits_queue", "waits_live_kind", "waits_session_live"):
+        db.execute(f"DROP INDEX {name}")
+    # t3 was registered first and t2 used: as schema 7 kept them.
+    for token, sid in (("t3", "s2"), ("t1", "s1"), ("t2", "s1"), ("t4", "s2")):
+        db.execute("INSERT INTO tokens (token, session_id, used) VALUES (?, ?, 0)", (token, sid))
+    db.execute("UPDATE tokens SET used = 1 WHERE token = 't2'")
+    db.execute("DELETE FROM waits WHERE token = 't2'")
+    db.execute("ALTER TABLE waits DROP COLUMN used")
+    db.execute("ALTER TABLE waits DROP COLUMN ord")
+    db.execute("CREATE INDEX waits_key ON waits (key, token) WHERE key IS NOT NULL")
+    db.execute("CREATE INDEX waits_kind ON waits (kind, token)")
+    db.execute("CREATE INDEX waits_session_wake ON waits (session_id, wake_at)")
+    db.execute("PRAGMA user_version = 7")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:
+        assert tokens_of(store.waiters("k")) == ["t3", "t1"]  # the order they came in
+        assert tokens_of(store.waiting()) == ["t1", "t3", "t4"]
+        assert store.find_token("t1") == TokenInfo("s1", False)
+        assert store.find_token("t2") == TokenInfo("s1", True)
+        assert store.load("s2").wake_at == at(5)
+        assert store.consume_token("t2") is False
+        assert store.consume_tokens(["t1", "t2"]) == {"t2": "used"}
+        assert store.consume_token("t3") is True and store.consume_token("t3") is False
+        assert store.find_token("t3") == TokenInfo("s2", True)
+        assert tokens_of(store.waiters("k")) == ["t1"]
+        paused(store, "s3", wait("t5", "s3", key="k"))
+        assert tokens_of(store.waiters("k")) == ["t1", "t5"]  # a new waiter comes last
+        assert store.consume_token("tk_f") is True  # a token with no wait: still usable
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (8,)
+    in_tokens = {t for (t,) in db.execute("SELECT token FROM tokens")}
+    assert in_tokens == {"t2", "tk_f"}  # the live waits' tokens moved into them
+    db.close()
+
+
+def test_an_sqlite_file_of_schema_7_keeps_filling_in_its_event_types(tmp_path: Path) -> None:
+    """Schema 8 leaves out the `type` column of the events (the blob names the type); a file
+    made before keeps the column, and every write of events fills it in."""
+    path = tmp_path / "old.db"
+    SQLiteStore(path).close()
+    db = sqlite3.connect(path)
+    assert "type" not in {row[1] for row in db.execute("PRAGMA table_info(events)")}
+    db.execute("DROP TABLE events")
+    db.execute(
+        "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "type TEXT NOT NULL, blob BLOB NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID"
+    )
+    db.execute("PRAGMA user_version = 7")
+    db.commit()
+    db.close()
+    with SQLiteStore(path) as store:
+        store.create(rec("s1"), events=[ev(1)])  # create
+        store.append_events("s1", [ev(2), ev(3)])  # one statement
+        store.append_events("s1", [ev(n) for n in range(4, 40)])  # a transaction of chunks
+        version = paused(store, "s1", wait("t1"), version=0)
+        assert store.consume_token("t1", events=[ev(40)])  # a token's use
+        record = store.load("s1")
+        assert store.save(record, version, events=[ev(41)]) == version + 1  # a save
+        paused(store, "s1", wait("t2"), version=version + 1)
+        assert store.consume_tokens(["t2"], events={"s1": [ev(42)]}) == {}  # many tokens' use
+        assert [e.seq for e in store.events("s1")] == list(range(1, 43))
+    db = sqlite3.connect(path)
+    types = dict(db.execute("SELECT seq, type FROM events"))
+    db.close()
+    assert types == {e.seq: e.type for e in (ev(n) for n in range(1, 43))}
 
 
 def test_sqlite_claims_of_ready_waits_use_keys(tmp_path: Path) -> None:
@@ -820,7 +904,7 @@ def test_an_sqlite_file_of_schema_3_keeps_its_mail_as_messages(tmp_path: Path) -
         newest = max(m.id for m in store.queued(key="job"))
         assert store.post("job", b"new", at(9)) > newest
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (7,)
+    assert db.execute("PRAGMA user_version").fetchone() == (8,)
     db.close()
 
 
@@ -848,7 +932,7 @@ def test_an_sqlite_file_of_schema_5_gets_the_indexes_of_schema_6(tmp_path: Path)
         assert store.consume_token("t2", owner="w", until=at(30))
         assert [r.session_id for r in store.expired(at(99))] == ["leased", "timer", "keyed"]
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (7,)
+    assert db.execute("PRAGMA user_version").fetchone() == (8,)
     names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"sessions_wake", "sessions_lease"} <= names
     assert not names & {"sessions_list", "sessions_due", "sessions_expired"}
@@ -946,7 +1030,7 @@ def test_an_sqlite_file_of_schema_6_gets_the_phases_of_schema_7(tmp_path: Path) 
         assert store.consume_token("tk_f")  # a failed session resumed: live again
         assert listed("running") == ["bad", "busy"] and listed("failed") == []
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (7,)
+    assert db.execute("PRAGMA user_version").fetchone() == (8,)
     names = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "sessions_phase_created" in names and "sessions_status_created" not in names
     phases = dict(db.execute("SELECT session_id, phase FROM sessions"))

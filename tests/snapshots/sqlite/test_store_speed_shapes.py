@@ -63,14 +63,16 @@ def test_sqlite_resume_and_pause_statements(sqlite_store: SQLiteStore) -> None:
     sqlite_store.create(rec(status="paused", token="tk_1"), events=[ev(1)])
     sql = Statements(sqlite_store)
     assert sqlite_store.consume_token("tk_1", owner="w", until=at(60), events=[ev(2)])
-    # The lease UPDATE checks that the events continue the log; the SELECT names the session
-    # and its indexed columns for the save below; the token's wait goes.
+    # A token with no wait (a record's own) is used in the tokens table, after the UPDATE of
+    # the waits (where a waiting branch's token lives) found none; the lease UPDATE checks that
+    # the events continue the log; the SELECT names the session and its indexed columns for
+    # the save below.
     assert sql.take() == [
         "BEGIN IMMEDIATE",
+        "UPDATE waits SET",
         "UPDATE tokens SET",
-        "SELECT session_id, status,",
+        "SELECT t.session_id, status,",
         "UPDATE sessions SET",
-        "DELETE FROM waits",
         "INSERT INTO events",
         "COMMIT",
     ]
@@ -82,6 +84,8 @@ def test_sqlite_resume_and_pause_statements(sqlite_store: SQLiteStore) -> None:
         "UPDATE sessions SET",
         "INSERT INTO events",
         "INSERT OR REPLACE",
+        # Its token has no wait: registered in the tokens table.
+        "SELECT 1 FROM",
         "INSERT OR IGNORE",
         # A paused session wakes for the earliest of its waits (one index probe; written
         # only when earlier than the record's own).
