@@ -392,11 +392,20 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
     plain array (decoded back to a tuple): no nested ext document per event. The events of one
     step share their time (see Execution.emit), so a time is converted once for the run of
     events that carry it."""
+    arrays: list[list[Any]] = []
     if type(events) is EventLog:  # the engine's rows: (seq, type, at in ns, path, data)
-        return [
-            [seq, type_, ns // 1000, list(path), data] for seq, type_, ns, path, data in events.rows
-        ]
-    arrays = []
+        # The rows of a step or a ForEach item share their time and their paths (the same
+        # objects): each is converted once for the run of rows that carries it, and the
+        # arrays of one path share its list (msgpack writes it alike each time).
+        append = arrays.append
+        last_ns = last_path = micros = plain = None
+        for seq, type_, ns, path, data in events.rows:
+            if ns is not last_ns:
+                last_ns, micros = ns, ns // 1000
+            if path is not last_path:
+                last_path, plain = path, list(path)
+            append([seq, type_, micros, plain, data])
+        return arrays
     last_at = micros = None
     for event in events:
         at = event.at
