@@ -208,7 +208,7 @@ def new_frame(
     calling the class: attrs' `__init__` and the copy that gave the frame its own dict cost
     about 3,000 instructions per container entered (a nested Flow in a ForEach's item enters
     one per item). A test checks it equals what the class makes, field for field."""
-    return from_fields(
+    frame: ContainerFrame = from_fields(
         ContainerFrame,
         {
             "node": node,
@@ -231,6 +231,7 @@ def new_frame(
             "retries": 0,
         },
     )
+    return frame
 
 
 def error_from_data(data: dict[str, Any]) -> ErrorInfo:
