@@ -149,17 +149,21 @@ class WaitRecord:
 
 def wait_record(token: str, session_id: str, pause: PauseState) -> WaitRecord:
     """The wait row of `pause` (a PauseState, or the Pause signal a node yielded) under the
-    store key `token`: due at its timer, else at its deadline; its payload encoded."""
-    return WaitRecord(
-        token=token,
-        session_id=session_id,
-        path=pause.path,
-        kind=pause.kind,
-        key=pause.key,
-        wake_at=pause.wake_at or pause.expires_at,
-        reason=pause.reason,
-        payload=b"" if pause.payload is None else dumps(pause.payload),
-    )
+    store key `token`: due at its timer, else at its deadline; its payload encoded. Made as
+    `wait_records` makes them, its slots set directly (every pause makes one: attrs' frozen
+    `__init__` by keyword costs some 10,000 instructions)."""
+    payload = b"" if pause.payload is None else dumps(pause.payload)
+    record = _new(WaitRecord)
+    _set_token(record, token)
+    _set_session_id(record, session_id)
+    _set_path(record, pause.path)
+    _set_kind(record, pause.kind)
+    _set_key(record, pause.key)
+    _set_wake_at(record, pause.wake_at or pause.expires_at)
+    _set_reason(record, pause.reason)
+    _set_payload(record, payload)
+    _set_lane(record, b"")
+    return record
 
 
 def wait_records(
@@ -236,7 +240,6 @@ def _readable(
     return made
 
 
-_new = object.__new__
 _unpack = functools.partial(msgpack.unpackb, raw=False)
 (
     _set_token,

@@ -119,9 +119,21 @@ def pause_from_data(path: tuple[Any, ...], data: dict[str, Any]) -> PauseState:
     """The PauseState a `run.paused` event at `path` records (keys it does not know, such as
     the `actor` of an abort, are left to the log)."""
     get = data.get
-    return PauseState(
-        data["kind"], get("reason", ""), path, *[get(name, default) for name, default in _OPTIONAL]
-    )
+    # Its slots set here, not through the class's call: attrs' frozen `__init__` costs some
+    # 10,000 instructions, and every pause and resume folds one of these.
+    pause = _new(PauseState)
+    _set_kind(pause, data["kind"])
+    _set_reason(pause, get("reason", ""))
+    _set_path(pause, path)
+    for (name, default), set_field in zip(_OPTIONAL, _SET_OPTIONAL, strict=True):
+        set_field(pause, get(name, default))
+    return pause
+
+
+_new = object.__new__
+_set_kind, _set_reason, _set_path, *_SET_OPTIONAL = (
+    PauseState.__dict__[field.name].__set__ for field in attrs.fields(PauseState)
+)
 
 
 @attrs.frozen(slots=True)

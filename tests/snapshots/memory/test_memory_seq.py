@@ -70,3 +70,28 @@ def test_a_record_made_without_its_class_sets_every_field_as_the_class_does() ->
     made = record_of(*values)
     assert made == SessionRecord(*values)
     assert [getattr(made, n) for n in names] == values
+
+
+def test_a_pause_s_wait_row_is_the_record_the_class_makes() -> None:
+    # records.wait_record sets the slots itself: equal to the class's record, field for field.
+    import datetime as dt
+
+    import attrs
+    from tarry.engine.state.records import PauseState
+    from tarry.snapshots.codec.pack import dumps
+    from tarry.snapshots.records import WaitRecord, wait_record
+
+    at = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    for pause, wake, payload in (
+        (PauseState("human", "r", ("a", 1)), None, b""),
+        (PauseState("external", "x", ("b",), {"p": 1}, None, at, key="k"), at, dumps({"p": 1})),
+        (PauseState("system", "", (), None, at, None), at, b""),
+    ):
+        made = wait_record("tk", "s", pause)
+        built = WaitRecord(
+            "tk", "s", pause.path, pause.kind, pause.key, wake, pause.reason, payload
+        )
+        assert made == built
+        assert [getattr(made, f.name) for f in attrs.fields(WaitRecord)] == list(
+            attrs.astuple(built)
+        )
