@@ -59,7 +59,12 @@ ENTRY_BYTES = 8
 
 def frame_bytes(path: tuple[Any, ...]) -> int:
     """What a container's frame at `path` adds to the state, its outputs aside (generous)."""
-    return FRAME_BYTES + sum(len(p) + ENTRY_BYTES if type(p) is str else 9 for p in path)
+    # A loop, not sum() over a generator: a container entered per item (a nested Flow in a
+    # ForEach) measures its path on every item.
+    n = FRAME_BYTES
+    for p in path:
+        n += len(p) + ENTRY_BYTES if type(p) is str else 9
+    return n
 
 
 def list_header(n: int) -> int:

@@ -64,6 +64,51 @@ class SessionRecord:
     stop: str | None = None
 
 
+_new = object.__new__
+
+
+def record_of(
+    session_id: str,
+    flow: str,
+    status: str,
+    state: bytes,
+    version: int,
+    fingerprint: str,
+    flow_version: Any,
+    token: str | None,
+    wake_at: dt.datetime | None,
+    lease_owner: str | None,
+    lease_until: dt.datetime | None,
+    created_at: dt.datetime,
+    updated_at: dt.datetime,
+    meta: dict[str, Any],
+    durability: str,
+    stop: str | None,
+) -> SessionRecord:
+    """`SessionRecord(...)` of every field, in order, its slots set here: the class's call
+    (attrs' `__init__`, through `type.__call__`) costs some 1,500 instructions more, and a
+    resume copies a record two or three times (the memory store's copies, the drive's next
+    record). A test checks that it sets each field the class has."""
+    r = _new(SessionRecord)
+    r.session_id = session_id
+    r.flow = flow
+    r.status = status
+    r.state = state
+    r.version = version
+    r.fingerprint = fingerprint
+    r.flow_version = flow_version
+    r.token = token
+    r.wake_at = wake_at
+    r.lease_owner = lease_owner
+    r.lease_until = lease_until
+    r.created_at = created_at
+    r.updated_at = updated_at
+    r.meta = meta
+    r.durability = durability
+    r.stop = stop
+    return r
+
+
 #: What `request_stop` may store: stop resumably (a system pause), or cancel.
 STOPS = ("abort", "cancel")
 
@@ -104,17 +149,21 @@ class WaitRecord:
 
 def wait_record(token: str, session_id: str, pause: PauseState) -> WaitRecord:
     """The wait row of `pause` (a PauseState, or the Pause signal a node yielded) under the
-    store key `token`: due at its timer, else at its deadline; its payload encoded."""
-    return WaitRecord(
-        token=token,
-        session_id=session_id,
-        path=pause.path,
-        kind=pause.kind,
-        key=pause.key,
-        wake_at=pause.wake_at or pause.expires_at,
-        reason=pause.reason,
-        payload=b"" if pause.payload is None else dumps(pause.payload),
-    )
+    store key `token`: due at its timer, else at its deadline; its payload encoded. Made as
+    `wait_records` makes them, its slots set directly (every pause makes one: attrs' frozen
+    `__init__` by keyword costs some 10,000 instructions)."""
+    payload = b"" if pause.payload is None else dumps(pause.payload)
+    record = _new(WaitRecord)
+    _set_token(record, token)
+    _set_session_id(record, session_id)
+    _set_path(record, pause.path)
+    _set_kind(record, pause.kind)
+    _set_key(record, pause.key)
+    _set_wake_at(record, pause.wake_at or pause.expires_at)
+    _set_reason(record, pause.reason)
+    _set_payload(record, payload)
+    _set_lane(record, b"")
+    return record
 
 
 def wait_records(
@@ -191,7 +240,6 @@ def _readable(
     return made
 
 
-_new = object.__new__
 _unpack = functools.partial(msgpack.unpackb, raw=False)
 (
     _set_token,
@@ -392,11 +440,20 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
     plain array (decoded back to a tuple): no nested ext document per event. The events of one
     step share their time (see Execution.emit), so a time is converted once for the run of
     events that carry it."""
+    arrays: list[list[Any]] = []
     if type(events) is EventLog:  # the engine's rows: (seq, type, at in ns, path, data)
-        return [
-            [seq, type_, ns // 1000, list(path), data] for seq, type_, ns, path, data in events.rows
-        ]
-    arrays = []
+        # The rows of a step or a ForEach item share their time and their paths (the same
+        # objects): each is converted once for the run of rows that carries it, and the
+        # arrays of one path share its list (msgpack writes it alike each time).
+        append = arrays.append
+        last_ns = last_path = micros = plain = None
+        for seq, type_, ns, path, data in events.rows:
+            if ns is not last_ns:
+                last_ns, micros = ns, ns // 1000
+            if path is not last_path:
+                last_path, plain = path, list(path)
+            append([seq, type_, micros, plain, data])
+        return arrays
     last_at = micros = None
     for event in events:
         at = event.at

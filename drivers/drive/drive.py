@@ -45,6 +45,7 @@ from tarry.snapshots.records import (
     decode_lane,
     encode_lane,
     encode_state,
+    record_of,
     wait_record,
 )
 
@@ -754,22 +755,23 @@ def next_record(
     """The session's record as its next write leaves it: the state `blob`, the `token`
     it keeps, when it wakes, and its lease (an owner while it runs, none once it stops)."""
     rec = drive.record
-    return SessionRecord(
-        session_id=rec.session_id,
-        flow=rec.flow,
-        status=drive.ex.state.status,
-        state=blob,
-        version=rec.version,
-        fingerprint=drive.flow.fingerprint,
-        flow_version=drive.flow.version,
-        token=token,
-        wake_at=wake,
-        lease_owner=owner,
-        lease_until=until,
-        created_at=rec.created_at,
-        updated_at=drive.core.clock.now(),
-        meta=rec.meta,
-        durability=rec.durability,
+    return record_of(
+        rec.session_id,
+        rec.flow,
+        drive.ex.state.status,
+        blob,
+        rec.version,
+        drive.flow.fingerprint,
+        drive.flow.version,
+        token,
+        wake,
+        owner,
+        until,
+        rec.created_at,
+        drive.core.clock.now(),
+        rec.meta,
+        rec.durability,
+        None,  # a stop request is the store's: it never takes one from a record it is given
     )
 
 

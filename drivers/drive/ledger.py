@@ -105,12 +105,22 @@ class StoreLedger:
             values += zip(repeat(key), range(len(items)), dumps_many(items))
         results = self._results
         if results:
-            keys: dict[tuple[Any, ...], str] = {}  # most results share their ForEach
-            for p, _, _ in results:
-                if p not in keys:
-                    keys[p] = self._key(RESULTS, p)
-            blobs = dumps_many([v for _, _, v in results])
-            values += [(keys[p], i, blob) for (p, i, _), blob in zip(results, blobs, strict=True)]
+            # Most writes hold the results of one ForEach (the same path object each time):
+            # then they are taken apart and put back together by C-level zips, not a Python
+            # loop per result.
+            paths, indexes, outputs = zip(*results, strict=True)
+            blobs = dumps_many(list(outputs))
+            first = paths[0]
+            if paths.count(first) == len(paths):
+                values += zip(
+                    repeat(self._key(RESULTS, first), len(blobs)), indexes, blobs, strict=True
+                )
+            else:
+                keys: dict[tuple[Any, ...], str] = {}
+                for p in paths:
+                    if p not in keys:
+                        keys[p] = self._key(RESULTS, p)
+                values += zip(map(keys.__getitem__, paths), indexes, blobs, strict=True)
         self._unwritten.clear()
         self._results.clear()
         return values

@@ -160,7 +160,9 @@ class Step(Element):
     def _detour(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope, detour: Detour
     ) -> Generator[Signal, Any, Any]:
-        return (yield from self._attempts(ex, path, prev, scope, detour.attempt, detour))
+        # The attempts' own generator, not one that delegates to it: a level less for every
+        # send, throw and close of a step that waits (its pause and its resume).
+        return self._attempts(ex, path, prev, scope, detour.attempt, detour)
 
     def _attempts(
         self,

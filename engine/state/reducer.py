@@ -26,6 +26,7 @@ from tarry.engine.state.records import (  # noqa: F401 - imported from here too
     error_from_data,
     error_to_data,
     from_fields,
+    new_frame,
     pause_from_data,
 )
 
@@ -247,12 +248,10 @@ def _node_started(
     if kind in CONTAINER_KINDS:
         scope, key = _scope(fields, path, owned)
         # A nested Flow's one body begins as it starts: no iteration event says so.
-        frame = ContainerFrame(
-            node=path[-1], kind=kind, path=path, size=data.get("size"), started=kind == "flow"
-        )
+        frame = new_frame(path[-1], kind, path, data.get("size"), kind == "flow")
         if kind == "parallel" or data.get("concurrency", 1) != 1:
             frame.__dict__["lanes"] = {}
-        scope[key] = scope[key] + (_copy(frame),)
+        scope[key] = scope[key] + (frame,)
 
 
 def _iteration_started(
@@ -272,8 +271,7 @@ def _iteration_started(
         if not owned:
             lanes = top["lanes"] = dict(lanes)
         path = path + (name,)
-        lane = ContainerFrame(node=str(name), kind=LANE, path=path, started=True)
-        lanes[name] = _copy(lane)
+        lanes[name] = new_frame(str(name), LANE, path, None, True)
         if index >= top["iteration"]:
             top["iteration"] = index + 1
         return

@@ -315,7 +315,7 @@ def dumps_many(values: list[Any]) -> list[bytes]:
     """`dumps` of each value, with one packer for all (a call less per value)."""
     pack = _packers.get(0).pack
     try:
-        return [pack(value) for value in values]
+        return list(map(pack, values))  # C-level: no Python loop per value
     except BaseException:
         _packers.by_depth[0] = None  # never reuse a packer whose buffer may be half-written
         return [dumps(value) for value in values]  # names the value that fails

@@ -16,7 +16,7 @@ from tarry.engine.errors import SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import dumps
 from tarry.snapshots.log_records import LogBatch, LogRecord, numbered
-from tarry.snapshots.records import SessionRecord, decode_event, event_arrays
+from tarry.snapshots.records import SessionRecord, decode_event, event_arrays, record_of
 from tarry.snapshots.tally import Tally
 
 _ENDED = frozenset({"completed", "failed", "cancelled"})
@@ -43,10 +43,10 @@ def _copy(
     """A record that shares no mutable part with `record` (as a durable store's would), with
     `state` instead of its own if given.
 
-    The constructor, not `attrs.evolve`: a copy is made on every load and save, and evolve
-    costs four times as much.
+    `record_of`, not `attrs.evolve` nor the class: a copy is made on every load and save,
+    and evolve costs four times as much.
     """
-    return SessionRecord(
+    return record_of(
         record.session_id,
         record.flow,
         record.status,

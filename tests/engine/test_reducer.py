@@ -221,3 +221,34 @@ def test_a_value_kept_out_of_line_becomes_a_reference_to_its_event() -> None:
     for event in events:
         live = apply(live, event, True)
     assert live == state
+
+
+def test_a_frame_made_without_its_class_equals_the_class_s_field_for_field() -> None:
+    # new_frame sets every field itself (no attrs __init__): a field added to ContainerFrame
+    # must be added there too, with its default.
+    import attrs
+    from tarry.engine.state.records import ContainerFrame, new_frame
+
+    for size, started in ((None, False), (7, True)):
+        made = new_frame("n", "foreach", ("a", 1, "n"), size, started)
+        built = ContainerFrame(
+            node="n", kind="foreach", path=("a", 1, "n"), size=size, started=started
+        )
+        assert made == built
+        assert made.__dict__.keys() == {f.name for f in attrs.fields(ContainerFrame)}
+        assert made.child_outputs is not new_frame("n", "foreach", ()).child_outputs
+
+
+def test_a_pause_read_from_its_event_equals_the_class_s_record() -> None:
+    # pause_from_data sets the slots itself: each field as the class sets it, defaults included.
+    from tarry.engine.state.records import PauseState, pause_from_data, pause_to_data
+
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    for pause in (
+        PauseState("human", "r", ("a", 1)),
+        PauseState("external", "x", ("b",), {"p": 1}, at, at, False, "k", "approve"),
+        PauseState("system", "", (), None, at),
+    ):
+        back = pause_from_data(pause.path, pause_to_data(pause))
+        assert back == pause and type(back) is PauseState
+    assert pause_from_data(("c",), {"kind": "human"}) == PauseState("human", "", ("c",))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tarry.engine.errors import SnapshotError
-from tarry.engine.state.events import EVENT_TYPES, NODE_COMPLETED, Event
+from tarry.engine.state.events import EVENT_TYPES, NODE_COMPLETED, Event, EventLog, ns_of
 from tarry.engine.state.records import (
     CONTAINER_KINDS,
     STATUSES,
@@ -471,6 +471,33 @@ def test_events_encoded_together_are_each_what_encode_event_writes(
         at = at if same and at is not None else when
         events.append(Event(seq, type_, "s", at, path, {"n": seq}))
     assert encode_events(events) == [encode_event(e) for e in events]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(EVENT_TYPES)), event_times, paths, st.integers(0, 3)),
+        max_size=8,
+    )
+)
+def test_engine_rows_encode_as_their_events_do(
+    specs: list[tuple[str, dt.datetime, tuple, int]],
+) -> None:
+    # The engine's rows (an EventLog) share their time and path objects in runs, as a ForEach
+    # item's do, and alternate between paths; equal paths and times may also be other objects.
+    rows: list[Any] = []
+    for seq, (type_, when, path, share) in enumerate(specs, start=1):
+        ns = ns_of(when)
+        if rows and share & 1:
+            ns = rows[-1][2]
+        if len(rows) > 1 and share & 2:
+            path = rows[-2][3]
+        elif share & 2:
+            path = tuple(path)  # an equal path, another object
+        rows.append((seq, type_, ns, path, {"n": seq}))
+    log = EventLog("s", rows)
+    assert encode_events(log) == [encode_event(e) for e in log]
+    assert [decode_event(b, "s") for b in encode_events(log)] == list(log)
 
 
 @settings(max_examples=200, deadline=None)

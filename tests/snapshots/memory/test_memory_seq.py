@@ -36,3 +36,62 @@ def test_rows_that_do_not_follow_are_refused_and_change_nothing(
     assert store.events("s1") == []
     store.append_events("s1", rows(1))
     assert [e.seq for e in store.events("s1")] == [1]
+
+
+def test_a_record_made_without_its_class_sets_every_field_as_the_class_does() -> None:
+    # records.record_of sets the slots itself (the memory store's copies, the drive's next
+    # record): a field added to SessionRecord must be added there too.
+    import datetime as dt
+
+    import attrs
+    from tarry.snapshots.records import SessionRecord, record_of
+
+    names = [f.name for f in attrs.fields(SessionRecord)]
+    at = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    values = [
+        "s",
+        "f",
+        "paused",
+        b"x",
+        3,
+        "fp",
+        2,
+        "tk",
+        at,
+        "w",
+        at,
+        at,
+        at,
+        {"m": 1},
+        "step",
+        "abort",
+    ]
+    assert len(values) == len(names)
+    made = record_of(*values)
+    assert made == SessionRecord(*values)
+    assert [getattr(made, n) for n in names] == values
+
+
+def test_a_pause_s_wait_row_is_the_record_the_class_makes() -> None:
+    # records.wait_record sets the slots itself: equal to the class's record, field for field.
+    import datetime as dt
+
+    import attrs
+    from tarry.engine.state.records import PauseState
+    from tarry.snapshots.codec.pack import dumps
+    from tarry.snapshots.records import WaitRecord, wait_record
+
+    at = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    for pause, wake, payload in (
+        (PauseState("human", "r", ("a", 1)), None, b""),
+        (PauseState("external", "x", ("b",), {"p": 1}, None, at, key="k"), at, dumps({"p": 1})),
+        (PauseState("system", "", (), None, at, None), at, b""),
+    ):
+        made = wait_record("tk", "s", pause)
+        built = WaitRecord(
+            "tk", "s", pause.path, pause.kind, pause.key, wake, pause.reason, payload
+        )
+        assert made == built
+        assert [getattr(made, f.name) for f in attrs.fields(WaitRecord)] == list(
+            attrs.astuple(built)
+        )
