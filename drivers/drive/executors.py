@@ -49,6 +49,10 @@ MAX_THREADS = 32
 #: The most calls one submission carries to an executor of other processes (see `Batch`).
 CHUNK_MAX = 16
 
+#: Submissions in flight per worker of such an executor: one it runs, one queued behind it
+#: (see `Batch.flush`).
+SPREAD = 2
+
 # What the worker sends back (`run_sent`): the step returned, raised or interrupted.
 _RETURNED, _RAISED, _INTERRUPTED = 0, 1, 2
 
@@ -195,7 +199,7 @@ class Batch:
         self.held = []
         flight = [answer for answer in self.flight if not answer.done()]
         ready = len(held)
-        size = min(CHUNK_MAX, -(-(len(flight) + ready) // (2 * self.executors.workers)))
+        size = min(CHUNK_MAX, -(-(len(flight) + ready) // (SPREAD * self.executors.workers)))
         parts = -(-ready // size)
         executor = self.executors.executor
         for k in range(parts):
