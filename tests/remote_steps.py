@@ -84,3 +84,20 @@ def flaky_thirds(ctx: Any) -> int:
     if ctx.item % 3 == 0 and ctx.attempt == 1:
         raise Flaky(f"attempt 1 of item {ctx.item}")
     return ctx.item * 100 + ctx.attempt
+
+
+class Crash(BaseException):
+    """The driving process dies (escapes every step's error handling, as a kill would)."""
+
+
+#: Items `crash_once` crashed on already (it runs in this process, on an in-process executor).
+CRASHED: list[Any] = []
+
+
+def crash_once(ctx: Any) -> int:
+    """Notes its item; on item 7, the first time, the driving process "dies"."""
+    RAN.append(ctx.item)
+    if ctx.item == 7 and not CRASHED:
+        CRASHED.append(ctx.item)
+        raise Crash
+    return ctx.item * 10

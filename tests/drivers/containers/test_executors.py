@@ -263,9 +263,12 @@ class Crash(BaseException):
     """The process dies here (escapes the step's error handling, as a kill would)."""
 
 
+@pytest.mark.parametrize("where", ["processes", "shared submissions"])
 def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
-    processes: ProcessPoolExecutor, tmp_path: Path
+    processes: ProcessPoolExecutor, tmp_path: Path, where: str
 ) -> None:
+    # "shared submissions": 1 worker, so that the lanes' calls go 2 to a submission
+    executor: Any = processes if where == "processes" else Inline(workers=1)
     died: list[bool] = []
 
     def make(crash: bool) -> Flow:
@@ -277,9 +280,9 @@ def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
         return Flow(
             "rec",
             [
-                ForEach("a", [1, 2, 3], remote_steps.pid, concurrency=3),
+                ForEach("a", [1, 2, 3, 4], remote_steps.pid, concurrency=4),
                 step(hook, "hook"),
-                ForEach("b", [4, 5], remote_steps.pid, concurrency=2),
+                ForEach("b", [5, 6, 7, 8], remote_steps.pid, concurrency=4),
             ],
         )
 
@@ -287,20 +290,20 @@ def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
 
     clock = ManualClock()
     store = SQLiteStore(tmp_path / "r.db")
-    rt = Runtime(store=store, durability="step", clock=clock, executor=processes)
+    rt = Runtime(store=store, durability="step", clock=clock, executor=executor)
     with pytest.raises(Crash):
         rt.run(make(True))
     clock.advance(3600)
     other = Runtime(
-        store=store, durability="step", clock=clock, executor=processes, flows=[make(False)]
+        store=store, durability="step", clock=clock, executor=executor, flows=[make(False)]
     )
     [out] = other.recover()
     assert out.ok, out.error
-    assert [o["item"] for o in out.output] == [4, 5]
+    assert [o["item"] for o in out.output] == [5, 6, 7, 8]
     view = other.session(out.session_id)
     started = [e.path for e in view.events() if e.type == "node.started" and len(e.path) == 3]
     assert sorted(started) == sorted(
-        [("a", i, "pid") for i in range(3)] + [("b", i, "pid") for i in range(2)]
+        [("a", i, "pid") for i in range(4)] + [("b", i, "pid") for i in range(4)]
     )  # each item's step ran once: the completed ForEach was not run again
     assert view.derive_state() == view.state
 
@@ -501,6 +504,44 @@ def test_a_process_pool_runs_calls_several_to_a_submission_with_per_call_outcome
     retried = sorted(e.path[1] for e in events if e.type == "node.retrying")
     assert retried == [i for i, x in enumerate(items) if x % 3 == 0]
     consistent(rt, out.session_id)
+
+
+def test_a_crash_inside_a_shared_submission_reruns_only_what_did_not_complete(
+    ran: list[Any], tmp_path: Path
+) -> None:
+    from tarry import ManualClock
+
+    remote_steps.CRASHED.clear()
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "c.db")
+    items = list(range(1, 9))
+    flow = Flow("crash", [ForEach("fe", items, remote_steps.crash_once, concurrency=4)])
+    pool = Inline(workers=1)  # submissions of 2
+    rt = Runtime(store=store, durability="step", clock=clock, executor=pool)
+    with pytest.raises(remote_steps.Crash):
+        rt.run(flow)
+    assert [sorted(c) for c in pool.carried] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    clock.advance(3600)
+    other = Runtime(store=store, durability="step", clock=clock, executor=pool, flows=[flow])
+    [sid] = [s.session_id for s in other.sessions()]
+    recorded = {
+        items[e.path[1]]
+        for e in other.session(sid).events()
+        if e.type == "node.completed" and len(e.path) == 3
+    }
+    assert recorded >= {1, 2, 3, 4}  # written before the lanes that crashed began
+    [out] = other.recover()
+    assert out.ok, out.error
+    assert out.output == [x * 10 for x in items]
+    # What completed is never run again; the crashed call, and the one that shared its
+    # submission (run, but not recorded), run again.
+    assert sorted(ran) == sorted(items + [x for x in items if x not in recorded])
+    assert 7 not in recorded and 8 not in recorded
+    view = other.session(out.session_id)
+    completed = [e.path for e in view.events() if e.type == "node.completed" and len(e.path) == 3]
+    assert sorted(completed) == [("fe", i, "crash_once") for i in range(8)]
+    assert view.derive_state() == view.state
+    remote_steps.CRASHED.clear()
 
 
 # -- a Dask cluster ----------------------------------------------------------------------------
