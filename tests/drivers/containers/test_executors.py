@@ -453,7 +453,7 @@ def test_an_async_run_sends_the_calls_it_holds_before_it_waits(ran: list[Any]) -
 
     pool = Inline(workers=2)
     rt = Runtime(executor=pool)
-    items = list(range(8))
+    items = list(range(24))  # lanes start after the run went async, too
     flow = Flow(
         "mixed",
         [
