@@ -16,7 +16,8 @@ bound stay with the drive, in this process, whatever the executor.
   exception with its traceback's text, and what it did to its `ctx` are pickled back the same
   way. Its `logging` records stay in the worker's process.
 
-  Calls to such an executor go several to a submission (`Batch`): a drive holds the calls its
+  Calls to such an executor that says how many workers it has (a ProcessPoolExecutor's
+  `_max_workers`) go several to a submission (`Batch`): a drive holds the calls its
   lanes start until it next waits, then sends them in a few submissions (`run_chunk`), each
   carrying about 1/(2 x workers) of the calls in flight (at most `CHUNK_MAX`), so that every
   worker has one to run and one queued. A submission's round trip (the executor's queues,
@@ -84,17 +85,19 @@ class Executors:
         if executor is not None:
             self.remote = not _is_thread_pool(executor)
         #: How many calls the executor runs at once (its `_max_workers`, as a
-        #: ProcessPoolExecutor's; else this machine's CPUs): what sizes a `Batch`'s submissions.
-        self.workers = _workers(executor) if self.remote else 1
+        #: ProcessPoolExecutor's says), which sizes a `Batch`'s submissions; None when it does
+        #: not say (a Dask cluster may have far more workers than this machine has CPUs):
+        #: its calls then go one to a submission.
+        self.workers = _workers(executor) if self.remote else None
         self._lock = threading.Lock()
         #: What to pickle for a step's function, by function (see `_sendable`).
         self._names: dict[Any, Any] = {}
 
     def starter(self) -> Any:
-        """How one drive starts its sync steps: `start`, or, on an executor of other processes,
-        a `Batch` of the drive's own (called as `start` is; the pump calls its `flush` before
-        it waits)."""
-        return Batch(self) if self.remote else self.start
+        """How one drive starts its sync steps: `start`, or, on an executor of other processes
+        that says how many workers it has, a `Batch` of the drive's own (called as `start` is;
+        the pump calls its `flush` before it waits)."""
+        return Batch(self.executor, self.workers, self.pack) if self.workers else self.start
 
     def start(self, offload: Offload) -> Any:
         """Start a lane's sync step on the executor; a `concurrent.futures.Future` of its
@@ -173,10 +176,13 @@ class Batch:
     (`flush`), which sends what it holds several to a submission. Its futures are the
     calls' own: each gets its call's result or exception."""
 
-    __slots__ = ("executors", "held", "flight")
+    __slots__ = ("executor", "workers", "pack", "held", "flight")
 
-    def __init__(self, executors: Executors) -> None:
-        self.executors = executors
+    def __init__(self, executor: Any, workers: int, pack: Any) -> None:
+        self.executor = executor
+        self.workers = workers
+        #: `Executors.pack`: a call pickled, or its future failed with `NotSendable`.
+        self.pack = pack
         #: The calls started since the last flush: (blob, future, ctx).
         self.held: list[tuple[bytes, Any, Any]] = []
         #: The futures of the calls sent and not yet finished, as of the last flush (at most
@@ -184,7 +190,7 @@ class Batch:
         self.flight: list[Any] = []
 
     def __call__(self, offload: Offload) -> Any:
-        call = self.executors.pack(offload)
+        call = self.pack(offload)
         if type(call) is not tuple:
             return call  # failed already: nothing to send
         self.held.append(call)
@@ -199,9 +205,9 @@ class Batch:
         self.held = []
         flight = [answer for answer in self.flight if not answer.done()]
         ready = len(held)
-        size = min(CHUNK_MAX, -(-(len(flight) + ready) // (SPREAD * self.executors.workers)))
+        size = min(CHUNK_MAX, -(-(len(flight) + ready) // (SPREAD * self.workers)))
         parts = -(-ready // size)
-        executor = self.executors.executor
+        executor = self.executor
         for k in range(parts):
             _submit(executor, held[k * ready // parts : (k + 1) * ready // parts])
         flight.extend(call[1] for call in held)
@@ -222,15 +228,13 @@ def _submit(executor: Any, calls: list[tuple[bytes, Any, Any]]) -> None:
         _fail_all(calls, exc)
 
 
-def _workers(executor: Any) -> int:
+def _workers(executor: Any) -> int | None:
     """How many calls `executor` runs at once: its `_max_workers` (a ProcessPoolExecutor's,
-    loky's), else this machine's CPU count."""
-    import os
-
+    loky's); None when it does not say."""
     workers = getattr(executor, "_max_workers", None)
     if type(workers) is int and workers >= 1:
         return workers
-    return os.cpu_count() or 1
+    return None
 
 
 def timed(fn: Any, ctx: Any) -> Any:

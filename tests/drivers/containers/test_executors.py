@@ -316,8 +316,9 @@ class Inline(Executor):
     each submission at once, here, and notes how many steps it carried. `fail`: the error the
     executor itself fails its first submission with (a broken pool), running nothing."""
 
-    def __init__(self, workers: int = 2, fail: BaseException | None = None) -> None:
-        self._max_workers = workers  # as a ProcessPoolExecutor says how many workers it has
+    def __init__(self, workers: int | None = 2, fail: BaseException | None = None) -> None:
+        if workers is not None:  # as a ProcessPoolExecutor says how many workers it has
+            self._max_workers = workers
         self.carried: list[list[Any]] = []
         self.fail = fail
 
@@ -358,6 +359,18 @@ def test_calls_ready_together_share_submissions_and_come_back_to_their_lanes(
     # it runs one), not 8 of 1, nor one that holds back every result until the last.
     assert [len(c) for c in pool.carried] == [2] * 8
     consistent(rt, out.session_id)
+
+
+def test_an_executor_that_does_not_say_how_many_workers_it_has_gets_one_call_each(
+    ran: list[Any],
+) -> None:
+    pool = Inline(workers=None)  # a Dask cluster may have many more than this machine's CPUs
+    rt = Runtime(executor=pool)
+    items = list(range(12))
+    out = rt.run(Flow("one", [ForEach("fe", items, remote_steps.noted, concurrency=8)]))
+    assert out.ok, out.error
+    assert [o["item"] for o in out.output] == items
+    assert [len(c) for c in pool.carried] == [1] * 12
 
 
 def test_a_call_that_fails_in_a_submission_fails_alone_and_is_retried_alone(
