@@ -13,10 +13,11 @@ each one (`Execution.stop`) and yields a `Checkpoint` only to stop.
 A sync step of a concurrent container's lane asks for its call to start on the Runtime's
 executor (`Offload`, answered by `start`: see executors.py) and is answered at once with its
 future; the container then yields a `Select` of what its lanes wait for, those futures and
-async steps' `Await`s. A `start` that holds calls to send them together (executors.py `Batch`)
-has a `flush`, which the pump calls before it waits for anything. A sync run waits for the futures in place; the first `Await` among them
+async steps' `Await`s. A sync run waits for the futures in place; the first `Await` among them
 makes the run async, and then everything in flight is awaited together on the event loop. The
-executor and the event loop are the driver's: the engine owns neither.
+executor and the event loop are the driver's: the engine owns neither. A `start` that holds
+the calls to send them together (executors.py `Batch`) has a `flush`, which the pump calls
+before it waits for anything.
 """
 
 from __future__ import annotations
@@ -150,23 +151,22 @@ async def _pump_async(
     flush = getattr(start, "flush", None)
     while True:
         kind = type(signal)
+        if flush is not None and kind is not Offload:
+            flush()  # the calls started are sent before anything is awaited
         if kind is Offload:
             result = pump(gen, start(signal))
+        elif kind is Backoff:
+            await asleep(signal.seconds)
+            result = pump(gen, None)
+        elif kind is Select:
+            result = pump(gen, await _select(signal, tasks))
         else:
-            if flush is not None:
-                flush()  # the calls started are sent before anything is awaited
-            if kind is Backoff:
-                await asleep(signal.seconds)
-                result = pump(gen, None)
-            elif kind is Select:
-                result = pump(gen, await _select(signal, tasks))
+            try:
+                value = await _awaited(signal)
+            except (Exception, Interrupted) as exc:
+                result = pump(gen, None, throw=exc)
             else:
-                try:
-                    value = await _awaited(signal)
-                except (Exception, Interrupted) as exc:
-                    result = pump(gen, None, throw=exc)
-                else:
-                    result = pump(gen, value)
+                result = pump(gen, value)
         kind = type(result)
         if kind is not Await and kind is not Backoff and kind is not Select and kind is not Offload:
             done = finish(result)
