@@ -66,3 +66,38 @@ def unsendable_output(ctx: Any) -> Any:
 def decorated(ctx: Any) -> int:
     """A module-level `@step`: the module holds the Step, not the function."""
     return ctx.item + 1
+
+
+#: What `noted` and `flaky_thirds` ran in this process (an in-process executor's steps).
+RAN: list[Any] = []
+
+
+def noted(ctx: Any) -> dict[str, Any]:
+    """Notes its item in `RAN`; what its lane's ctx held."""
+    RAN.append(ctx.item)
+    return {"item": ctx.item, "index": ctx.index, "attempt": ctx.attempt}
+
+
+def flaky_thirds(ctx: Any) -> int:
+    """Items divisible by 3 fail their first attempt; the others complete at once."""
+    RAN.append(ctx.item)
+    if ctx.item % 3 == 0 and ctx.attempt == 1:
+        raise Flaky(f"attempt 1 of item {ctx.item}")
+    return ctx.item * 100 + ctx.attempt
+
+
+class Crash(BaseException):
+    """The driving process dies (escapes every step's error handling, as a kill would)."""
+
+
+#: Items `crash_once` crashed on already (it runs in this process, on an in-process executor).
+CRASHED: list[Any] = []
+
+
+def crash_once(ctx: Any) -> int:
+    """Notes its item; on item 7, the first time, the driving process "dies"."""
+    RAN.append(ctx.item)
+    if ctx.item == 7 and not CRASHED:
+        CRASHED.append(ctx.item)
+        raise Crash
+    return ctx.item * 10

@@ -245,7 +245,9 @@ class Drive:
         """What the pump needs besides the generator: (sleep, asleep, start)."""
         if self.going is None:
             sleep, asleep = sleepers(self.core.clock)
-            start = self.core.executors.start  # where the sync steps of concurrent lanes run
+            # Where the sync steps of concurrent lanes run (a Batch of this drive's own, on an
+            # executor of other processes: see executors.py).
+            start = self.core.executors.starter()
 
             def backoff(seconds: float) -> None:
                 # A short back-off in a sync run, on the Runtime's clock; the lease is kept.

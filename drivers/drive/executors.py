@@ -15,6 +15,16 @@ bound stay with the drive, in this process, whatever the executor.
   the executor carries bytes there and back. In the worker, the step's result, or its
   exception with its traceback's text, and what it did to its `ctx` are pickled back the same
   way. Its `logging` records stay in the worker's process.
+
+  Calls to such an executor that says how many workers it has (a ProcessPoolExecutor's
+  `_max_workers`) go several to a submission (`Batch`): a drive holds the calls its
+  lanes start until it next waits, then sends them in a few submissions (`run_chunk`), each
+  carrying about 1/(2 x workers) of the calls in flight (at most `CHUNK_MAX`), so that every
+  worker has one to run and one queued. A submission's round trip (the executor's queues,
+  its threads' wake-ups, pickling, the drive's wake-up) is then paid once for its calls, and a
+  result waits at most for the few calls beside it. Each call keeps its own outcome: one that
+  raises fails alone (and is retried alone); only the executor's own failure of a submission
+  (a broken pool, a cancel) is every one of its calls'.
 """
 
 from __future__ import annotations
@@ -37,6 +47,13 @@ from tarry.engine.signals import Offload
 #: `async def`: they then all overlap on the event loop, with no thread each.
 MAX_THREADS = 32
 
+#: The most calls one submission carries to an executor of other processes (see `Batch`).
+CHUNK_MAX = 16
+
+#: Submissions in flight per worker of such an executor: one it runs, one queued behind it
+#: (see `Batch.flush`).
+SPREAD = 2
+
 # What the worker sends back (`run_sent`): the step returned, raised or interrupted.
 _RETURNED, _RAISED, _INTERRUPTED = 0, 1, 2
 
@@ -46,7 +63,7 @@ class Executors:
     is started at the first such step and ends with the Runtime (its idle threads exit when the
     pool is collected); an executor given is the caller's, never shut down by tarry."""
 
-    __slots__ = ("max_threads", "executor", "remote", "_lock", "_names")
+    __slots__ = ("max_threads", "executor", "remote", "workers", "_lock", "_names")
 
     def __init__(self, max_threads: int | None = None, executor: Any = None) -> None:
         if max_threads is not None and executor is not None:
@@ -67,9 +84,20 @@ class Executors:
         self.remote = False
         if executor is not None:
             self.remote = not _is_thread_pool(executor)
+        #: How many calls the executor runs at once (its `_max_workers`, as a
+        #: ProcessPoolExecutor's says), which sizes a `Batch`'s submissions; None when it does
+        #: not say (a Dask cluster may have far more workers than this machine has CPUs):
+        #: its calls then go one to a submission.
+        self.workers = _workers(executor) if self.remote else None
         self._lock = threading.Lock()
         #: What to pickle for a step's function, by function (see `_sendable`).
         self._names: dict[Any, Any] = {}
+
+    def starter(self) -> Any:
+        """How one drive starts its sync steps: `start`, or, on an executor of other processes
+        that says how many workers it has, a `Batch` of the drive's own (called as `start` is;
+        the pump calls its `flush` before it waits)."""
+        return Batch(self.executor, self.workers, self.pack) if self.workers else self.start
 
     def start(self, offload: Offload) -> Any:
         """Start a lane's sync step on the executor; a `concurrent.futures.Future` of its
@@ -99,6 +127,15 @@ class Executors:
     def _send(self, executor: Any, offload: Offload) -> Any:
         """Pickle the step and its `RemoteContext` and submit them to `executor`; a future
         that gets the step's result, or its exception, once its effects are on its `ctx`."""
+        call = self.pack(offload)
+        if type(call) is tuple:
+            _submit(executor, [call])
+            return call[1]
+        return call
+
+    def pack(self, offload: Offload) -> Any:
+        """The step pickled with its `RemoteContext`, as (blob, its future, its ctx); or, when
+        it cannot be sent, a future already failed with `NotSendable`."""
         import pickle
         from concurrent.futures import Future
 
@@ -112,9 +149,7 @@ class Executors:
         except Exception as exc:
             answer.set_exception(_not_sendable(ctx.path, offload.fn, exc))
             return answer
-        sent = executor.submit(run_sent, blob)
-        sent.add_done_callback(lambda done: _received(done, answer, ctx))
-        return answer
+        return (blob, answer, ctx)
 
     def _sendable(self, fn: Any) -> Any:
         """What to pickle for `fn`: `fn`, or the step that a module-level `@step` made of it
@@ -133,6 +168,73 @@ class Executors:
 
 
 _MISSING = object()
+
+
+class Batch:
+    """One drive's calls to an executor of other processes: each is pickled when its lane
+    starts it (one that cannot be sent fails at once) and held until the drive next waits
+    (`flush`), which sends what it holds several to a submission. Its futures are the
+    calls' own: each gets its call's result or exception."""
+
+    __slots__ = ("executor", "workers", "pack", "held", "flight")
+
+    def __init__(self, executor: Any, workers: int, pack: Any) -> None:
+        self.executor = executor
+        self.workers = workers
+        #: `Executors.pack`: a call pickled, or its future failed with `NotSendable`.
+        self.pack = pack
+        #: The calls started since the last flush: (blob, future, ctx).
+        self.held: list[tuple[bytes, Any, Any]] = []
+        #: The futures of the calls sent and not yet finished, as of the last flush (at most
+        #: as many as the drive's lanes).
+        self.flight: list[Any] = []
+
+    def __call__(self, offload: Offload) -> Any:
+        call = self.pack(offload)
+        if type(call) is not tuple:
+            return call  # failed already: nothing to send
+        self.held.append(call)
+        return call[1]
+
+    def flush(self) -> None:
+        """Send the calls held: in submissions of about 1/(2 x workers) of the calls in
+        flight (this flush's included), at most CHUNK_MAX each, as even as they divide."""
+        held = self.held
+        if not held:
+            return
+        self.held = []
+        flight = [answer for answer in self.flight if not answer.done()]
+        ready = len(held)
+        size = min(CHUNK_MAX, -(-(len(flight) + ready) // (SPREAD * self.workers)))
+        parts = -(-ready // size)
+        executor = self.executor
+        for k in range(parts):
+            _submit(executor, held[k * ready // parts : (k + 1) * ready // parts])
+        flight.extend(call[1] for call in held)
+        self.flight = flight
+
+
+def _submit(executor: Any, calls: list[tuple[bytes, Any, Any]]) -> None:
+    """One submission of `calls` to `executor`; its failure to take them is theirs."""
+    try:
+        if len(calls) == 1:
+            blob, answer, ctx = calls[0]
+            sent = executor.submit(run_sent, blob)
+            sent.add_done_callback(lambda done: _received(done, answer, ctx))
+        else:
+            sent = executor.submit(run_chunk, [call[0] for call in calls])
+            sent.add_done_callback(lambda done: _received_chunk(done, calls))
+    except Exception as exc:  # a pool shut down or broken: each call fails with its error
+        _fail_all(calls, exc)
+
+
+def _workers(executor: Any) -> int | None:
+    """How many calls `executor` runs at once: its `_max_workers` (a ProcessPoolExecutor's,
+    loky's); None when it does not say."""
+    workers = getattr(executor, "_max_workers", None)
+    if type(workers) is int and workers >= 1:
+        return workers
+    return None
 
 
 def timed(fn: Any, ctx: Any) -> Any:
@@ -252,6 +354,33 @@ def run_sent(blob: bytes) -> bytes:
         return pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
 
 
+def run_chunk(blobs: list[bytes]) -> list[bytes]:
+    """In the executor's process: `run_sent` of each blob, in turn; their replies. A call
+    that raises past `run_sent` (a BaseException) is that call's outcome only, as the
+    executor would have sent it back for a call of its own."""
+    replies = []
+    for blob in blobs:
+        try:
+            replies.append(run_sent(blob))
+        except BaseException as exc:  # noqa: BLE001 - the call's outcome, sent back
+            replies.append(_raised_reply(exc))
+    return replies
+
+
+def _raised_reply(exc: BaseException) -> bytes:
+    """A reply that the call raised `exc` (its text when it does not pickle)."""
+    import pickle
+
+    try:
+        return pickle.dumps((_RAISED, exc, _traceback(exc), {}), pickle.HIGHEST_PROTOCOL)
+    except Exception as why:
+        substitute = RemoteError(
+            f"{type(exc).__qualname__}: {exc} (the exception itself could not be sent back: "
+            f"{type(why).__name__}: {why})"
+        )
+        return pickle.dumps((_RAISED, substitute, _traceback(exc), {}), pickle.HIGHEST_PROTOCOL)
+
+
 def _traceback(exc: BaseException) -> str:
     import traceback
 
@@ -263,29 +392,71 @@ def _received(done: Any, answer: Any, ctx: Any) -> None:
     `ctx` and settle `answer` with its result or exception. Never raises: it runs as a
     future's callback, whose errors would be logged and lost, leaving `answer` unsettled."""
     try:
-        import pickle
-
-        from tarry.engine.remote_context import apply_effects
-
         error = done.exception()
         if error is not None:  # the executor's own failure (a broken pool, a cancel)
             answer.set_exception(error)
             return
-        reply = pickle.loads(done.result())
-        kind = reply[0]
-        apply_effects(ctx, reply[-1])
-        if kind == _RETURNED:
-            answer.set_result(reply[1])
-        elif kind == _INTERRUPTED:
-            answer.set_exception(Interrupted(*reply[1]))
-        else:
-            exc = reply[1]
-            if reply[2]:  # the worker's traceback, as the cause: kept in the step's error
-                exc.__cause__ = RemoteTraceback(reply[2])
-            answer.set_exception(exc)
+        _settle(done.result(), answer, ctx)
     except BaseException as exc:  # noqa: BLE001 - any failure here is the step's
         if not answer.done():
             answer.set_exception(exc)
+
+
+def _received_chunk(done: Any, calls: list[tuple[bytes, Any, Any]]) -> None:
+    """A submission of several calls came back: settle each call's future with its own reply;
+    the executor's failure of the submission (a broken pool, a cancel) is each call's. Never
+    raises (see `_received`)."""
+    try:
+        error = done.exception()
+        if error is None:
+            replies = done.result()
+    except BaseException as exc:  # noqa: BLE001 - a cancelled submission raises here
+        error = exc
+    if error is not None:
+        _fail_all(calls, error)
+        return
+    for reply, (_, answer, ctx) in zip(replies, calls, strict=True):
+        try:
+            _settle(reply, answer, ctx)
+        except BaseException as exc:  # noqa: BLE001 - any failure here is the step's
+            if not answer.done():
+                answer.set_exception(exc)
+
+
+def _fail_all(calls: list[tuple[bytes, Any, Any]], error: BaseException) -> None:
+    """Each call's future fails with `error` (a copy each but the first: each step raises its
+    own, whose traceback is that step's)."""
+    import copy
+
+    for k, (_, answer, _) in enumerate(calls):
+        mine = error
+        if k:
+            try:
+                mine = copy.copy(error)
+            except Exception:  # noqa: BLE001 - an exception that does not copy is shared
+                mine = error
+        if not answer.done():
+            answer.set_exception(mine)
+
+
+def _settle(sent: bytes, answer: Any, ctx: Any) -> None:
+    """Apply the worker's reply `sent` to the call's live `ctx`; settle `answer` with it."""
+    import pickle
+
+    from tarry.engine.remote_context import apply_effects
+
+    reply = pickle.loads(sent)
+    kind = reply[0]
+    apply_effects(ctx, reply[-1])
+    if kind == _RETURNED:
+        answer.set_result(reply[1])
+    elif kind == _INTERRUPTED:
+        answer.set_exception(Interrupted(*reply[1]))
+    else:
+        exc = reply[1]
+        if reply[2]:  # the worker's traceback, as the cause: kept in the step's error
+            exc.__cause__ = RemoteTraceback(reply[2])
+        answer.set_exception(exc)
 
 
 class RemoteTraceback(Exception):  # noqa: N818 - shown as the cause, as concurrent.futures does

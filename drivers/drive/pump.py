@@ -15,7 +15,9 @@ executor (`Offload`, answered by `start`: see executors.py) and is answered at o
 future; the container then yields a `Select` of what its lanes wait for, those futures and
 async steps' `Await`s. A sync run waits for the futures in place; the first `Await` among them
 makes the run async, and then everything in flight is awaited together on the event loop. The
-executor and the event loop are the driver's: the engine owns neither.
+executor and the event loop are the driver's: the engine owns neither. A `start` that holds
+the calls to send them together (executors.py `Batch`) has a `flush`, which the pump calls
+before it waits for anything.
 """
 
 from __future__ import annotations
@@ -82,12 +84,16 @@ def drive(
     async step is met (or a back-off, when the caller is `asynchronous`: it then waits with
     `asleep` rather than blocking its event loop). `start` starts the sync steps of concurrent
     lanes on the Runtime's executor."""
+    flush = getattr(start, "flush", None)
     result = pump(gen, None)
     while True:
         kind = type(result)
         if kind is Offload:
             result = pump(gen, start(result))
-        elif kind is Backoff and not asynchronous:
+            continue
+        if flush is not None:
+            flush()  # the calls started are sent before anything is waited for
+        if kind is Backoff and not asynchronous:
             sleep(result.seconds)
             result = pump(gen, None)
         elif kind is Select and _threads_only(result):
@@ -142,8 +148,11 @@ async def _pump_async(
     # The tasks of a concurrent container's Select, by the identity of what they wait for: a
     # Select asks again for what is still in flight, which must not be awaited twice.
     tasks: dict[int, Any] = {}
+    flush = getattr(start, "flush", None)
     while True:
         kind = type(signal)
+        if flush is not None and kind is not Offload:
+            flush()  # the calls started are sent before anything is awaited
         if kind is Offload:
             result = pump(gen, start(signal))
         elif kind is Backoff:

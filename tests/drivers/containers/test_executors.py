@@ -8,7 +8,13 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import (
+    BrokenExecutor,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+)
 from pathlib import Path
 from typing import Any
 
@@ -257,9 +263,12 @@ class Crash(BaseException):
     """The process dies here (escapes the step's error handling, as a kill would)."""
 
 
+@pytest.mark.parametrize("where", ["processes", "shared submissions"])
 def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
-    processes: ProcessPoolExecutor, tmp_path: Path
+    processes: ProcessPoolExecutor, tmp_path: Path, where: str
 ) -> None:
+    # "shared submissions": 1 worker, so that the lanes' calls go 2 to a submission
+    executor: Any = processes if where == "processes" else Inline(workers=1)
     died: list[bool] = []
 
     def make(crash: bool) -> Flow:
@@ -271,9 +280,9 @@ def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
         return Flow(
             "rec",
             [
-                ForEach("a", [1, 2, 3], remote_steps.pid, concurrency=3),
+                ForEach("a", [1, 2, 3, 4], remote_steps.pid, concurrency=4),
                 step(hook, "hook"),
-                ForEach("b", [4, 5], remote_steps.pid, concurrency=2),
+                ForEach("b", [5, 6, 7, 8], remote_steps.pid, concurrency=4),
             ],
         )
 
@@ -281,22 +290,271 @@ def test_a_recovered_session_goes_on_on_the_executor_and_never_repeats_a_step(
 
     clock = ManualClock()
     store = SQLiteStore(tmp_path / "r.db")
-    rt = Runtime(store=store, durability="step", clock=clock, executor=processes)
+    rt = Runtime(store=store, durability="step", clock=clock, executor=executor)
     with pytest.raises(Crash):
         rt.run(make(True))
     clock.advance(3600)
     other = Runtime(
-        store=store, durability="step", clock=clock, executor=processes, flows=[make(False)]
+        store=store, durability="step", clock=clock, executor=executor, flows=[make(False)]
     )
     [out] = other.recover()
     assert out.ok, out.error
-    assert [o["item"] for o in out.output] == [4, 5]
+    assert [o["item"] for o in out.output] == [5, 6, 7, 8]
     view = other.session(out.session_id)
     started = [e.path for e in view.events() if e.type == "node.started" and len(e.path) == 3]
     assert sorted(started) == sorted(
-        [("a", i, "pid") for i in range(3)] + [("b", i, "pid") for i in range(2)]
+        [("a", i, "pid") for i in range(4)] + [("b", i, "pid") for i in range(4)]
     )  # each item's step ran once: the completed ForEach was not run again
     assert view.derive_state() == view.state
+
+
+# -- several calls to one submission --------------------------------------------------------
+
+
+class Inline(Executor):
+    """An executor that tarry takes to run steps elsewhere (it is no thread pool), which runs
+    each submission at once, here, and notes how many steps it carried. `fail`: the error the
+    executor itself fails its first submission with (a broken pool), running nothing."""
+
+    def __init__(self, workers: int | None = 2, fail: BaseException | None = None) -> None:
+        if workers is not None:  # as a ProcessPoolExecutor says how many workers it has
+            self._max_workers = workers
+        self.carried: list[list[Any]] = []
+        self.fail = fail
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        before = len(remote_steps.RAN)
+        if self.fail is not None:
+            future.set_exception(self.fail)
+            self.fail = None
+            self.carried.append([])
+            return future
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        self.carried.append(remote_steps.RAN[before:])
+        return future
+
+
+@pytest.fixture
+def ran() -> Iterator[list[Any]]:
+    remote_steps.RAN.clear()
+    yield remote_steps.RAN
+    remote_steps.RAN.clear()
+
+
+def test_calls_ready_together_share_submissions_and_come_back_to_their_lanes(
+    ran: list[Any],
+) -> None:
+    pool = Inline(workers=2)
+    rt = Runtime(executor=pool)
+    items = list(range(100, 116))
+    out = rt.run(Flow("chunks", [ForEach("fe", items, remote_steps.noted, concurrency=8)]))
+    assert out.ok, out.error
+    assert out.output == [{"item": x, "index": i, "attempt": 1} for i, x in enumerate(items)]
+    assert sorted(ran) == items  # each step ran once
+    # 8 lanes ready at once, 2 workers: 4 submissions of 2 (a worker's next one queued while
+    # it runs one), not 8 of 1, nor one that holds back every result until the last.
+    assert [len(c) for c in pool.carried] == [2] * 8
+    consistent(rt, out.session_id)
+
+
+def test_an_executor_that_does_not_say_how_many_workers_it_has_gets_one_call_each(
+    ran: list[Any],
+) -> None:
+    pool = Inline(workers=None)  # a Dask cluster may have many more than this machine's CPUs
+    rt = Runtime(executor=pool)
+    items = list(range(12))
+    out = rt.run(Flow("one", [ForEach("fe", items, remote_steps.noted, concurrency=8)]))
+    assert out.ok, out.error
+    assert [o["item"] for o in out.output] == items
+    assert [len(c) for c in pool.carried] == [1] * 12
+
+
+def test_a_call_that_fails_in_a_submission_fails_alone_and_is_retried_alone(
+    ran: list[Any],
+) -> None:
+    pool = Inline(workers=1)
+    retry = Retry(attempts=2, initial=0, jitter=False)
+    rt = Runtime(executor=pool)
+    items = list(range(1, 9))
+    flow = Flow(
+        "thirds",
+        [ForEach("fe", items, step(remote_steps.flaky_thirds, retry=retry), concurrency=8)],
+    )
+    out = rt.run(flow)
+    assert out.ok, out.error
+    assert out.output == [x * 100 + (2 if x % 3 == 0 else 1) for x in items]
+    assert max(len(c) for c in pool.carried) > 1  # the failing calls shared submissions
+    assert sorted(ran) == sorted(items + [3, 6])
+    events = rt.session(out.session_id).events()
+    retried = sorted(e.path[1] for e in events if e.type == "node.retrying")
+    assert retried == [2, 5]  # the positions of 3 and 6
+    completed = [e.path for e in events if e.type == "node.completed" and len(e.path) == 3]
+    assert len(completed) == len(set(completed)) == 8  # no step completed twice
+    consistent(rt, out.session_id)
+
+
+def test_a_submission_the_executor_fails_fails_each_of_its_calls_by_the_retry_policy(
+    ran: list[Any],
+) -> None:
+    pool = Inline(workers=1, fail=BrokenExecutor("a worker died"))
+    retry = Retry(attempts=2, initial=0, jitter=False)
+    rt = Runtime(executor=pool)
+    items = list(range(4))
+    flow = Flow(
+        "broken", [ForEach("fe", items, step(remote_steps.noted, retry=retry), concurrency=4)]
+    )
+    out = rt.run(flow)
+    assert out.ok, out.error
+    lost = 2  # 4 ready, 1 worker: 2 submissions of 2, the first of which the executor failed
+    assert [o["attempt"] for o in out.output] == [2] * lost + [1] * (4 - lost)
+    assert sorted(ran) == items  # what the broken submission carried ran on the retry only
+    events = rt.session(out.session_id).events()
+    failed = [e for e in events if e.type == "node.failed"]
+    assert len(failed) == lost and all("a worker died" in str(e.data) for e in failed)
+    # without a retry the run fails with the executor's error, typed as it raised it
+    pool = Inline(workers=1, fail=BrokenExecutor("a worker died"))
+    out = Runtime(executor=pool).run(
+        Flow("b2", [ForEach("fe", items, remote_steps.noted, concurrency=4)])
+    )
+    assert out.failed and out.error.type == "BrokenExecutor"
+
+
+def test_a_submission_the_executor_cancels_fails_each_of_its_calls(ran: list[Any]) -> None:
+    class Cancelling(Inline):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            future: Future[Any] = Future()
+            future.cancel()
+            self.carried.append([])
+            return future
+
+    pool = Cancelling(workers=1)
+    out = Runtime(executor=pool).run(
+        Flow("cancel", [ForEach("fe", [1, 2, 3, 4], remote_steps.noted, concurrency=4)])
+    )
+    assert out.failed and out.error.type == "CancelledError"
+    assert ran == []
+
+
+def test_calls_sharing_a_submission_pause_and_resume_each_in_its_lane(tmp_path: Path) -> None:
+    pool = Inline(workers=1)
+    store = SQLiteStore(tmp_path / "s.db")
+    flow = Flow("asks", [ForEach("fe", [1, 2, 3, 4], remote_steps.ask, concurrency=4)])
+    rt = Runtime(store=store, executor=pool, flows=[flow])
+    out = rt.run(flow)
+    assert out.paused and sorted(p.payload["item"] for p in out.pauses) == [1, 2, 3, 4]
+    assert [len(c) for c in pool.carried] == [0, 0]  # 2 submissions of 2 (ask notes nothing)
+    by_item = {p.payload["item"]: p.token for p in out.pauses}
+    for item in (3, 1, 4):
+        assert rt.resume(by_item[item], f"a{item}").paused
+    done = rt.resume(by_item[2], "a2")
+    assert done.ok, done.error
+    assert [(o["item"], o["answer"]) for o in done.output] == [(x, f"a{x}") for x in [1, 2, 3, 4]]
+    consistent(rt, out.session_id)
+
+
+def test_an_async_run_sends_the_calls_it_holds_before_it_waits(ran: list[Any]) -> None:
+    import asyncio
+
+    async def beside(ctx: Any) -> str:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return "async"
+
+    pool = Inline(workers=2)
+    rt = Runtime(executor=pool)
+    items = list(range(24))  # lanes start after the run went async, too
+    flow = Flow(
+        "mixed",
+        [
+            Parallel(
+                "par",
+                {
+                    "a": step(beside, "beside"),
+                    "b": ForEach("fe", items, remote_steps.noted, concurrency=8),
+                },
+            )
+        ],
+    )
+
+    async def main() -> Any:
+        return await asyncio.wait_for(rt.arun(flow), WAIT)
+
+    out = asyncio.run(main())
+    assert out.ok, out.error
+    assert out.output["a"] == "async"
+    assert [o["item"] for o in out.output["b"]] == items
+    assert sorted(ran) == items and max(len(c) for c in pool.carried) == 2
+
+
+def test_a_process_pool_runs_calls_several_to_a_submission_with_per_call_outcomes(
+    ran: list[Any],
+) -> None:
+    class Counting(ProcessPoolExecutor):
+        submitted = 0
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            self.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    retry = Retry(attempts=2, initial=0, jitter=False)
+    items = list(range(1, 17))
+    flow = Flow(
+        "thirds",
+        [ForEach("fe", items, step(remote_steps.flaky_thirds, retry=retry), concurrency=8)],
+    )
+    with Counting(2, mp_context=multiprocessing.get_context("forkserver")) as pool:
+        rt = Runtime(executor=pool)
+        out = rt.run(flow)
+    assert out.ok, out.error
+    assert out.output == [x * 100 + (2 if x % 3 == 0 else 1) for x in items]
+    attempts = len(items) + len([x for x in items if x % 3 == 0])
+    assert pool.submitted <= attempts - 4  # the first 8 went 2 to a submission
+    events = rt.session(out.session_id).events()
+    retried = sorted(e.path[1] for e in events if e.type == "node.retrying")
+    assert retried == [i for i, x in enumerate(items) if x % 3 == 0]
+    consistent(rt, out.session_id)
+
+
+def test_a_crash_inside_a_shared_submission_reruns_only_what_did_not_complete(
+    ran: list[Any], tmp_path: Path
+) -> None:
+    from tarry import ManualClock
+
+    remote_steps.CRASHED.clear()
+    clock = ManualClock()
+    store = SQLiteStore(tmp_path / "c.db")
+    items = list(range(1, 9))
+    flow = Flow("crash", [ForEach("fe", items, remote_steps.crash_once, concurrency=4)])
+    pool = Inline(workers=1)  # submissions of 2
+    rt = Runtime(store=store, durability="step", clock=clock, executor=pool)
+    with pytest.raises(remote_steps.Crash):
+        rt.run(flow)
+    assert [sorted(c) for c in pool.carried] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    clock.advance(3600)
+    other = Runtime(store=store, durability="step", clock=clock, executor=pool, flows=[flow])
+    [sid] = [s.session_id for s in other.sessions()]
+    recorded = {
+        items[e.path[1]]
+        for e in other.session(sid).events()
+        if e.type == "node.completed" and len(e.path) == 3
+    }
+    assert recorded >= {1, 2, 3, 4}  # written before the lanes that crashed began
+    [out] = other.recover()
+    assert out.ok, out.error
+    assert out.output == [x * 10 for x in items]
+    # What completed is never run again; the crashed call, and the one that shared its
+    # submission (run, but not recorded), run again.
+    assert sorted(ran) == sorted(items + [x for x in items if x not in recorded])
+    assert 7 not in recorded and 8 not in recorded
+    view = other.session(out.session_id)
+    completed = [e.path for e in view.events() if e.type == "node.completed" and len(e.path) == 3]
+    assert sorted(completed) == [("fe", i, "crash_once") for i in range(8)]
+    assert view.derive_state() == view.state
+    remote_steps.CRASHED.clear()
 
 
 # -- a Dask cluster ----------------------------------------------------------------------------
