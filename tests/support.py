@@ -30,6 +30,31 @@ async def _await(aw: Any) -> Any:
     return await aw
 
 
+#: Runs of a state machine that may end early because hypothesis found its data generation
+#: inconsistent (see run_machine) before the test fails.
+MACHINE_ATTEMPTS = 3
+
+
+def run_machine(factory: Any, settings: Any) -> None:
+    """`run_state_machine_as_test(factory, settings=settings)`, run again when hypothesis stops
+    it with FlakyStrategyDefinition: a step of a concurrent lane runs on a thread, so on a
+    loaded machine an example that hypothesis replays can take another path through the lanes
+    (another lane done before a crash; another rule enabled after it). That ends the search; it
+    is no broken promise, which a rule's or an invariant's AssertionError reports (and a failure
+    that does not happen again on replay is FlakyFailure, which fails the test at once). The
+    run is repeated, up to MACHINE_ATTEMPTS times in all; it fails if every run ends so."""
+    from hypothesis.errors import FlakyStrategyDefinition
+    from hypothesis.stateful import run_state_machine_as_test
+
+    for attempt in range(1, MACHINE_ATTEMPTS + 1):
+        try:
+            run_state_machine_as_test(factory, settings=settings)
+            return
+        except FlakyStrategyDefinition:
+            if attempt == MACHINE_ATTEMPTS:
+                raise
+
+
 def resume_all(rt: tarry.Runtime, out: tarry.Outcome, value: Any = None) -> tarry.Outcome:
     """Resume with `value` until the session stops pausing."""
     while out.paused:

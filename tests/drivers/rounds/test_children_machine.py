@@ -55,8 +55,8 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
+from support import run_machine
 from tarry import Child, Flow, ForEach, ManualClock, Runtime, Wait, step
 from tarry.engine.elements.child import end_key
 from tarry.snapshots import MemoryStore, SQLiteStore
@@ -660,6 +660,4 @@ def test_the_child_road_keeps_its_promises(kind: str, tmp_path: Path) -> None:
         import pgserver
 
         pgserver.server_dsn()  # skips without a server (fails under CI=true)
-    run_state_machine_as_test(
-        lambda: ChildrenMachine(kind, tmp_path), settings=machine_settings(kind)
-    )
+    run_machine(lambda: ChildrenMachine(kind, tmp_path), machine_settings(kind))

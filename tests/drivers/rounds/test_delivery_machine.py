@@ -46,8 +46,8 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
+from support import run_machine
 from tarry import Flow, ForEach, Loop, ManualClock, Runtime, Wait, step
 from tarry.snapshots import MemoryStore, SQLiteStore
 
@@ -1044,9 +1044,7 @@ def test_keyed_delivery_keeps_its_promises(kind: str, tmp_path: Path) -> None:
 
         pgserver.server_dsn()  # skips without a server (fails under CI=true)
     lacking: set[str] = set()
-    run_state_machine_as_test(
-        lambda: DeliveryMachine(kind, tmp_path, lacking), settings=machine_settings(kind)
-    )
+    run_machine(lambda: DeliveryMachine(kind, tmp_path, lacking), machine_settings(kind))
     assert not lacking, (
         f"the machine found no broken promise, but ran without parts of API.md that this "
         f"Runtime lacks (so their checks did not run): {sorted(lacking)}"
