@@ -163,10 +163,12 @@ class Execution:
         #: registered as `via`, or None (set by a driver that has batch adapters; None: not
         #: checked here, the batch round refuses it instead).
         self.batch_check: Callable[[str, str, Any], str | None] | None = None
-        #: children(path, session_id, flow, input): a `Child` element reached asks the driver
-        #: to start its session (any worker runs it) unless it exists: (its id, the end of one
-        #: that had ended already as `child_end` data or signals.NO_MAIL, whether it existed).
-        #: None: no driver starts children (a bare Execution), and a Child fails.
+        #: children(path, session_id, flow, input, lookup=False): a `Child` element reached
+        #: asks the driver to start its session (any worker runs it) unless it exists: (its id,
+        #: the end of one that had ended already as `child_end` data or signals.NO_MAIL,
+        #: whether it existed). With `lookup`, nothing is started: a child that does not
+        #: exist gives (its id, NO_MAIL, False). None: no driver starts children (a bare
+        #: Execution), and a Child fails.
         self.children = children
         #: The values kept out of the state that this run has met, by the seq of the event that
         #: carries them (see state.OutOfLine): each is read from the ledger once per run.

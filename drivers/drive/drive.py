@@ -379,12 +379,17 @@ class Drive:
         return loads(found[1])
 
     def _children(
-        self, path: tuple[Any, ...], session_id: str | None, flow: Flow, input: Any
+        self,
+        path: tuple[Any, ...],
+        session_id: str | None,
+        flow: Flow,
+        input: Any,
+        lookup: bool = False,
     ) -> tuple[str, Any, bool]:
         """What a Child reached asks (`Execution.children`): its session stored, queued for
-        any worker (see sessions/children.py)."""
+        any worker (see sessions/children.py); with `lookup`, only found."""
         try:
-            return start_child(self.core, self.record, path, session_id, flow, input)
+            return start_child(self.core, self.record, path, session_id, flow, input, lookup=lookup)
         finally:
             self.ex.at = None  # the store took its time: the next event reads the clock
 

@@ -17,6 +17,7 @@ when the round's page of children is done, every end of one parent in one resume
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tarry.drivers.limits import MAX_SESSION_ID, valid_session_id
@@ -64,11 +65,14 @@ def start_child(
     session_id: Any,
     flow: Flow,
     input: Any,
+    *,
+    lookup: bool = False,
 ) -> tuple[str, Any, bool]:
     """Store the child that the element at `path` of `parent` starts, queued for any worker:
     (its id, NO_MAIL, False). When it exists already (a re-run of the element), nothing is
     written: (its id, its end or NO_MAIL while it has not ended, True). InvalidArgument for an
-    id no store can hold, or one taken by a session that is not this parent's child there."""
+    id no store can hold, or one taken by a session that is not this parent's child there.
+    `lookup`: only find it, never store it ((its id, NO_MAIL, False) when it is not there)."""
     cid = derived_id(parent.session_id, path) if session_id is None else session_id
     if not valid_session_id(cid):
         msg = (
@@ -77,6 +81,13 @@ def start_child(
         )
         raise InvalidArgument(msg)
     core.flows.register(flow)  # this process may run it (and its end resumes the parent here)
+    if lookup:
+        existing = core.store.load(cid)
+        if existing is None or existing.meta.get(PARENT) != parent.session_id:
+            return cid, NO_MAIL, False
+        if existing.status in ENDED:
+            return cid, end_of(core, existing), True
+        return cid, NO_MAIL, True
     record, events = queued(core, cid, flow, input, parent)
     try:
         core.store.create(record, events=events, parent=parent.session_id)
@@ -110,9 +121,15 @@ def queued(
         # The module that defines the parent's flow: a worker that imports it registers the
         # child's flow too (FlowRegistry.register), so it can run the child.
         meta[FLOW_REF] = ref
+    now = core.clock.now()
+    # The child's flow's own deadline and cleanup hold for it as for a run of that flow (its
+    # deadline counts from the child's start, when it is stored).
+    if flow.deadline is not None:
+        started["deadline"] = now + timedelta(seconds=flow.deadline)
+    if flow.cleanup is not None:
+        started["cleanup"] = True
     first = (flow.body[0].name,)
     pause = PauseState("system", QUEUED, first, awaits_value=False)
-    now = core.clock.now()
     state, events = fold(
         SessionState(session_id=cid, flow=flow.name),
         now,

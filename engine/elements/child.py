@@ -120,6 +120,19 @@ class Child(_Waiting):
         if values:
             end = values[0]
             child = end.get("session_id")
+            if end.get("status") != "completed" and ex.children is not None:
+                # A failed or cancelled child's end. Met again when the parent, failed here,
+                # is resumed: the child may have been resumed since, so its end is read again
+                # (a child that still failed fails the element again; one that is not there
+                # any more leaves this end as it is). Nothing is started here.
+                try:
+                    _, latest, known = ex.children(path, child, self.flow, None, lookup=True)
+                except TarryError as exc:
+                    raise fail(ex, path, exc) from exc
+                if known:
+                    end, taken = self._latest(ex, child, latest)
+                    if end is NO_MAIL:  # resumed, and not ended again: wait for its end
+                        yield from self._wait(path, child)
         else:
             args = yield from self._evaluate(ex, path, prev, scope)
             if ex.children is None:
@@ -129,23 +142,36 @@ class Child(_Waiting):
                 child, end, known = ex.children(path, args["session_id"], self.flow, args["input"])
             except TarryError as exc:  # an id no store can hold or taken, an input too large
                 raise fail(ex, path, exc) from exc
-            if known and ex.mailbox is not None:
+            if known:
                 # It existed already (this element runs again, after a crash): its end may be
                 # queued for us, and is taken from there (consumed with our next write) rather
                 # than left behind; else, if it ended, its end comes from its record.
-                mail = ex.mailbox(end_key(child))
-                if mail is not NO_MAIL:
-                    end, taken = mail, True
+                end, taken = self._latest(ex, child, end)
             if end is NO_MAIL:
-                payload = {"session_id": child, "flow": self.flow.name}
-                yield Pause("system", "child", path, payload, None, None, key=end_key(child))
-                msg = "a paused element was sent a value; resume builds a new run instead"
-                raise RuntimeError(msg)
-            try:
-                end = self.accept(end)
-            except InvalidResumeValue as exc:  # a message on its key that is no child's end
-                raise fail(ex, path, exc) from exc
+                yield from self._wait(path, child)
+        try:
+            end = self.accept(end)
+        except InvalidResumeValue as exc:  # a message on its key that is no child's end
+            raise fail(ex, path, exc) from exc
         return self._ended(ex, path, end, child, taken)
+
+    @staticmethod
+    def _latest(ex: Execution, child: str, end: Any) -> tuple[Any, bool]:
+        """The end of the existing `child` to go on with: its end queued for the parent (taken,
+        consumed with the next write), else `end` (from its record, or NO_MAIL while it has
+        not ended); and whether it was taken from the mailbox."""
+        if ex.mailbox is not None:
+            mail = ex.mailbox(end_key(child))
+            if mail is not NO_MAIL:
+                return mail, True
+        return end, False
+
+    def _wait(self, path: tuple[Any, ...], child: str) -> Generator[Signal, Any, Any]:
+        """Pause until the child's end arrives on its end key (a resume builds a new run)."""
+        payload = {"session_id": child, "flow": self.flow.name}
+        yield Pause("system", "child", path, payload, None, None, key=end_key(child))
+        msg = "a paused element was sent a value; resume builds a new run instead"
+        raise RuntimeError(msg)
 
     def _ended(
         self, ex: Execution, path: tuple[Any, ...], end: dict[str, Any], child: Any, taken: bool

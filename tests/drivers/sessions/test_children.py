@@ -103,6 +103,78 @@ def test_a_failed_child_fails_the_element_with_child_failed(store: Any) -> None:
     assert issubclass(ChildFailed, Exception)
 
 
+FLAKY = {"fail": True}
+
+
+def flaky(ctx: Any) -> Any:
+    if FLAKY["fail"]:
+        raise ValueError("not yet")
+    return ctx.input * 3
+
+
+def test_resuming_a_failed_child_then_its_parent_goes_on_with_the_childs_output(
+    store: Any,
+) -> None:
+    """The docs' way on after a failed child: resume the child, then the parent. The parent's
+    element reads the child's end again (it was failed when the parent last ran it)."""
+    FLAKY["fail"] = True
+    inner = Flow("flaky_inner", [flaky])
+    outer = Flow(
+        "flaky_outer", [Child("c", inner, input=lambda ctx: ctx.input), lambda ctx: ctx.prev * 2]
+    )
+    rt = Runtime(store=store)
+    rt.run(outer, 2, session_id="r")
+    rt.resume_due()
+    assert rt.session("r").status == "failed"
+    assert rt.session("r").state.error.type == "ChildFailed"
+    FLAKY["fail"] = False
+    child = rt.session("r.c").outcome
+    assert rt.resume(child.token).output == 6
+    out = rt.resume(rt.session("r").outcome.token)
+    assert out.status == "ok" and out.output == 12, out.error
+    assert rt.mailbox() == []  # the child's second end was taken by the parent's resume
+    view = rt.session("r")
+    assert view.derive_state() == view.state
+
+
+def test_a_parent_resumed_while_its_child_still_fails_fails_again(store: Any) -> None:
+    FLAKY["fail"] = True
+    outer = Flow("flaky_outer2", [Child("c", Flow("flaky_inner2", [flaky]))])
+    rt = Runtime(store=store)
+    rt.run(outer, 1, session_id="t")
+    rt.resume_due()
+    out = rt.resume(rt.session("t").outcome.token)
+    assert out.status == "error" and out.error.type == "ChildFailed"
+    assert rt.session("t.c").status == "failed"
+
+
+def test_a_parent_resumed_after_its_child_was_resumed_and_paused_waits_again(
+    store: Any,
+) -> None:
+    outer = Flow("gate_outer", [Child("c", Flow("gate_inner", [boom_once, Wait("w")]))])
+    BOOM["left"] = 1
+    rt = Runtime(store=store)
+    rt.run(outer, None, session_id="u")
+    rt.resume_due()
+    assert rt.session("u").status == "failed"
+    assert rt.resume(rt.session("u.c").outcome.token).paused  # the child now waits at "w"
+    again = rt.resume(rt.session("u").outcome.token)
+    assert again.paused and again.pause.reason == "child"
+    done = rt.resume(rt.session("u.c").outcome.token, "hi")
+    assert done.output == "hi"
+    view = rt.session("u")
+    assert view.status == "completed" and view.state.output == "hi"
+
+
+BOOM = {"left": 0}
+
+
+def boom_once(ctx: Any) -> None:
+    if BOOM["left"]:
+        BOOM["left"] -= 1
+        raise ValueError("once")
+
+
 def test_a_cancelled_child_fails_the_element(store: Any) -> None:
     rt = Runtime(store=store)
     rt.run(Flow("outer", [Child("c", Flow("slow", [Wait("w")]))]), None, session_id="s")
@@ -407,3 +479,50 @@ def test_a_busy_parent_keeps_the_ends_of_a_round_queued_without_trying_each(
     # Their ends stay queued for the parent, and no resume was tried one end at a time.
     assert sorted(m.key for m in rt.mailbox()) == [f"tarry/child/f.items.{i}.c" for i in range(3)]
     assert asked == []
+
+
+def test_a_worker_that_cannot_run_a_parent_leaves_its_ends_queued_and_goes_on(
+    store: Any, caplog: Any
+) -> None:
+    """A worker that knows the children's flow but not the parent's runs the children; the
+    parent's ends stay queued for a Runtime that knows it, and the worker's rounds go on with
+    every other session (they neither fail nor stop at it), saying so once."""
+    import logging
+
+    from tarry import Sleep
+
+    fan = Flow(
+        "fan_unknown_parent",
+        [ForEach("items", [1, 2], Child("c", INNER, input=lambda ctx: ctx.item), concurrency=None)],
+    )
+    owner = Runtime(store=store)
+    assert owner.run(fan, None, session_id="up").paused
+    nap = Flow("nap_other", [Sleep("s", 0), double])
+    worker = Runtime(store=store, flows=[INNER, nap])
+    assert worker.run(nap, 4, session_id="other").paused
+    with caplog.at_level(logging.WARNING, logger="tarry"):
+        for _ in range(3):
+            worker.poll()
+    assert worker.session("other").status == "completed"
+    assert sorted(RUNS) == [1, 2, 4]
+    assert worker.session("up").status == "paused"
+    assert sum(m.count for m in worker.mailbox()) == 2  # the children's ends, kept
+    unknown = [r for r in caplog.records if "fan_unknown_parent" in r.getMessage()]
+    assert len(unknown) == 1, [r.getMessage() for r in unknown]
+    owner.poll()
+    view = owner.session("up")
+    assert view.status == "completed" and view.state.output == [2, 4]
+    assert owner.mailbox() == []
+
+
+def test_a_child_failed_for_its_unknown_flow_is_logged_as_failed(store: Any, caplog: Any) -> None:
+    import logging
+
+    rt = Runtime(store=store)
+    assert rt.run(OUTER, 1, session_id="lg").paused
+    stranger = Runtime(store=store)
+    with caplog.at_level(logging.WARNING, logger="tarry"):
+        stranger.resume_due()
+    said = [r.getMessage() for r in caplog.records if "lg.c" in r.getMessage()]
+    assert said and all("left for a Runtime" not in s for s in said), said
+    assert any("UnknownFlow" in s or "failed" in s for s in said), said
