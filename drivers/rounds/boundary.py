@@ -79,15 +79,26 @@ def infrastructure(exc: BaseException) -> bool:
     return any(cls.__name__ in ("OperationalError", "InterfaceError") for cls in type(exc).__mro__)
 
 
-def flow_of(core: Core, record: SessionRecord, round: Round, where: str) -> Flow | None:
-    """The registered flow of `record`'s name, imported by the round if it can; None (and a
-    warning, once per session) when there is none: the session is left for a Runtime that
-    knows its flow. The version that started the session when it is registered, else any of
-    its name (resuming with it then refuses with FlowMismatch, before the token is used)."""
+def flow_of(
+    core: Core, record: SessionRecord, round: Round, where: str, *, warn: bool = True
+) -> Flow | None:
+    """The registered flow of `record`'s name, imported by the round if it can; None (and,
+    with `warn`, a warning once per session: `no_flow`) when there is none: the session is
+    left for a Runtime that knows its flow. The version that started the session when it is
+    registered, else any of its name (resuming with it then refuses with FlowMismatch, before
+    the token is used)."""
     flow = _registered(core, record)
     if flow is None and round.import_flow is not None and round.import_flow(record):
         flow = _registered(core, record)
-    if flow is None and core.reported.first(record.session_id, "no flow"):
+    if flow is None and warn:
+        no_flow(core, record, where)
+    return flow
+
+
+def no_flow(core: Core, record: SessionRecord, where: str) -> None:
+    """Say, once per session, that `record`'s flow is not registered here and the session is
+    left for a Runtime that knows it."""
+    if core.reported.first(record.session_id, "no flow"):
         log().warning(
             "%s: no flow %r registered for session %s; left for a Runtime that knows it "
             "(logged once per session)",
@@ -95,7 +106,6 @@ def flow_of(core: Core, record: SessionRecord, round: Round, where: str) -> Flow
             record.flow,
             record.session_id,
         )
-    return flow
 
 
 def _registered(core: Core, record: SessionRecord) -> Flow | None:

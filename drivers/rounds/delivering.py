@@ -37,10 +37,12 @@ from tarry.drivers.sessions.batch import resume_keys
 from tarry.drivers.sessions.resuming import SessionBusy, prepare_now
 from tarry.engine.describe import describe
 from tarry.engine.errors import (
+    FlowMismatch,
     InvalidArgument,
     InvalidResumeValue,
     SessionNotResumable,
     TokenAlreadyUsed,
+    UnknownFlow,
     UnknownToken,
 )
 from tarry.engine.keys import check_key
@@ -368,9 +370,10 @@ def _deliver(core: Core, round: Round, pairs: list[tuple[WaitRecord, MailRecord]
             # Several waits of one session (the children of one parent that ended): one
             # resume takes every message, one drive, one write.
             outcome = _take_pending_together(core, group)
-            if outcome is _BUSY:
-                # Running (in another process, or this one): the messages stay queued for
-                # the next round. Trying them one at a time would find it busy again.
+            if outcome is _BUSY or outcome is _NO_FLOW:
+                # Running (in another process, or this one), or its flow is not registered
+                # here: the messages stay queued, for the next round or for a Runtime that
+                # knows the flow. Trying them one at a time would find the same.
                 continue
             if outcome is not None:
                 outcomes.append(outcome)  # type: ignore[arg-type]
@@ -385,6 +388,9 @@ def _deliver(core: Core, round: Round, pairs: list[tuple[WaitRecord, MailRecord]
                 outcome = _resume_one(core, wait.token, value, "mail", None, message.id)
             except SessionBusy:
                 break  # the rest of its group would find it busy too
+            except (UnknownFlow, FlowMismatch) as exc:
+                _no_flow(core, wait.session_id, exc)
+                break  # the rest of its group needs the same flow
             except (*_PASSED, MailGone):
                 continue
             except Exception as exc:
@@ -481,6 +487,22 @@ def wake_parent(core: Core, key: str) -> Any:
 _BUSY: Any = object()
 
 
+#: `_take_pending_together` found that this Runtime has no flow for the session.
+_NO_FLOW = object()
+
+
+def _no_flow(core: Core, session_id: str, exc: Exception) -> None:
+    """A queued message's session has no flow here (UnknownFlow, FlowMismatch): it stays
+    queued for a Runtime that knows the flow, and the round goes on; said once per session."""
+    if core.reported.first(session_id, "no flow"):
+        log().warning(
+            "deliver: messages for session %s left queued for a Runtime that knows its flow "
+            "(logged once per session): %s",
+            session_id,
+            exc,
+        )
+
+
 def _take_pending_together(core: Core, group: list[tuple[WaitRecord, Any]]) -> Any:
     """Resume the waits of one session in `group`, each with its queued message (consumed
     with the tokens), in one resume: its outcome; `_BUSY` when the session is running, None
@@ -493,6 +515,9 @@ def _take_pending_together(core: Core, group: list[tuple[WaitRecord, Any]]) -> A
         got = settle_many(resume_keys(core, keyed, trigger="mail", mail=mail, wait_busy=False))
     except SessionBusy:
         return _BUSY
+    except (UnknownFlow, FlowMismatch) as exc:
+        _no_flow(core, group[0][0].session_id, exc)
+        return _NO_FLOW
     except (*_PASSED, MailGone, InvalidResumeValue):
         return None
     return got[0] if got else None

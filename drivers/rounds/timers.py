@@ -19,7 +19,7 @@ from tarry.drivers.drive.drive import deadline_error
 from tarry.drivers.drive.outcome import Outcome, all_pauses
 from tarry.drivers.drive.pump import settle, settle_many
 from tarry.drivers.limits import check_limit, log
-from tarry.drivers.rounds.boundary import Round, flow_of, guarded
+from tarry.drivers.rounds.boundary import Round, flow_of, guarded, no_flow
 from tarry.drivers.rounds.delivering import deferred_wakes
 from tarry.drivers.sessions.batch import resume_keys
 from tarry.drivers.sessions.children import QUEUED, fail_unknown_flow
@@ -101,13 +101,21 @@ def _fire(core: Core, record: SessionRecord, now: datetime, round: Round) -> Out
         return None
     if record.stop is not None:  # a stop request its run paused before it saw
         return _honour_stop(core, record, flow_of(core, record, round, "resume_due"))
-    flow = flow_of(core, record, round, "resume_due")
+    flow = flow_of(core, record, round, "resume_due", warn=False)
     if flow is None:
         # A queued child that no worker can run fails (and so does its Child element), rather
         # than wait for a flow that may never be registered.
         ended = fail_unknown_flow(core, record)
         if ended is not None:
+            log().warning(
+                "resume_due: no flow %r registered for the child session %s, which no worker "
+                "started yet: it failed with UnknownFlow (resume it once its flow is registered)",
+                record.flow,
+                record.session_id,
+            )
             settle_parent(core.wake_parent(core, ended))
+        else:
+            no_flow(core, record, "resume_due")
         return None
     state = stored_state(core, record)
     deadline = state.deadline

@@ -542,3 +542,54 @@ def test_a_cancel_where_the_flow_is_unknown_changes_nothing(store) -> None:
     other = runtime(store, ManualClock(START), flows=[flow])
     assert other.cancel(out.session_id).error.type == "cancelled"
     assert seen == [("release", "cancelled", None)]
+
+
+def test_a_childs_own_deadline_fails_it_and_then_its_parent(store) -> None:
+    """A Child's flow may have a deadline of its own (docs/concepts.md): it holds from the
+    child's start, as a run's does."""
+    from tarry import Child
+
+    clock = ManualClock(START)
+    inner = Flow("dl_own_child", [Gate("hold")], deadline=30)
+    rt = runtime(store, clock, flows=[inner])
+    out = rt.run(Flow("dl_own_parent", [Child("c", inner)]), session_id="op")
+    assert out.paused
+    assert rt.session("op.c").deadline == START + timedelta(seconds=30)
+    [started] = rt.resume_due()  # the child runs, and waits at its Gate
+    assert started.session_id == "op.c" and started.paused
+    clock.advance(29)
+    assert rt.resume_due() == []
+    clock.advance(1)
+    rt.resume_due()
+    child = rt.session("op.c")
+    assert child.status == "failed" and child.state.error.type == "deadline_exceeded"
+    parent = rt.session("op")
+    assert parent.status == "failed" and parent.state.error.type == "ChildFailed"
+    assert "deadline_exceeded" in parent.state.error.message
+
+
+@pytest.mark.parametrize("how", ["child", "parent", "deadline"])
+def test_a_cancelled_child_runs_its_own_cleanup(store, how: str) -> None:
+    """Each child whose flow has a cleanup runs it when it is cancelled: on its own, with its
+    parent, or when its parent's deadline passes (docs/concepts.md, "Children")."""
+    from tarry import Child
+
+    clock = ManualClock(START)
+    seen: list[Any] = []
+    inner = cleanup_flow(f"cl_child_{how}", [Gate("hold")], seen)
+    parent = Flow(f"cl_parent_{how}", [Child("c", inner)], deadline=60)
+    rt = runtime(store, clock, flows=[inner])
+    out = rt.run(parent, session_id=f"cp_{how}")
+    kid = f"cp_{how}.c"
+    [started] = rt.resume_due()
+    assert started.session_id == kid and started.paused
+    if how == "child":
+        rt.cancel(kid)
+    elif how == "parent":
+        rt.cancel(out.session_id)
+    else:
+        clock.advance(61)
+        rt.resume_due()
+    assert rt.session(kid).status == "cancelled"
+    assert seen == [("release", "cancelled", None)]
+    assert rt.session(kid).ending == "cancelled"
