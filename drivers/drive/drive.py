@@ -657,7 +657,11 @@ class Drive:
                 times.append(state.deadline)
             wake = min(times) if times else None
             waits = self._park([*waits, *self._orphans(waits)])
-            self.parked_now = sum(1 for w in waits if w.lane)
+            n = 0
+            for w in waits:
+                if w.lane:
+                    n += 1
+            self.parked_now = n
         blob = self._encode()
         if len(blob) > self.core.max_snapshot_bytes and state.status == "paused":
             self._fail(too_large(state, len(blob), self.core.max_snapshot_bytes))

@@ -132,7 +132,13 @@ class _Stale(Exception):
 def prepare(*args: Any, **kwargs: Any) -> AwaitableOrValue[Outcome]:
     """`_prepare` (see there), again while the session is busy: two calls that resume two
     waiting branches of one session at once take turns, each with the session as the other
-    left it. ConcurrentUpdate (nothing used) if it stays busy for BUSY_SECONDS."""
+    left it. ConcurrentUpdate (nothing used) if it stays busy for BUSY_SECONDS. (The first
+    attempt is made in place: a resume that finds the session idle, nearly every one, builds
+    no retry closure and reads no clock.)"""
+    try:
+        return _prepare(*args, **kwargs)
+    except _Busy:
+        pass
     return busy_retry(lambda: _prepare(*args, **kwargs))
 
 

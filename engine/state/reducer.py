@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from tarry.engine.state import events as ev
@@ -57,9 +58,7 @@ def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> Sessio
     values.py), the rest of a state handed to a run is the run's own or cannot change."""
     live = _copy(state)
     fields = live.__dict__
-    fields["container_stack"] = tuple(
-        _own_frame(frame, copy) for frame in fields["container_stack"]
-    )
+    fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"], repeat(copy)))
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])
