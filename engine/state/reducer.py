@@ -15,7 +15,7 @@ from itertools import repeat
 from typing import Any
 
 from tarry.engine.state import events as ev
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, new_event
 from tarry.engine.state.records import (  # noqa: F401 - imported from here too
     CONTAINER_KINDS,
     LANE,
@@ -512,7 +512,7 @@ def fold(
     `owned`: `state` is the caller's own (see `reducer.own`) and is changed in place."""
     events = []
     for type_, path, data in specs:
-        event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
+        event = new_event(state.last_seq + 1, type_, state.session_id, now, path, data)
         state = apply(state, event, owned)
         events.append(event)
     return state, events

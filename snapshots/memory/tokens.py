@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, EventLog, rows_of
 from tarry.snapshots.memory.entry import _copy, _encode_batch, _Entry
 from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 from tarry.snapshots.store import stale
@@ -60,6 +60,10 @@ class TokensAndLeases:
         version: int | None = None,
         mail: int | None = None,
     ) -> bool:
+        if events and type(events) is not EventLog:
+            # A resume's own events (`run.resumed`): made rows once, here, rather than once
+            # each by the encoder, the seq check and the append (the same bytes either way).
+            events = EventLog(events[0].session_id, rows_of(events))
         batch = _encode_batch(events) if events else None
         with self._lock:
             known = self._tokens.get(token)
