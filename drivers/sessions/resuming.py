@@ -8,6 +8,7 @@ that the resume's first call to the store is the token's use.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -108,6 +109,13 @@ def accepted(core: Core, flow: Flow, pause: PauseState, value: Any) -> Any:
         value = element.accept(value)
     value, _ = core.take(value, "resume value")
     return value
+
+
+@functools.lru_cache(maxsize=16)
+def _seconds(seconds: float) -> timedelta:
+    """`timedelta(seconds=seconds)`, made once per lease length: every resume adds its lease
+    to the time (the constructor parses its keyword on every call)."""
+    return timedelta(seconds=seconds)
 
 
 #: How long a resume waits, at most, for a session whose other branch is being resumed by
@@ -244,7 +252,7 @@ def _resume(
             raise _Stale() from None  # refused as this runtime saw it: ask the store
         raise
     flow, state, events, session_meta, outcome_meta, now = checked
-    until = now + timedelta(seconds=core.lease)
+    until = now + _seconds(core.lease)
     # One transaction: the token is used, the lease taken and the resume (with its value)
     # recorded, so a crash from here on leaves a session that recover() can continue.
     try:

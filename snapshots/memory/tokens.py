@@ -20,6 +20,20 @@ def _sid(known: Any) -> str:
     return known if type(known) is str else known.session_id
 
 
+_new = object.__new__
+_set_info_sid = TokenInfo.__dict__["session_id"].__set__
+_set_info_used = TokenInfo.__dict__["used"].__set__
+
+
+def _token_info(session_id: str, used: bool) -> TokenInfo:
+    """`TokenInfo(session_id, used)`, its slots set directly: a cold resume reads one (attrs'
+    frozen `__init__` sets each field through `object.__setattr__`)."""
+    info = _new(TokenInfo)
+    _set_info_sid(info, session_id)
+    _set_info_used(info, used)
+    return info
+
+
 class TokensAndLeases:
     """The token, control, timer, lease and mark methods of MemoryStore."""
 
@@ -39,7 +53,7 @@ class TokensAndLeases:
     def find_token(self, token: str) -> TokenInfo | None:
         with self._lock:
             known = self._tokens.get(token)
-            return None if known is None else TokenInfo(_sid(known), token in self._used)
+            return None if known is None else _token_info(_sid(known), token in self._used)
 
     def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
         with self._lock:
