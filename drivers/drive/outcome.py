@@ -207,10 +207,8 @@ def outcome_of(
         if waits:
             partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
             tokens = tokens or {}
-            first = waits[0]
-            infos: tuple[PauseInfo, ...] = (
-                pause_info(first, partial, tokens.get(first.path, token)),
-            )
+            own = waits[0]
+            infos: tuple[PauseInfo, ...] = (pause_info(own, partial, tokens.get(own.path, token)),)
             if len(waits) > 1:
                 infos += tuple(pause_info(p, partial, tokens.get(p.path)) for p in waits[1:])
             first = infos[0]
