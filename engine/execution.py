@@ -52,6 +52,18 @@ def _go_on(path: tuple[Any, ...]) -> bool:
     return False
 
 
+def _restoring(stack: tuple[ContainerFrame, ...]) -> dict[tuple[Any, ...], ContainerFrame]:
+    """The frames to fast-forward into, by path: those of `stack` and of its lanes' stacks,
+    lanes themselves left out. A stack without lanes (most) is walked without a generator."""
+    found = {}
+    for frame in stack:
+        if frame.lanes is not None:
+            return {f.path: f for f in frames(stack) if f.kind != LANE}
+        if frame.kind != LANE:
+            found[frame.path] = frame
+    return found
+
+
 class Execution:
     """The live side of a session while its generator tree runs.
 
@@ -123,9 +135,9 @@ class Execution:
         #: is built only for whoever looks (`log`, a listener).
         self.rows: list[Row] = []
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
-        self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
-            frame.path: frame for frame in frames(self.state.container_stack) if frame.kind != LANE
-        }
+        self.restoring: dict[tuple[Any, ...], ContainerFrame] = _restoring(
+            self.state.container_stack
+        )
         self.ledger = ledger
         #: take(value, where) -> (private copy, encoded size): what a value entering the session
         #: becomes, or NotSerializable (PayloadTooLarge) naming `where`, a str or a (path, key)

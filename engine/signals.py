@@ -51,6 +51,31 @@ class _NoMail:
 NO_MAIL = _NoMail()
 
 
+_new = object.__new__
+#: (slot setter, default) of each field of a Pause after `kind`, `reason`, `path`, `payload`.
+_set_kind, _set_reason, _set_path, _set_payload, *_REST = (
+    PauseState.__dict__[field.name].__set__ for field in attrs.fields(PauseState)
+)
+_DEFAULTS = tuple(
+    (set_field, field.default)
+    for set_field, field in zip(_REST, attrs.fields(PauseState)[4:], strict=True)
+)
+
+
+def new_pause(kind: str, reason: str, path: tuple[Any, ...], payload: Any) -> Pause:
+    """`Pause(kind, reason, path, payload)`, its other fields at their defaults: the pause a
+    step's `ctx.interrupt` yields, its slots set directly (attrs' frozen `__init__` sets each
+    through `object.__setattr__`, a few thousand instructions more per pause)."""
+    pause = _new(Pause)
+    _set_kind(pause, kind)
+    _set_reason(pause, reason)
+    _set_path(pause, path)
+    _set_payload(pause, payload)
+    for set_field, default in _DEFAULTS:
+        set_field(pause, default)
+    return pause
+
+
 @attrs.frozen(slots=True)
 class Await:
     """An async step produced an awaitable; the driver awaits it and sends the result back."""

@@ -507,7 +507,9 @@ class Drive:
         public = None if token is None else tokens.token(token)  # token: the store key
         if kind != PAUSED or ex.state.status != "paused":
             return outcome_of(ex.state, public, self.meta, read=ex.value)
-        by_path = {w.path: tokens.token(w.token) for w in waits}
+        by_path = {}
+        for w in waits:  # (a loop: a comprehension is a function made and called per pause)
+            by_path[w.path] = tokens.token(w.token)
         shown = self.shown if self.shown is not None else all_pauses(ex.state)
         if parked(ex.state) > self.parked_now:
             # Lanes of earlier drives wait parked in the store: the outcome lists them when
@@ -657,12 +659,20 @@ class Drive:
             # store adds those of the lanes parked by earlier drives), and the session's own
             # deadline: the timers fail it then (rounds/timers.py).
             self.shown = all_pauses(state)
-            times = [t for p in self.shown if (t := p.wake_at or p.expires_at) is not None]
+            times = []
+            for p in self.shown:
+                t = p.wake_at or p.expires_at
+                if t is not None:
+                    times.append(t)
             if state.deadline is not None and state.ending is None:
                 times.append(state.deadline)
             wake = min(times) if times else None
             waits = self._park([*waits, *self._orphans(waits)])
-            self.parked_now = sum(1 for w in waits if w.lane)
+            n = 0
+            for w in waits:
+                if w.lane:
+                    n += 1
+            self.parked_now = n
         blob = self._encode()
         if len(blob) > self.core.max_snapshot_bytes and state.status == "paused":
             self._fail(too_large(state, len(blob), self.core.max_snapshot_bytes))
@@ -703,7 +713,10 @@ class Drive:
             self.core.states.keep(blob, state)
             self.core.records.keep(token, record)  # and the record to skip reading it
         # The keyed waits it registered: a delivery posted just before may be in the mailbox.
-        self.keyed = {w.key: w.token for w in waits if w.key is not None}
+        keyed = self.keyed = {}
+        for w in waits:
+            if w.key is not None:
+                keyed[w.key] = w.token
         return token
 
     def _park(self, waits: list[WaitRecord]) -> list[WaitRecord]:
@@ -821,7 +834,8 @@ def record_pauses(
     waits = []
     for signal in signals:
         try:
-            core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
+            if signal.payload is not None:  # (None passes the check: no place to name)
+                core.check(signal.payload, "/".join(map(str, signal.path)) + ".payload")
         except NotSerializable as exc:
             drive._fail(fail(ex, signal.path, exc).error)
             return [], None

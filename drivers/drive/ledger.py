@@ -104,7 +104,10 @@ class StoreLedger:
             items = self._items[path]
             values += zip(repeat(key), range(len(items)), dumps_many(items))
         results = self._results
-        if results:
+        if len(results) == 1:  # a pause after one item (a loop resumed item by item)
+            path, index, output = results[0]
+            values.append((self._key(RESULTS, path), index, dumps(output)))
+        elif results:
             # Most writes hold the results of one ForEach (the same path object each time):
             # then they are taken apart and put back together by C-level zips, not a Python
             # loop per result.

@@ -103,6 +103,34 @@ def pause_info(pause: PauseState, partial: Mapping[str, Any], token: str | None)
     return info
 
 
+#: Outcome's slot setters by field (a test checks `_paused` sets every field).
+_OUTCOME_SLOTS = {name: Outcome.__dict__[name].__set__ for name in attrs.fields_dict(Outcome)}
+_set_status = _OUTCOME_SLOTS["status"]
+_set_session_id = _OUTCOME_SLOTS["session_id"]
+_set_output = _OUTCOME_SLOTS["output"]
+_set_outcome_token = _OUTCOME_SLOTS["token"]
+_set_pause = _OUTCOME_SLOTS["pause"]
+_set_error = _OUTCOME_SLOTS["error"]
+_set_meta = _OUTCOME_SLOTS["meta"]
+_set_pauses = _OUTCOME_SLOTS["pauses"]
+
+
+def _paused(sid: str, first: PauseInfo, meta: dict[str, Any], pauses: Any) -> Outcome:
+    """`Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=pauses)`, its
+    slots set directly: every pause returns one (attrs' frozen `__init__` sets each field
+    through `object.__setattr__`)."""
+    outcome = _new(Outcome)
+    _set_status(outcome, PAUSED)
+    _set_session_id(outcome, sid)
+    _set_output(outcome, None)
+    _set_outcome_token(outcome, first.token)
+    _set_pause(outcome, first)
+    _set_error(outcome, None)
+    _set_meta(outcome, meta)
+    _set_pauses(outcome, pauses)
+    return outcome
+
+
 def all_pauses(state: SessionState) -> list[PauseState]:
     """Every wait of a paused session, its own first (a sequential flow has only that one)."""
     if state.pause is not None and not concurrent(state):
@@ -179,14 +207,14 @@ def outcome_of(
         if waits:
             partial = _partial(state.outputs, read)  # one, shared by every PauseInfo
             tokens = tokens or {}
-            infos = tuple(
-                pause_info(p, partial, tokens.get(p.path, token if i == 0 else None))
-                for i, p in enumerate(waits)
-            )
+            own = waits[0]
+            infos: tuple[PauseInfo, ...] = (pause_info(own, partial, tokens.get(own.path, token)),)
+            if len(waits) > 1:
+                infos += tuple(pause_info(p, partial, tokens.get(p.path)) for p in waits[1:])
             first = infos[0]
             meta["pause_kind"] = first.kind
             pauses = infos if stored is None else StoredPauses(stored)
-            return Outcome(PAUSED, sid, token=first.token, pause=first, meta=meta, pauses=pauses)
+            return _paused(sid, first, meta, pauses)
     if status == "failed" and state.error is not None:
         return Outcome(ERROR, sid, token=token, error=state.error, meta=meta)
     if status == "cancelled":

@@ -126,15 +126,30 @@ def _all_same(values: Any) -> bool:
     return all(map(_same, values))
 
 
+def _floats(metrics: dict[str, Any]) -> bool:
+    """Whether every metric total is a float already (read back as floats)."""
+    for total in metrics.values():  # noqa: SIM110 - not all(genexpr): asked per pause
+        if type(total) is not float:
+            return False
+    return True
+
+
 def _decodes_as_itself(state: SessionState) -> bool:
+    # Asked at every pause: an atom (most values) and an empty dict are passed in place,
+    # without a call each.
     f = state.__dict__
-    if not (
-        _same(f["input"])
-        and _same(f["output"])
-        and _all_same(f["outputs"].values())
-        and _all_same(f["shared"].values())
-        and _all_same(f["resume_values"])
-        and all(type(total) is float for total in f["metrics"].values())  # read back as floats
+    atoms = _ATOMS
+    value = f["input"]
+    if type(value) not in atoms and not _same(value):
+        return False
+    value = f["output"]
+    if type(value) not in atoms and not _same(value):
+        return False
+    if (
+        (f["outputs"] and not _all_same(f["outputs"].values()))
+        or (f["shared"] and not _all_same(f["shared"].values()))
+        or (f["resume_values"] and not _all_same(f["resume_values"]))
+        or (f["metrics"] and not _floats(f["metrics"]))
     ):
         return False
     for frame in f["container_stack"]:
@@ -143,15 +158,20 @@ def _decodes_as_itself(state: SessionState) -> bool:
             # the store, so a wide session's snapshot usually holds none.)
             return False
         g = frame.__dict__
-        if not (
-            _same(g["selected"])
-            and _same(g["last_output"])
-            and _all_same(g["child_outputs"].values())
-        ):
+        value = g["selected"]
+        if type(value) not in atoms and not _same(value):
+            return False
+        value = g["last_output"]
+        if type(value) not in atoms and not _same(value):
+            return False
+        if g["child_outputs"] and not _all_same(g["child_outputs"].values()):
             return False
     pause = f["pause"]
     # Its times decide when a timer resumes; its payload is never read again.
-    return pause is None or (_same(pause.wake_at) and _same(pause.expires_at))
+    return pause is None or (
+        (pause.wake_at is None or _same(pause.wake_at))
+        and (pause.expires_at is None or _same(pause.expires_at))
+    )
 
 
 #: The state cache of the Runtimes sharing each store, by store (gone with it).

@@ -126,16 +126,25 @@ class ForEach(Element):
     def _run(
         self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
     ) -> Generator[Signal, Any, Any]:
+        # Not a generator itself: the generator of the iterations is returned as it is (its
+        # callers `yield from` it at once), a level less to enter, and at a pause to close.
         frame = ex.take_frame(path)
-        items: list[Any] | None
         if frame is None:
-            items = yield from self._start(ex, path, prev, scope)
-            size, start = len(items), 0
-        else:  # resumed: the items are read by index from the store
-            items, size, start = None, frame.size or 0, frame.iteration
+            return self._fresh(ex, path, prev, scope)
+        # Resumed: the items are read by index from the store.
+        size, start = frame.size or 0, frame.iteration
         if self.concurrency == 1:
-            return (yield from self._run_sequential(ex, path, frame, items, size, start))
-        return (yield from self._run_concurrent(ex, path, frame, items, size, start))
+            return self._run_sequential(ex, path, frame, None, size, start)
+        return self._run_concurrent(ex, path, frame, None, size, start)
+
+    def _fresh(
+        self, ex: Execution, path: tuple[Any, ...], prev: Any, scope: Scope
+    ) -> Generator[Signal, Any, Any]:
+        """The container's run from its start: its items resolved, then its iterations."""
+        items = yield from self._start(ex, path, prev, scope)
+        if self.concurrency == 1:
+            return (yield from self._run_sequential(ex, path, None, items, len(items), 0))
+        return (yield from self._run_concurrent(ex, path, None, items, len(items), 0))
 
     def _run_sequential(
         self,

@@ -36,7 +36,10 @@ CLEANUP = "@cleanup"
 
 def structural(path: tuple[Any, ...]) -> tuple[str, ...]:
     """A run path without its iteration indexes: `("tickets", 47, "triage")` -> names only."""
-    return tuple(p for p in path if isinstance(p, str))
+    return tuple(filter(_is_str, path))  # C-level: no generator per lookup
+
+
+_is_str = str.__instancecheck__  # isinstance(p, str)
 
 
 class Flow(Element):

@@ -14,7 +14,7 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import admit, fail, hold
 from tarry.engine.is_awaitable import is_awaitable
 from tarry.engine.retry import Retry
-from tarry.engine.signals import Await, Backoff, Offload, Pause, Select
+from tarry.engine.signals import Await, Backoff, Offload, Pause, Select, new_pause
 from tarry.engine.state import events as ev
 from tarry.engine.state.events import event_of
 from tarry.engine.state.reducer import step_output
@@ -221,7 +221,7 @@ class Step(Element):
                         raise TimeoutError(msg) from exc
             except Interrupted as signal:
                 ex.at = None  # user code ran: the next event reads the clock
-                yield Pause(signal.kind, signal.reason, path, signal.payload)
+                yield new_pause(signal.kind, signal.reason, path, signal.payload)
                 msg = "a paused step was sent a value; resume builds a new run instead"
                 raise RuntimeError(msg) from None
             except Exception as exc:

@@ -94,13 +94,22 @@ def pauses(state: SessionState) -> list[PauseState]:
 
 def concurrent(state: SessionState) -> bool:
     """Whether a concurrent container is in progress."""
-    return any(frame.lanes is not None for frame in state.container_stack)
+    for frame in state.container_stack:  # noqa: SIM110 - not any(genexpr): asked per resume
+        if frame.lanes is not None:
+            return True
+    return False
 
 
 def parked(state: SessionState) -> int:
     """How many lanes of the session wait parked in the store (none: a state folded from
     events, or a session with no concurrent container in progress)."""
-    return sum(frame.parked for frame in frames(state.container_stack))
+    stack = state.container_stack
+    n = 0
+    for frame in stack:
+        if frame.lanes is not None:
+            return sum(frame.parked for frame in frames(stack))
+        n += frame.parked
+    return n  # no lanes: the frames of the stack are all there are (no generator walks them)
 
 
 def park(state: SessionState, path: tuple[Any, ...]) -> ContainerFrame | None:

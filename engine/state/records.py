@@ -125,7 +125,7 @@ def pause_from_data(path: tuple[Any, ...], data: dict[str, Any]) -> PauseState:
     _set_kind(pause, data["kind"])
     _set_reason(pause, get("reason", ""))
     _set_path(pause, path)
-    for (name, default), set_field in zip(_OPTIONAL, _SET_OPTIONAL, strict=True):
+    for name, default, set_field in _READ_OPTIONAL:
         set_field(pause, get(name, default))
     return pause
 
@@ -133,6 +133,12 @@ def pause_from_data(path: tuple[Any, ...], data: dict[str, Any]) -> PauseState:
 _new = object.__new__
 _set_kind, _set_reason, _set_path, *_SET_OPTIONAL = (
     PauseState.__dict__[field.name].__set__ for field in attrs.fields(PauseState)
+)
+#: (name, default, slot setter) of each optional field, zipped once here rather than per call
+#: (a strict zip parses its keyword on every call).
+_READ_OPTIONAL = tuple(
+    (name, default, set_field)
+    for (name, default), set_field in zip(_OPTIONAL, _SET_OPTIONAL, strict=True)
 )
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 from tarry.engine.state import events as ev
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, new_event
 from tarry.engine.state.records import (  # noqa: F401 - imported from here too
     CONTAINER_KINDS,
     LANE,
@@ -57,9 +58,7 @@ def own(state: SessionState, copy: Callable[[Any], Any] | None = None) -> Sessio
     values.py), the rest of a state handed to a run is the run's own or cannot change."""
     live = _copy(state)
     fields = live.__dict__
-    fields["container_stack"] = tuple(
-        _own_frame(frame, copy) for frame in fields["container_stack"]
-    )
+    fields["container_stack"] = tuple(map(_own_frame, fields["container_stack"], repeat(copy)))
     fields["outputs"] = dict(fields["outputs"])
     fields["shared"] = dict(fields["shared"])
     fields["metrics"] = dict(fields["metrics"])
@@ -513,7 +512,7 @@ def fold(
     `owned`: `state` is the caller's own (see `reducer.own`) and is changed in place."""
     events = []
     for type_, path, data in specs:
-        event = Event(state.last_seq + 1, type_, state.session_id, now, path, data)
+        event = new_event(state.last_seq + 1, type_, state.session_id, now, path, data)
         state = apply(state, event, owned)
         events.append(event)
     return state, events

@@ -96,11 +96,15 @@ _packers = _Packers()
 
 def _pack(value: Any, depth: int = 0) -> bytes:
     """`value` as msgpack; `depth` is how many ext values enclose it."""
+    by_depth = _packers.by_depth
+    packer = by_depth[depth]  # (`_packers.get`, inlined: every event batch and result)
+    if packer is None:
+        packer = _packers.get(depth)
     try:
-        packed: bytes = _packers.get(depth).pack(value)
+        packed: bytes = packer.pack(value)
         return packed
     except BaseException:
-        _packers.by_depth[depth] = None  # never reuse a packer whose buffer may be half-written
+        by_depth[depth] = None  # never reuse a packer whose buffer may be half-written
         raise
 
 

@@ -49,7 +49,7 @@ def state_to_data(state: SessionState) -> Data:
         "input": None if held else inp,
         "shared": f["shared"],
         "outputs": outputs,
-        "container_stack": [frame_to_data(frame) for frame in f["container_stack"]],
+        "container_stack": list(map(frame_to_data, f["container_stack"])),
         "pause": None if pause is None else pause_to_data(pause),
         "error": None if error is None else error_to_data(error),
         "output": f["output"],

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, EventLog, rows_of
 from tarry.snapshots.memory.entry import _copy, _encode_batch, _Entry
 from tarry.snapshots.records import SessionRecord, TokenInfo, WaitRecord
 from tarry.snapshots.store import stale
@@ -18,6 +18,20 @@ def _sid(known: Any) -> str:
     """The session of a token, from what the store's `_tokens` holds for it (its id, or
     while the token has a live wait, that wait)."""
     return known if type(known) is str else known.session_id
+
+
+_new = object.__new__
+_set_info_sid = TokenInfo.__dict__["session_id"].__set__
+_set_info_used = TokenInfo.__dict__["used"].__set__
+
+
+def _token_info(session_id: str, used: bool) -> TokenInfo:
+    """`TokenInfo(session_id, used)`, its slots set directly: a cold resume reads one (attrs'
+    frozen `__init__` sets each field through `object.__setattr__`)."""
+    info = _new(TokenInfo)
+    _set_info_sid(info, session_id)
+    _set_info_used(info, used)
+    return info
 
 
 class TokensAndLeases:
@@ -39,7 +53,7 @@ class TokensAndLeases:
     def find_token(self, token: str) -> TokenInfo | None:
         with self._lock:
             known = self._tokens.get(token)
-            return None if known is None else TokenInfo(_sid(known), token in self._used)
+            return None if known is None else _token_info(_sid(known), token in self._used)
 
     def find_tokens(self, tokens: Sequence[str]) -> dict[str, TokenInfo]:
         with self._lock:
@@ -60,6 +74,10 @@ class TokensAndLeases:
         version: int | None = None,
         mail: int | None = None,
     ) -> bool:
+        if events and type(events) is not EventLog:
+            # A resume's own events (`run.resumed`): made rows once, here, rather than once
+            # each by the encoder, the seq check and the append (the same bytes either way).
+            events = EventLog(events[0].session_id, rows_of(events))
         batch = _encode_batch(events) if events else None
         with self._lock:
             known = self._tokens.get(token)

@@ -69,3 +69,16 @@ def test_the_event_data_reads_back_as_the_pause(**fields: Any) -> None:
     signal = Pause("human", "r", ("a", 1), **fields)
     data = {**pause_to_data(signal), "actor": "ann"}  # an abort's actor is left to the log
     assert pause_from_data(signal.path, data) == PauseState("human", "r", ("a", 1), **fields)
+
+
+def test_new_pause_is_the_pause_the_class_makes() -> None:
+    # The pause a step's ctx.interrupt yields is made with its slots set directly: every field
+    # is set, each other than the four given at its default, and it is a Pause like any other.
+    from tarry.engine.signals import new_pause
+
+    made = new_pause("human", "review", ("items", 3, "work"), {"n": 1})
+    assert type(made) is Pause
+    assert made == Pause("human", "review", ("items", 3, "work"), {"n": 1})
+    for field in attrs.fields(PauseState):
+        getattr(made, field.name)  # every slot is set
+        assert not isinstance(field.default, attrs.Factory)  # (new_pause sets defaults as is)

@@ -517,3 +517,37 @@ def test_raw_msgpack_envelope_without_ext_types_is_read() -> None:
     raw = msgpack.packb({"format": FORMAT, "v": 1, "session": "s", "flow": {}, "state": state})
     back = decode_state(raw)
     assert back.container_stack[0].path == ("a",)
+
+
+@pytest.mark.parametrize("flow_version", [None, "2", 3, ["unhashable"]])
+def test_the_envelope_is_its_head_and_its_packed_state_byte_for_byte(flow_version: Any) -> None:
+    # encode_state packs the envelope's head once per session (kept for the sessions written
+    # last) and appends the packed state: the bytes are those of the whole envelope packed.
+    from tarry.snapshots.codec.wire import state_to_data
+
+    pause = PauseState("human", "review", ("items", 3, "work"))
+    frame = ContainerFrame(node="items", kind="foreach", path=("items",), iteration=3, size=9)
+    for state in (
+        SessionState(session_id="s1", flow="f"),
+        SessionState(
+            session_id="s2",
+            flow="f",
+            status="paused",
+            pause=pause,
+            container_stack=(frame,),
+            last_seq=12,
+        ),
+    ):
+        whole = dumps(
+            {
+                "format": FORMAT,
+                "v": VERSION,
+                "session": state.session_id,
+                "flow": {"name": state.flow, "fingerprint": "fp", "version": flow_version},
+                "state": state_to_data(state),
+            }
+        )
+        for _ in range(2):  # the head packed, then kept
+            blob = encode_state(state, fingerprint="fp", flow_version=flow_version)
+            assert blob == whole
+            assert decode_state(blob) == state
