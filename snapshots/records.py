@@ -11,7 +11,18 @@ from typing import Any
 import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
-from tarry.engine.state.events import RUN_RESUMED, Event, EventLog
+from tarry.engine.state.events import (
+    ITEM_STARTED,
+    ITERATION_COMPLETED,
+    ITERATION_STARTED,
+    NODE_COMPLETED,
+    NODE_STARTED,
+    RUN_RESUMED,
+    STEP_STARTED_DATA,
+    Event,
+    EventLog,
+    new_event,
+)
 from tarry.engine.state.lanes import unpark
 from tarry.engine.state.records import ContainerFrame, PauseState, SessionState
 from tarry.engine.state.reducer import apply
@@ -461,6 +472,117 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
             last_at, micros = at, _micros(at)
         arrays.append([event.seq, event.type, micros, list(event.path), event.data])
     return arrays
+
+
+# --- a batch of events, with a ForEach item's four in one array ---------------------------------
+#
+# A MemoryStore keeps the events of one write as one msgpack array (memory/entry.py). A ForEach
+# item whose body is one step records four events: iteration_started, the step's node.started
+# and node.completed, iteration_completed. In a batch they take one array (ITEM), which reads
+# back as the same four events: msgpack's cost is per object packed, and the four arrays hold
+# 44 objects (a path of one name) where ITEM holds 10. Any element of a batch is either
+# `encode_event`'s array (5 elements) or ITEM (9 or 10): a batch written before ITEM existed reads
+# as it did. Only the MemoryStore writes ITEM: a durable store keeps a row per event.
+#
+# ITEM: [seq, 0, at, path, index, item, name, output, at2(, output2)]: seq and at (µs) of the
+# iteration's start, which the step's start shares (seq + 1); the ForEach's path; the step's
+# name (its path is path + (index, name)); its output, and at2, the time of its completion and
+# of the iteration's (seq + 2 and seq + 3). output2, the iteration's output, only when it is not
+# the step's output itself (the same object, as the engine records it).
+
+#: The second element of an ITEM array (where an event has its type, a str).
+ITEM = 0
+_ITEM_HEADS = frozenset({0x99, 0x9A})  # the first byte of an ITEM array (9 or 10 elements)
+
+
+def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
+    """`event_arrays(events)`, except that the four events of a ForEach item of one step,
+    recorded in place (their first row's type is events.ITEM_STARTED), take one ITEM array
+    when they read back exactly as they are: the step started at the iteration's time and
+    completed with data of its output alone, at the time of the iteration's completion."""
+    if type(events) is not EventLog:
+        return event_arrays(events)
+    rows = events.rows
+    arrays: list[list[Any]] = []
+    append = arrays.append
+    last_ns = last_path = micros = plain = None
+    i, n = 0, len(rows)
+    while i < n:
+        seq, type_, ns, path, data = rows[i]
+        if ns is not last_ns:
+            last_ns, micros = ns, ns // 1000
+        if path is not last_path:
+            last_path, plain = path, list(path)
+        # The in-place path records {"index", "item"}, the step at path + (index, name) with
+        # the shared STEP_STARTED_DATA, then {"index", "output"} at `path`; what can differ
+        # is checked: an interruption (a stop, a retry) and the step's time and data.
+        if type_ is ITEM_STARTED and i + 3 < n:
+            started, done, ended = rows[i + 1 : i + 4]
+            d2 = done[4]
+            if (
+                started[4] is STEP_STARTED_DATA
+                and started[2] == ns
+                and done[1] is NODE_COMPLETED
+                and ended[1] is ITERATION_COMPLETED
+                and done[2] == ended[2]
+                and len(d2) == 1
+                and "output" in d2
+            ):
+                output = d2["output"]
+                array = [seq, ITEM, micros, plain, data["index"], data["item"]]
+                array += (started[3][-1], output, done[2] // 1000)
+                if ended[4]["output"] is not output:
+                    array.append(ended[4]["output"])
+                append(array)
+                i += 4
+                continue
+        append([seq, type_, micros, plain, data])
+        i += 1
+    return arrays
+
+
+def batch_element_events(element: bytes) -> int:
+    """How many events one element of a batch (its bytes) holds: 4 for ITEM, else 1."""
+    return 4 if element[0] in _ITEM_HEADS else 1
+
+
+def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
+    """The events of one element of a batch: `decode_event`'s, or the four of an ITEM array;
+    SnapshotError for anything else."""
+    if data[:1] and data[0] not in _ITEM_HEADS:
+        return [decode_event(data, session_id)]
+    fields = loads(data)
+    if type(fields) is not list or len(fields) not in (9, 10) or fields[1] != ITEM:
+        msg = "malformed events (expected an event or a ForEach item's four)"
+        raise SnapshotError(msg)
+    seq, _, micros, path, index, item, name, output, micros2 = fields[:9]
+    if (
+        type(seq) is not int
+        or type(micros) is not int
+        or type(micros2) is not int
+        or type(path) not in (tuple, list)
+        or type(index) is not int
+        or type(name) is not str
+    ):
+        msg = "malformed events (a ForEach item's four with a field of the wrong type)"
+        raise SnapshotError(msg)
+    try:
+        at = _EPOCH + dt.timedelta(microseconds=micros)
+        at2 = _EPOCH + dt.timedelta(microseconds=micros2)
+    except OverflowError as exc:
+        msg = f"malformed events (time {micros} or {micros2} µs since the epoch is out of range)"
+        raise SnapshotError(msg) from exc
+    path = tuple(path)
+    cpath = path + (index, name)
+    output2 = fields[9] if len(fields) == 10 else output
+    return [
+        new_event(seq, ITERATION_STARTED, session_id, at, path, {"index": index, "item": item}),
+        new_event(seq + 1, NODE_STARTED, session_id, at, cpath, {"kind": "step"}),
+        new_event(seq + 2, NODE_COMPLETED, session_id, at2, cpath, {"output": output}),
+        new_event(
+            seq + 3, ITERATION_COMPLETED, session_id, at2, path, {"index": index, "output": output2}
+        ),
+    ]
 
 
 def encode_events(events: Sequence[Event]) -> list[bytes]:

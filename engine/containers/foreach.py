@@ -43,7 +43,7 @@ from tarry.engine.state import events as ev
 from tarry.engine.state.records import ContainerFrame
 from tarry.engine.state.reducer import foreach_iteration_completed, foreach_iteration_started
 
-_ITERATION_STARTED = ev.ITERATION_STARTED
+_ITEM_STARTED = ev.ITEM_STARTED  # see events.ITEM_STARTED
 _new = object.__new__
 _ITERATION_COMPLETED = ev.ITERATION_COMPLETED
 
@@ -196,7 +196,7 @@ class ForEach(Element):
                     at = ex.at = ex.ns()
                 data = {"index": index, "item": item}
                 foreach_iteration_started(top, index)
-                ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
+                ex.rows.append((seq, _ITEM_STARTED, at, path, data))
                 cpath = path + (index, name)
                 # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
                 # checkpoint read it a moment ago (a tick due since is asked at the next one).

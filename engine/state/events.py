@@ -27,6 +27,19 @@ CLEANUP_STARTED = "cleanup.started"
 #: The cleanup body ended (data: `error` when it failed); the run's ending event follows.
 CLEANUP_ENDED = "cleanup.ended"
 
+#: The data of every step's `node.started` row: one dict, shared (a step records it for each
+#: call). The stores' encoders know a step's start by it (see snapshots/records.batch_arrays).
+#: Never mutated.
+STEP_STARTED_DATA: dict[str, Any] = {"kind": "step"}
+
+#: The type of the iteration_started row of a ForEach item that a sequential ForEach records in
+#: place (a body of one sync step, see containers/foreach.py): ITERATION_STARTED's text in a str
+#: object of its own. Equal to it, so every reader sees the same type; by identity, an encoder
+#: knows the row begins an item whose four rows (this one, the step's node.started and
+#: node.completed, the iteration's completion) were recorded together, and may write them as
+#: one (snapshots/records.batch_arrays).
+ITEM_STARTED = "".join(("container.", "iteration_started"))
+
 EVENT_TYPES = frozenset(
     {
         RUN_STARTED,
