@@ -41,7 +41,6 @@ from tarry.engine.failure import admit, check_gathered, completed, fail
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import ContainerFrame
-from tarry.engine.state.reducer import foreach_iteration_completed, foreach_iteration_started
 
 _ITEM_STARTED = ev.ITEM_STARTED  # see events.ITEM_STARTED
 _new = object.__new__
@@ -195,7 +194,13 @@ class ForEach(Element):
                 if at is None:
                     at = ex.at = ex.ns()
                 data = {"index": index, "item": item}
-                foreach_iteration_started(top, index)
+                # The reducer's _iteration_started of a sequential container, inlined (the frame is
+                # the state's innermost, its fields `top`).
+                top["iteration"] = index
+                top["child"] = 0
+                top["started"] = True
+                if top["child_outputs"]:
+                    top["child_outputs"] = {}
                 ex.rows.append((seq, _ITEM_STARTED, at, path, data))
                 cpath = path + (index, name)
                 # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
@@ -228,7 +233,14 @@ class ForEach(Element):
                 at = ex.at
                 if at is None:
                     at = ex.at = ex.ns()
-                foreach_iteration_completed(top, index, out)
+                # The reducer's _iteration_completed, inlined likewise.
+                top["iteration"] = index + 1
+                top["completed_iterations"] += 1
+                top["child"] = 0
+                top["started"] = False
+                top["last_output"] = out
+                if top["child_outputs"]:
+                    top["child_outputs"] = {}
                 ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
                 put_result(path, index, out)
                 results.append(out)
