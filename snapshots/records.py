@@ -478,26 +478,27 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
 #
 # A MemoryStore keeps the events of one write as one msgpack array (memory/entry.py). A ForEach
 # item whose body is one step records four events: iteration_started, the step's node.started
-# and node.completed, iteration_completed. In a batch they take one array (ITEM), which reads
-# back as the same four events: msgpack's cost is per object packed, and the four arrays hold
-# 44 objects (a path of one name) where ITEM holds 10. Any element of a batch is either
-# `encode_event`'s array (5 elements) or ITEM (9 or 10): a batch written before ITEM existed reads
-# as it did. Only the MemoryStore writes ITEM: a durable store keeps a row per event.
+# and node.completed, iteration_completed. In a batch they take one item array, which reads back
+# as the same four events: msgpack's cost is per object packed, and the four event arrays hold
+# 44 objects (a path of one name) where the item array holds 9. Any element of a batch is either
+# `encode_event`'s array (5 elements) or an item array (8 or 9): a batch written before item
+# arrays existed reads as it did. Only the MemoryStore writes them: a durable store keeps a row
+# per event.
 #
-# ITEM: [seq, 0, at, path, index, item, name, output, at2(, output2)]: seq and at (µs) of the
-# iteration's start, which the step's start shares (seq + 1); the ForEach's path; the step's
-# name (its path is path + (index, name)); its output, and at2, the time of its completion and
-# of the iteration's (seq + 2 and seq + 3). output2, the iteration's output, only when it is not
-# the step's output itself (the same object, as the engine records it).
+# An item array: [seq, at, path, index, item, name, output, at2(, output2)]: seq and at (µs) of
+# the iteration's start, which the step's start shares (seq + 1); the ForEach's path; the step's
+# name (its path is path + (index, name)); its output, and at2, the time of its completion and of
+# the iteration's (seq + 2 and seq + 3). output2, the iteration's output, only when it is not the
+# step's output itself (the same object, as the engine records it).
 
-#: The second element of an ITEM array (where an event has its type, a str).
-ITEM = 0
-_ITEM_HEADS = frozenset({0x99, 0x9A})  # the first byte of an ITEM array (9 or 10 elements)
+#: The sizes of an item array, and the first byte of each (a msgpack array of 8 or 9 elements).
+ITEM_SIZES = (8, 9)
+_ITEM_HEADS = frozenset({0x98, 0x99})
 
 
 def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     """`event_arrays(events)`, except that the four events of a ForEach item of one step,
-    recorded in place (their first row's type is events.ITEM_STARTED), take one ITEM array
+    recorded in place (their first row's type is events.ITEM_STARTED), take one item array
     when they read back exactly as they are: the step started at the iteration's time and
     completed with data of its output alone, at the time of the iteration's completion."""
     if type(events) is not EventLog:
@@ -529,7 +530,7 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
                 and "output" in d2
             ):
                 output = d2["output"]
-                array = [seq, ITEM, micros, plain, data["index"], data["item"]]
+                array = [seq, micros, plain, data["index"], data["item"]]
                 array += (started[3][-1], output, done[2] // 1000)
                 if ended[4]["output"] is not output:
                     array.append(ended[4]["output"])
@@ -542,20 +543,20 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
 
 
 def batch_element_events(element: bytes) -> int:
-    """How many events one element of a batch (its bytes) holds: 4 for ITEM, else 1."""
+    """How many events one element of a batch (its bytes) holds: 4 for an item array, else 1."""
     return 4 if element[0] in _ITEM_HEADS else 1
 
 
 def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
-    """The events of one element of a batch: `decode_event`'s, or the four of an ITEM array;
+    """The events of one element of a batch: `decode_event`'s, or the four of an item array;
     SnapshotError for anything else."""
     if data[:1] and data[0] not in _ITEM_HEADS:
         return [decode_event(data, session_id)]
     fields = loads(data)
-    if type(fields) is not list or len(fields) not in (9, 10) or fields[1] != ITEM:
+    if type(fields) is not list or len(fields) not in ITEM_SIZES:
         msg = "malformed events (expected an event or a ForEach item's four)"
         raise SnapshotError(msg)
-    seq, _, micros, path, index, item, name, output, micros2 = fields[:9]
+    seq, micros, path, index, item, name, output, micros2 = fields[:8]
     if (
         type(seq) is not int
         or type(micros) is not int
@@ -574,7 +575,7 @@ def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
         raise SnapshotError(msg) from exc
     path = tuple(path)
     cpath = path + (index, name)
-    output2 = fields[9] if len(fields) == 10 else output
+    output2 = fields[8] if len(fields) == 9 else output
     return [
         new_event(seq, ITERATION_STARTED, session_id, at, path, {"index": index, "item": item}),
         new_event(seq + 1, NODE_STARTED, session_id, at, cpath, {"kind": "step"}),

@@ -228,7 +228,8 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     events, and a session holds one bytes object per write instead of one per event. The
     elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
     counted are the same as a durable store's, except for the four events of a ForEach item of
-    one step, which take one array (records.ITEM: a fraction of their four arrays' bytes).
+    one step, which take one array (records.batch_arrays: a fraction of their four arrays'
+    bytes).
     """
     arrays = batch_arrays(events)
     blob = dumps(arrays)

@@ -1,9 +1,9 @@
-"""MemoryStore writes the four events of a ForEach item of one step as one array (records.ITEM)
+"""MemoryStore writes the four events of a ForEach item of one step as one array (an item array, see records.batch_arrays)
 and reads them back as the same four events.
 
 What is checked: a batch reads back as exactly the events it was given, at every page (skip and
 limit), whatever the rows around an item and however an item's rows differ from the in-place
-path's (times, data, outputs); a batch written without ITEM arrays (before them) reads as it
+path's (times, data, outputs); a batch written without item arrays (before them) reads as it
 did; and runs through a Runtime store what the engine recorded, event for event.
 """
 
@@ -123,7 +123,7 @@ def test_an_item_of_the_in_place_path_takes_one_array_and_fewer_bytes() -> None:
 
 
 def test_a_batch_of_plain_event_arrays_reads_as_before() -> None:
-    # What MemoryStore wrote before ITEM: every event its own array, an item's four included.
+    # What MemoryStore wrote before item arrays: every event its own array, an item's four included.
     rows = [r for i in range(3) for r in item_rows(1 + 4 * i, ("items",), i, i, {"n": i})]
     log = EventLog("s", rows)
     blob = dumps(event_arrays(log))
@@ -134,9 +134,10 @@ def test_a_batch_of_plain_event_arrays_reads_as_before() -> None:
 @pytest.mark.parametrize(
     "blob",
     [
-        dumps([[1, 0, 5, ["a"], 0, 1, "s", None]]),  # an ITEM array one short
-        dumps([[1, 0, 5, ["a"], "0", 1, "s", None, 6]]),  # an index that is no int
-        dumps([[1, 1, 5, ["a"], 0, 1, "s", None, 6]]),  # not ITEM
+        dumps([[1, 5, ["a"], 0, 1, "s", None, 6, None, 1]]),  # an item array one too long
+        dumps([[1, 5, ["a"], "0", 1, "s", None, 6]]),  # an index that is no int
+        dumps([[1, 5, ["a"], 0, 1, "s", None, "6"]]),  # a time that is no int
+        dumps([[1, 5, "a", 0, 1, "s", None, 6]]),  # a path that is no array
     ],
 )
 def test_a_malformed_item_array_is_a_snapshot_error(blob: bytes) -> None:
