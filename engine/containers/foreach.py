@@ -36,7 +36,7 @@ from tarry.engine.elements.element import (
     unwrap,
 )
 from tarry.engine.errors import InvalidFlow, NotSerializable, SnapshotError
-from tarry.engine.execution import Execution, items_of
+from tarry.engine.execution import Execution, items_of, result_sink
 from tarry.engine.failure import admit, check_gathered, completed, fail
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state import events as ev
@@ -170,7 +170,7 @@ class ForEach(Element):
         top: Any = None
         if fast:
             top = (frame if frame is not None else fields["container_stack"][-1]).__dict__
-        put_result = ex.ledger.put_result
+        put_result = result_sink(ex.ledger)
         for index in range(start, size):
             if resumed is not None:
                 ipath = path + (index,)
@@ -242,7 +242,7 @@ class ForEach(Element):
                 if top["child_outputs"]:
                     top["child_outputs"] = {}
                 ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
-                put_result(path, index, out)
+                put_result((path, index, out))
                 results.append(out)
                 gathered += n
                 if gathered > limit:  # already too large: no use running the rest
