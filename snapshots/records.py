@@ -485,7 +485,7 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
 # arrays existed reads as it did. Only the MemoryStore writes them: a durable store keeps a row
 # per event.
 #
-# An item array: [seq, at, path, index, item, name, output, at2(, output2)]: seq and at (µs) of
+# An item array: [seq, at, path, index, item, name, output, at2(, output2)]: seq and at (ns) of
 # the iteration's start, which the step's start shares (seq + 1); the ForEach's path; the step's
 # name (its path is path + (index, name)); its output, and at2, the time of its completion and of
 # the iteration's (seq + 2 and seq + 3). output2, the iteration's output, only when it is not the
@@ -499,8 +499,14 @@ _ITEM_HEADS = frozenset({0x98, 0x99})
 def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     """`event_arrays(events)`, except that the four events of a ForEach item of one step,
     recorded in place (their first row's type is events.ITEM_STARTED), take one item array
-    when they read back exactly as they are: the step started at the iteration's time and
-    completed with data of its output alone, at the time of the iteration's completion."""
+    when they read back exactly as they are.
+
+    The in-place path (containers/foreach.py) records the iteration's start {"index", "item"},
+    the step's start at path + (index, name) with the shared STEP_STARTED_DATA at the same time
+    (the same int), the step's completion, and the iteration's {"index", "output"} at `path` at
+    the step's completion time (the same int). What can come between or differ is checked: a
+    stop or a tick (the step's start not next, or at a time of its own), a retry or a pause
+    (no completion next), and the completion's data (its output alone)."""
     if type(events) is not EventLog:
         return event_arrays(events)
     rows = events.rows
@@ -508,35 +514,41 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     append = arrays.append
     last_ns = last_path = micros = plain = None
     i, n = 0, len(rows)
+    last = n - 3  # an item begins before it
     while i < n:
-        seq, type_, ns, path, data = rows[i]
-        if ns is not last_ns:
-            last_ns, micros = ns, ns // 1000
-        if path is not last_path:
-            last_path, plain = path, list(path)
-        # The in-place path records {"index", "item"}, the step at path + (index, name) with
-        # the shared STEP_STARTED_DATA, then {"index", "output"} at `path`; what can differ
-        # is checked: an interruption (a stop, a retry) and the step's time and data.
-        if type_ is ITEM_STARTED and i + 3 < n:
-            started, done, ended = rows[i + 1 : i + 4]
+        row = rows[i]
+        if row[1] is ITEM_STARTED and i < last:
+            started = rows[i + 1]
+            done = rows[i + 2]
+            ended = rows[i + 3]
+            at = row[2]
             d2 = done[4]
             if (
                 started[4] is STEP_STARTED_DATA
-                and started[2] == ns
+                and started[2] is at
                 and done[1] is NODE_COMPLETED
                 and ended[1] is ITERATION_COMPLETED
-                and done[2] == ended[2]
+                and ended[2] is done[2]
                 and len(d2) == 1
                 and "output" in d2
             ):
+                path = row[3]
+                if path is not last_path:
+                    last_path, plain = path, list(path)
+                data = row[4]
                 output = d2["output"]
-                array = [seq, micros, plain, data["index"], data["item"]]
-                array += (started[3][-1], output, done[2] // 1000)
+                array = [row[0], at, plain, data["index"], data["item"], started[3][-1], output]
+                array.append(done[2])
                 if ended[4]["output"] is not output:
                     array.append(ended[4]["output"])
                 append(array)
                 i += 4
                 continue
+        seq, type_, ns, path, data = row
+        if ns is not last_ns:
+            last_ns, micros = ns, ns // 1000
+        if path is not last_path:
+            last_path, plain = path, list(path)
         append([seq, type_, micros, plain, data])
         i += 1
     return arrays
@@ -556,22 +568,22 @@ def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
     if type(fields) is not list or len(fields) not in ITEM_SIZES:
         msg = "malformed events (expected an event or a ForEach item's four)"
         raise SnapshotError(msg)
-    seq, micros, path, index, item, name, output, micros2 = fields[:8]
+    seq, nanos, path, index, item, name, output, nanos2 = fields[:8]
     if (
         type(seq) is not int
-        or type(micros) is not int
-        or type(micros2) is not int
+        or type(nanos) is not int
+        or type(nanos2) is not int
         or type(path) not in (tuple, list)
         or type(index) is not int
         or type(name) is not str
     ):
         msg = "malformed events (a ForEach item's four with a field of the wrong type)"
         raise SnapshotError(msg)
-    try:
-        at = _EPOCH + dt.timedelta(microseconds=micros)
-        at2 = _EPOCH + dt.timedelta(microseconds=micros2)
+    try:  # the engine's times in ns: an event's, in µs
+        at = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
+        at2 = _EPOCH + dt.timedelta(microseconds=nanos2 // 1000)
     except OverflowError as exc:
-        msg = f"malformed events (time {micros} or {micros2} µs since the epoch is out of range)"
+        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
         raise SnapshotError(msg) from exc
     path = tuple(path)
     cpath = path + (index, name)

@@ -37,11 +37,12 @@ values = st.one_of(
 def item_rows(seq: int, path: tuple[Any, ...], index: int, item: Any, output: Any) -> list[Row]:
     """The rows a sequential ForEach records in place for one item of a step named "s"."""
     cpath = path + (index, "s")
+    at, at2 = NS + seq, NS + seq + 5000  # each one int, as the engine shares them
     return [
-        (seq, ev.ITEM_STARTED, NS, path, {"index": index, "item": item}),
-        (seq + 1, ev.NODE_STARTED, NS, cpath, ev.STEP_STARTED_DATA),
-        (seq + 2, ev.NODE_COMPLETED, NS + 5000, cpath, {"output": output}),
-        (seq + 3, ev.ITERATION_COMPLETED, NS + 5000, path, {"index": index, "output": output}),
+        (seq, ev.ITEM_STARTED, at, path, {"index": index, "item": item}),
+        (seq + 1, ev.NODE_STARTED, at, cpath, ev.STEP_STARTED_DATA),
+        (seq + 2, ev.NODE_COMPLETED, at2, cpath, {"output": output}),
+        (seq + 3, ev.ITERATION_COMPLETED, at2, path, {"index": index, "output": output}),
     ]
 
 
@@ -49,9 +50,11 @@ def changed(rows: list[Row], what: str, value: Any) -> list[Row]:
     """The rows of an item with one thing as the in-place path would not record it."""
     rows = [list(r) for r in rows]  # type: ignore[misc]
     if what == "started_at":
-        rows[1][2] = NS + 1000
+        rows[1][2] = rows[0][2] + 1000
     elif what == "completed_at":
-        rows[3][2] = NS + 9000
+        rows[3][2] = rows[2][2] + 1000
+    elif what == "equal_times":  # equal, not the same int: written as four events
+        rows[1][2] = int(str(rows[0][2]))
     elif what == "step_data":
         rows[2][4] = {"output": value, "route": "x"}
     elif what == "other_output":
@@ -81,6 +84,7 @@ def logs(draw: Any) -> EventLog:
                         [
                             "started_at",
                             "completed_at",
+                            "equal_times",
                             "step_data",
                             "other_output",
                             "not_a_step",
@@ -117,7 +121,7 @@ def test_an_item_of_the_in_place_path_takes_one_array_and_fewer_bytes() -> None:
     assert counted < sum(len(encode_event(e)) for e in log) / 3
     # A different output for the iteration than the step's (not the same object) is kept.
     other = item_rows(1, ("items",), 0, "x", [1])
-    other[3] = (4, ev.ITERATION_COMPLETED, NS + 5000, ("items",), {"index": 0, "output": [1]})
+    other[3] = (4, ev.ITERATION_COMPLETED, other[2][2], ("items",), {"index": 0, "output": [1]})
     blob, _ = _encode_batch(EventLog("s", other))
     assert _elements(blob) == 1 and _decode_batch(blob, "s") == list(EventLog("s", other))
 
