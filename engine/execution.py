@@ -79,6 +79,7 @@ class Execution:
         "ns",
         "at",
         "rows",
+        "items",
         "restoring",
         "ledger",
         "take",
@@ -134,6 +135,9 @@ class Execution:
         #: The events not handed to the driver yet, as rows (see events.EventLog): an `Event`
         #: is built only for whoever looks (`log`, a listener).
         self.rows: list[Row] = []
+        #: Whether `rows` may hold a ForEach item recorded in place (events.ITEM_STARTED): set
+        #: by that path, handed on with the rows (see `unwritten`).
+        self.items = False
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
             frame.path: frame for frame in frames(self.state.container_stack) if frame.kind != LANE
@@ -211,6 +215,17 @@ class Execution:
     def log(self) -> EventLog:
         """The events not handed to the driver yet, as `Event`s."""
         return EventLog(self.session_id, self.rows)
+
+    def unwritten(self) -> EventLog:
+        """The events not handed to the driver yet, as the EventLog a store writes (marked
+        when they may hold items of the in-place ForEach path). The driver calls `written`
+        when it has them."""
+        return EventLog(self.session_id, self.rows, self.items)
+
+    def written(self) -> None:
+        """The events `unwritten` gave are the driver's: the next ones start a new list."""
+        self.rows = []
+        self.items = False
 
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> int:
         """Record one event: fold it into the live state and keep it for the driver. Returns

@@ -499,7 +499,8 @@ _ITEM_HEADS = frozenset({0x98, 0x99})
 def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     """`event_arrays(events)`, except that the four events of a ForEach item of one step,
     recorded in place (their first row's type is events.ITEM_STARTED), take one item array
-    when they read back exactly as they are.
+    when they read back exactly as they are. Rows are looked through only when their EventLog
+    says they may hold such items (`EventLog.items`): a run without them costs what it did.
 
     The in-place path (containers/foreach.py) records the iteration's start {"index", "item"},
     the step's start at path + (index, name) with the shared STEP_STARTED_DATA at the same time
@@ -507,7 +508,7 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     the step's completion time (the same int). What can come between or differ is checked: a
     stop or a tick (the step's start not next, or at a time of its own), a retry or a pause
     (no completion next), and the completion's data (its output alone)."""
-    if type(events) is not EventLog:
+    if type(events) is not EventLog or not events.items:  # none: no look for them
         return event_arrays(events)
     rows = events.rows
     arrays: list[list[Any]] = []

@@ -202,6 +202,7 @@ class ForEach(Element):
                 if top["child_outputs"]:
                     top["child_outputs"] = {}
                 ex.rows.append((seq, _ITEM_STARTED, at, path, data))
+                ex.items = True
                 cpath = path + (index, name)
                 # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
                 # checkpoint read it a moment ago (a tick due since is asked at the next one).

@@ -128,13 +128,16 @@ def event_of(row: Row, session_id: str) -> Event:
 class EventLog(Sequence[Event]):
     """Events of one session kept as rows: a sequence of `Event`s, each built when read.
 
-    Writers that know the class (the stores' encoders) read `rows` directly."""
+    Writers that know the class (the stores' encoders) read `rows` directly. `items`: whether
+    the rows may hold ForEach items recorded in place (ITEM_STARTED), which an encoder may
+    write together (snapshots/records.batch_arrays); False says they hold none."""
 
-    __slots__ = ("session_id", "rows")
+    __slots__ = ("session_id", "rows", "items")
 
-    def __init__(self, session_id: str, rows: list[Row]) -> None:
+    def __init__(self, session_id: str, rows: list[Row], items: bool = False) -> None:
         self.session_id = session_id
         self.rows = rows
+        self.items = items
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -145,7 +148,7 @@ class EventLog(Sequence[Event]):
     def __getitem__(self, index: slice) -> EventLog: ...
     def __getitem__(self, index: int | slice) -> Event | EventLog:
         if isinstance(index, slice):
-            return EventLog(self.session_id, self.rows[index])
+            return EventLog(self.session_id, self.rows[index], self.items)
         return event_of(self.rows[index], self.session_id)
 
     def __iter__(self) -> Iterator[Event]:

@@ -97,7 +97,7 @@ def logs(draw: Any) -> EventLog:
                 got = got[: draw(st.integers(1, 3))]
         rows += got
         seq += len(got)
-    return EventLog("s", rows)
+    return EventLog("s", rows, True)
 
 
 @settings(max_examples=300, deadline=None)
@@ -115,21 +115,24 @@ def test_a_batch_reads_back_as_the_events_it_was_given_at_every_page(log: EventL
 
 def test_an_item_of_the_in_place_path_takes_one_array_and_fewer_bytes() -> None:
     rows = [r for i in range(3) for r in item_rows(1 + 4 * i, ("items",), i, i, None)]
-    log = EventLog("s", rows)
+    log = EventLog("s", rows, True)
     blob, counted = _encode_batch(log)
     assert _elements(blob) == 3
     assert counted < sum(len(encode_event(e)) for e in log) / 3
+    # Rows not said to hold such items (an EventLog's default) are not looked through.
+    plain, _ = _encode_batch(EventLog("s", rows))
+    assert _elements(plain) == 12 and _decode_batch(plain, "s") == list(log)
     # A different output for the iteration than the step's (not the same object) is kept.
     other = item_rows(1, ("items",), 0, "x", [1])
     other[3] = (4, ev.ITERATION_COMPLETED, other[2][2], ("items",), {"index": 0, "output": [1]})
-    blob, _ = _encode_batch(EventLog("s", other))
-    assert _elements(blob) == 1 and _decode_batch(blob, "s") == list(EventLog("s", other))
+    blob, _ = _encode_batch(EventLog("s", other, True))
+    assert _elements(blob) == 1 and _decode_batch(blob, "s") == list(EventLog("s", other, True))
 
 
 def test_a_batch_of_plain_event_arrays_reads_as_before() -> None:
     # What MemoryStore wrote before item arrays: every event its own array, an item's four included.
     rows = [r for i in range(3) for r in item_rows(1 + 4 * i, ("items",), i, i, {"n": i})]
-    log = EventLog("s", rows)
+    log = EventLog("s", rows, True)
     blob = dumps(event_arrays(log))
     assert _decode_batch(blob, "s") == list(log)
     assert _decode_batch(blob, "s", 5, 4) == list(log)[5:9]
