@@ -136,7 +136,8 @@ class Execution:
         #: is built only for whoever looks (`log`, a listener).
         self.rows: list[Row] = []
         #: Whether `rows` may hold a ForEach item recorded in place (events.ITEM_STARTED): set
-        #: by that path, handed on with the rows (see `unwritten`).
+        #: by that path; the driver hands it on with the rows (`EventLog(session_id, rows,
+        #: items)`) and clears both when it takes them.
         self.items = False
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = {
@@ -215,17 +216,6 @@ class Execution:
     def log(self) -> EventLog:
         """The events not handed to the driver yet, as `Event`s."""
         return EventLog(self.session_id, self.rows)
-
-    def unwritten(self) -> EventLog:
-        """The events not handed to the driver yet, as the EventLog a store writes (marked
-        when they may hold items of the in-place ForEach path). The driver calls `written`
-        when it has them."""
-        return EventLog(self.session_id, self.rows, self.items)
-
-    def written(self) -> None:
-        """The events `unwritten` gave are the driver's: the next ones start a new list."""
-        self.rows = []
-        self.items = False
 
     def emit(self, type: str, path: tuple[Any, ...], data: dict[str, Any]) -> int:
         """Record one event: fold it into the live state and keep it for the driver. Returns

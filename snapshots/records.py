@@ -21,6 +21,7 @@ from tarry.engine.state.events import (
     STEP_STARTED_DATA,
     Event,
     EventLog,
+    Row,
     new_event,
 )
 from tarry.engine.state.lanes import unpark
@@ -494,6 +495,8 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
 #: The sizes of an item array, and the first byte of each (a msgpack array of 8 or 9 elements).
 ITEM_SIZES = (8, 9)
 _ITEM_HEADS = frozenset({0x98, 0x99})
+#: What batch_arrays reads past the last row: no part of an item.
+_NO_ROW: Row = (0, "", 0, (), {})
 
 
 def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
@@ -510,27 +513,24 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     (no completion next), and the completion's data (its output alone)."""
     if type(events) is not EventLog or not events.items:  # none: no look for them
         return event_arrays(events)
-    rows = events.rows
     arrays: list[list[Any]] = []
     append = arrays.append
     last_ns = last_path = micros = plain = None
-    i, n = 0, len(rows)
-    last = n - 3  # an item begins before it
-    while i < n:
-        row = rows[i]
-        if row[1] is ITEM_STARTED and i < last:
-            started = rows[i + 1]
-            done = rows[i + 2]
-            ended = rows[i + 3]
+    marker = ITEM_STARTED
+    rows = iter(events.rows)
+    for row in rows:
+        if row[1] is marker:
+            started = next(rows, _NO_ROW)
+            done = next(rows, _NO_ROW)
+            ended = next(rows, _NO_ROW)
             at = row[2]
-            d2 = done[4]
             if (
                 started[4] is STEP_STARTED_DATA
                 and started[2] is at
                 and done[1] is NODE_COMPLETED
                 and ended[1] is ITERATION_COMPLETED
                 and ended[2] is done[2]
-                and len(d2) == 1
+                and len(d2 := done[4]) == 1
                 and "output" in d2
             ):
                 path = row[3]
@@ -538,20 +538,28 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
                     last_path, plain = path, list(path)
                 data = row[4]
                 output = d2["output"]
-                array = [row[0], at, plain, data["index"], data["item"], started[3][-1], output]
-                array.append(done[2])
+                name = started[3][-1]
+                array = [row[0], at, plain, data["index"], data["item"], name, output, ended[2]]
                 if ended[4]["output"] is not output:
                     array.append(ended[4]["output"])
                 append(array)
-                i += 4
                 continue
+            # Not an item's four in a row (a stop, a retry, a pause, the end of the rows):
+            # each row as an event, as below.
+            for seq, type_, ns, path, data in (row, started, done, ended):
+                if type_:  # not _NO_ROW
+                    if ns is not last_ns:
+                        last_ns, micros = ns, ns // 1000
+                    if path is not last_path:
+                        last_path, plain = path, list(path)
+                    append([seq, type_, micros, plain, data])
+            continue
         seq, type_, ns, path, data = row
         if ns is not last_ns:
             last_ns, micros = ns, ns // 1000
         if path is not last_path:
             last_path, plain = path, list(path)
         append([seq, type_, micros, plain, data])
-        i += 1
     return arrays
 
 

@@ -28,7 +28,7 @@ from tarry.engine.execution import Execution
 from tarry.engine.failure import fail, record_failure
 from tarry.engine.signals import NO_MAIL, Pause, PauseMany
 from tarry.engine.state import events as ev
-from tarry.engine.state.events import Event
+from tarry.engine.state.events import Event, EventLog
 from tarry.engine.state.lanes import concurrent, park, parked, restore
 from tarry.engine.state.records import (
     DEADLINE_EXCEEDED,
@@ -412,8 +412,9 @@ class Drive:
         rec = self.record
         record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
         values = self.ledger.take()
-        events = self.ex.unwritten()
-        self.ex.written()
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        events = EventLog(ex.session_id, ex.rows, ex.items)
+        ex.rows, ex.items = [], False
         done = self._mail_taken()
         record.version = self.core.store.save(
             record, rec.version, events=events, values=values, mail_done=done, **self._logs()
@@ -429,8 +430,9 @@ class Drive:
         values = self.ledger.take()
         if values:
             store.put_values(sid, values)
-        store.append_events(sid, self.ex.unwritten())
-        self.ex.written()
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        store.append_events(sid, EventLog(sid, ex.rows, ex.items))
+        ex.rows, ex.items = [], False
         self.ex.at = None  # the write took its time: the next event reads the clock
 
     # -- ending ----------------------------------------------------------------------------
@@ -678,8 +680,9 @@ class Drive:
         record = next_record(self, blob, token, wake, None, None)
         record.stop = self.honoured
         values = [] if state.status == "completed" else self.ledger.take()
-        events = self.ex.unwritten()
-        self.ex.written()
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        events = EventLog(ex.session_id, ex.rows, ex.items)
+        ex.rows, ex.items = [], False
         done = self._mail_taken()
         # A child that ends: its end, for its parent (a store is asked for `post` only then).
         post = end_post(record, state)

@@ -233,7 +233,8 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     """
     arrays = batch_arrays(events)
     blob = dumps(arrays)
-    return blob, len(blob) - len(_header(len(arrays)))
+    n = len(arrays)  # less the array's header (see _header)
+    return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
 #: A write of a session's events joins its first blob instead of starting one of its own while
