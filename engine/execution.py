@@ -34,6 +34,8 @@ class Ledger(Protocol):
     def put_items(self, path: tuple[Any, ...], items: list[Any]) -> None: ...
     def item(self, path: tuple[Any, ...], index: int) -> Any: ...
     def put_result(self, path: tuple[Any, ...], index: int, value: Any) -> None: ...
+    # Optional: `unwritten_results`, the list of the (path, index, value) put and not written
+    # yet, one list for the ledger's life: appending to it is `put_result` (see `result_sink`).
     # Optional: `items(path, indexes) -> {index: item}`, many at once (see `items_of`).
     def results(self, path: tuple[Any, ...], stop: int) -> list[Any]: ...
     def held(self, seq: int) -> Any: ...
@@ -46,6 +48,16 @@ def items_of(ledger: Ledger, path: tuple[Any, ...], indexes: list[int]) -> dict[
     if many is not None:
         return many(path, indexes)  # type: ignore[no-any-return]
     return {i: ledger.item(path, i) for i in indexes}
+
+
+def result_sink(ledger: Ledger) -> Callable[[tuple[tuple[Any, ...], int, Any]], None]:
+    """`put_result` taking (path, index, value) as one tuple: the `append` of the ledger's
+    `unwritten_results` when it has them (a C call, not a Python one, per ForEach item)."""
+    unwritten = getattr(ledger, "unwritten_results", None)
+    if unwritten is not None:
+        return unwritten.append  # type: ignore[no-any-return]
+    put = ledger.put_result
+    return lambda result: put(*result)
 
 
 def _go_on(path: tuple[Any, ...]) -> bool:
@@ -79,6 +91,7 @@ class Execution:
         "ns",
         "at",
         "rows",
+        "items",
         "restoring",
         "ledger",
         "take",
@@ -134,6 +147,10 @@ class Execution:
         #: The events not handed to the driver yet, as rows (see events.EventLog): an `Event`
         #: is built only for whoever looks (`log`, a listener).
         self.rows: list[Row] = []
+        #: Whether `rows` may hold a ForEach item recorded in place (events.ITEM_STARTED): set
+        #: by that path; the driver hands it on with the rows (`EventLog(session_id, rows,
+        #: items)`) and clears both when it takes them.
+        self.items = False
         # Frames of the containers to fast-forward into, by path; emptied as they are entered.
         self.restoring: dict[tuple[Any, ...], ContainerFrame] = _restoring(
             self.state.container_stack

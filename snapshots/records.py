@@ -11,7 +11,19 @@ from typing import Any
 import attrs
 import msgpack
 from tarry.engine.errors import SnapshotError
-from tarry.engine.state.events import RUN_RESUMED, Event, EventLog
+from tarry.engine.state.events import (
+    ITEM_STARTED,
+    ITERATION_COMPLETED,
+    ITERATION_STARTED,
+    NODE_COMPLETED,
+    NODE_STARTED,
+    RUN_RESUMED,
+    STEP_STARTED_DATA,
+    Event,
+    EventLog,
+    Row,
+    new_event,
+)
 from tarry.engine.state.lanes import unpark
 from tarry.engine.state.records import ContainerFrame, PauseState, SessionState
 from tarry.engine.state.reducer import apply
@@ -489,6 +501,138 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
             last_at, micros = at, _micros(at)
         arrays.append([event.seq, event.type, micros, list(event.path), event.data])
     return arrays
+
+
+# --- a batch of events, with a ForEach item's four in one array ---------------------------------
+#
+# A MemoryStore keeps the events of one write as one msgpack array (memory/entry.py). A ForEach
+# item whose body is one step records four events: iteration_started, the step's node.started
+# and node.completed, iteration_completed. In a batch they take one item array, which reads back
+# as the same four events: msgpack's cost is per object packed, and the four event arrays hold
+# 44 objects (a path of one name) where the item array holds 9. Any element of a batch is either
+# `encode_event`'s array (5 elements) or an item array (8 or 9): a batch written before item
+# arrays existed reads as it did. Only the MemoryStore writes them: a durable store keeps a row
+# per event.
+#
+# An item array: [seq, at, path, index, item, name, output, at2(, output2)]: seq and at (ns) of
+# the iteration's start, which the step's start shares (seq + 1); the ForEach's path; the step's
+# name (its path is path + (index, name)); its output, and at2, the time of its completion and of
+# the iteration's (seq + 2 and seq + 3). output2, the iteration's output, only when it is not the
+# step's output itself (the same object, as the engine records it).
+
+#: The sizes of an item array, and the first byte of each (a msgpack array of 8 or 9 elements).
+ITEM_SIZES = (8, 9)
+_ITEM_HEADS = frozenset({0x98, 0x99})
+#: What batch_arrays reads past the last row: no part of an item.
+_NO_ROW: Row = (0, "", 0, (), {})
+
+
+def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
+    """`event_arrays(events)`, except that the four events of a ForEach item of one step,
+    recorded in place (their first row's type is events.ITEM_STARTED), take one item array
+    when they read back exactly as they are. Rows are looked through only when their EventLog
+    says they may hold such items (`EventLog.items`): a run without them costs what it did.
+
+    The in-place path (containers/foreach.py) records the iteration's start {"index", "item"},
+    the step's start at path + (index, name) with the shared STEP_STARTED_DATA at the same time
+    (the same int), the step's completion, and the iteration's {"index", "output"} at `path` at
+    the step's completion time (the same int). What can come between or differ is checked: a
+    stop or a tick (the step's start not next, or at a time of its own), a retry or a pause
+    (no completion next), and the completion's data (its output alone)."""
+    if type(events) is not EventLog or not events.items:  # none: no look for them
+        return event_arrays(events)
+    arrays: list[list[Any]] = []
+    append = arrays.append
+    last_ns = last_path = micros = plain = None
+    marker = ITEM_STARTED
+    rows = iter(events.rows)
+    for row in rows:
+        if row[1] is marker:
+            started = next(rows, _NO_ROW)
+            done = next(rows, _NO_ROW)
+            ended = next(rows, _NO_ROW)
+            at = row[2]
+            if (
+                started[4] is STEP_STARTED_DATA
+                and started[2] is at
+                and done[1] is NODE_COMPLETED
+                and ended[1] is ITERATION_COMPLETED
+                and ended[2] is done[2]
+                and len(d2 := done[4]) == 1
+                and "output" in d2
+            ):
+                path = row[3]
+                if path is not last_path:
+                    last_path, plain = path, list(path)
+                data = row[4]
+                output = d2["output"]
+                name = started[3][-1]
+                array = [row[0], at, plain, data["index"], data["item"], name, output, ended[2]]
+                if ended[4]["output"] is not output:
+                    array.append(ended[4]["output"])
+                append(array)
+                continue
+            # Not an item's four in a row (a stop, a retry, a pause, the end of the rows):
+            # each row as an event, as below.
+            for seq, type_, ns, path, data in (row, started, done, ended):
+                if type_:  # not _NO_ROW
+                    if ns is not last_ns:
+                        last_ns, micros = ns, ns // 1000
+                    if path is not last_path:
+                        last_path, plain = path, list(path)
+                    append([seq, type_, micros, plain, data])
+            continue
+        seq, type_, ns, path, data = row
+        if ns is not last_ns:
+            last_ns, micros = ns, ns // 1000
+        if path is not last_path:
+            last_path, plain = path, list(path)
+        append([seq, type_, micros, plain, data])
+    return arrays
+
+
+def batch_element_events(element: bytes) -> int:
+    """How many events one element of a batch (its bytes) holds: 4 for an item array, else 1."""
+    return 4 if element[0] in _ITEM_HEADS else 1
+
+
+def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
+    """The events of one element of a batch: `decode_event`'s, or the four of an item array;
+    SnapshotError for anything else."""
+    if data[:1] and data[0] not in _ITEM_HEADS:
+        return [decode_event(data, session_id)]
+    fields = loads(data)
+    if type(fields) is not list or len(fields) not in ITEM_SIZES:
+        msg = "malformed events (expected an event or a ForEach item's four)"
+        raise SnapshotError(msg)
+    seq, nanos, path, index, item, name, output, nanos2 = fields[:8]
+    if (
+        type(seq) is not int
+        or type(nanos) is not int
+        or type(nanos2) is not int
+        or type(path) not in (tuple, list)
+        or type(index) is not int
+        or type(name) is not str
+    ):
+        msg = "malformed events (a ForEach item's four with a field of the wrong type)"
+        raise SnapshotError(msg)
+    try:  # the engine's times in ns: an event's, in µs
+        at = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
+        at2 = _EPOCH + dt.timedelta(microseconds=nanos2 // 1000)
+    except OverflowError as exc:
+        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
+        raise SnapshotError(msg) from exc
+    path = tuple(path)
+    cpath = path + (index, name)
+    output2 = fields[8] if len(fields) == 9 else output
+    return [
+        new_event(seq, ITERATION_STARTED, session_id, at, path, {"index": index, "item": item}),
+        new_event(seq + 1, NODE_STARTED, session_id, at, cpath, {"kind": "step"}),
+        new_event(seq + 2, NODE_COMPLETED, session_id, at2, cpath, {"output": output}),
+        new_event(
+            seq + 3, ITERATION_COMPLETED, session_id, at2, path, {"index": index, "output": output2}
+        ),
+    ]
 
 
 def encode_events(events: Sequence[Event]) -> list[bytes]:

@@ -417,7 +417,9 @@ class Drive:
         rec = self.record
         record = next_record(self, self._encode(), None, None, self.core.owner, self.until)
         values = self.ledger.take()
-        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        events = EventLog(ex.session_id, ex.rows, ex.items)
+        ex.rows, ex.items = [], False
         done = self._mail_taken()
         record.version = self.core.store.save(
             record, rec.version, events=events, values=values, mail_done=done, **self._logs()
@@ -433,8 +435,9 @@ class Drive:
         values = self.ledger.take()
         if values:
             store.put_values(sid, values)
-        store.append_events(sid, EventLog(sid, self.ex.rows))
-        self.ex.rows = []
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        store.append_events(sid, EventLog(sid, ex.rows, ex.items))
+        ex.rows, ex.items = [], False
         self.ex.at = None  # the write took its time: the next event reads the clock
 
     # -- ending ----------------------------------------------------------------------------
@@ -692,7 +695,9 @@ class Drive:
         record = next_record(self, blob, token, wake, None, None)
         record.stop = self.honoured
         values = [] if state.status == "completed" else self.ledger.take()
-        events, self.ex.rows = EventLog(self.ex.session_id, self.ex.rows), []
+        ex = self.ex  # its rows, marked when they may hold items (Execution.items)
+        events = EventLog(ex.session_id, ex.rows, ex.items)
+        ex.rows, ex.items = [], False
         done = self._mail_taken()
         # A child that ends: its end, for its parent (a store is asked for `post` only then).
         post = end_post(record, state)

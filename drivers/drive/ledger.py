@@ -22,7 +22,7 @@ ITEMS, RESULTS = "i", "r"
 
 
 class StoreLedger:
-    __slots__ = ("_store", "_sid", "_items", "_unwritten", "_results")
+    __slots__ = ("_store", "_sid", "_items", "_unwritten", "_results", "unwritten_results")
 
     def __init__(self, store: SessionStore, session_id: str) -> None:
         self._store = store
@@ -30,6 +30,9 @@ class StoreLedger:
         self._items: dict[tuple[Any, ...], list[Any]] = {}  # known this run, by container path
         self._unwritten: list[tuple[Any, ...]] = []  # paths whose items are not written yet
         self._results: list[tuple[tuple[Any, ...], int, Any]] = []  # unwritten
+        #: The same list, which a ForEach appends its results to (Ledger.unwritten_results):
+        #: changed in place only, never replaced.
+        self.unwritten_results = self._results
 
     def _key(self, kind: str, path: tuple[Any, ...]) -> str:
         return kind + path_key(path)
@@ -81,7 +84,7 @@ class StoreLedger:
             mine = [(p, i, v) for p, i, v in self._results if p == path and i < stop]
             if mine:
                 self._store.put_values(self._sid, [(key, i, dumps(v)) for _, i, v in mine])
-                self._results = [r for r in self._results if r[0] != path or r[1] >= stop]
+                self._results[:] = [r for r in self._results if r[0] != path or r[1] >= stop]
                 stored = self._store.get_values(self._sid, key, stop)
             if len(stored) < stop:
                 msg = (

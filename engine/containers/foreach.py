@@ -36,14 +36,13 @@ from tarry.engine.elements.element import (
     unwrap,
 )
 from tarry.engine.errors import InvalidFlow, NotSerializable, SnapshotError
-from tarry.engine.execution import Execution, items_of
+from tarry.engine.execution import Execution, items_of, result_sink
 from tarry.engine.failure import admit, check_gathered, completed, fail
 from tarry.engine.signals import Checkpoint
 from tarry.engine.state import events as ev
 from tarry.engine.state.records import ContainerFrame
-from tarry.engine.state.reducer import foreach_iteration_completed, foreach_iteration_started
 
-_ITERATION_STARTED = ev.ITERATION_STARTED
+_ITEM_STARTED = ev.ITEM_STARTED  # see events.ITEM_STARTED
 _new = object.__new__
 _ITERATION_COMPLETED = ev.ITERATION_COMPLETED
 
@@ -180,7 +179,7 @@ class ForEach(Element):
         top: Any = None
         if fast:
             top = (frame if frame is not None else fields["container_stack"][-1]).__dict__
-        put_result = ex.ledger.put_result
+        put_result = result_sink(ex.ledger)
         for index in range(start, size):
             if resumed is not None:
                 ipath = path + (index,)
@@ -204,8 +203,15 @@ class ForEach(Element):
                 if at is None:
                     at = ex.at = ex.ns()
                 data = {"index": index, "item": item}
-                foreach_iteration_started(top, index)
-                ex.rows.append((seq, _ITERATION_STARTED, at, path, data))
+                # The reducer's _iteration_started of a sequential container, inlined (the frame is
+                # the state's innermost, its fields `top`).
+                top["iteration"] = index
+                top["child"] = 0
+                top["started"] = True
+                if top["child_outputs"]:
+                    top["child_outputs"] = {}
+                ex.rows.append((seq, _ITEM_STARTED, at, path, data))
+                ex.items = True
                 cpath = path + (index, name)
                 # ex.checkpoint(cpath), inlined, without its clock read: the iteration's
                 # checkpoint read it a moment ago (a tick due since is asked at the next one).
@@ -237,9 +243,16 @@ class ForEach(Element):
                 at = ex.at
                 if at is None:
                     at = ex.at = ex.ns()
-                foreach_iteration_completed(top, index, out)
+                # The reducer's _iteration_completed, inlined likewise.
+                top["iteration"] = index + 1
+                top["completed_iterations"] += 1
+                top["child"] = 0
+                top["started"] = False
+                top["last_output"] = out
+                if top["child_outputs"]:
+                    top["child_outputs"] = {}
                 ex.rows.append((seq, _ITERATION_COMPLETED, at, path, data))
-                put_result(path, index, out)
+                put_result((path, index, out))
                 results.append(out)
                 gathered += n
                 if gathered > limit:  # already too large: no use running the rest

@@ -20,7 +20,7 @@ from tarry.engine.state.events import event_of
 from tarry.engine.state.reducer import step_output
 from tarry.engine.values import IMMUTABLE
 
-_STARTED = {"kind": "step"}
+_STARTED = ev.STEP_STARTED_DATA
 _NODE_STARTED = ev.NODE_STARTED
 _new = object.__new__
 _NODE_COMPLETED = ev.NODE_COMPLETED

@@ -27,6 +27,19 @@ CLEANUP_STARTED = "cleanup.started"
 #: The cleanup body ended (data: `error` when it failed); the run's ending event follows.
 CLEANUP_ENDED = "cleanup.ended"
 
+#: The data of every step's `node.started` row: one dict, shared (a step records it for each
+#: call). The stores' encoders know a step's start by it (see snapshots/records.batch_arrays).
+#: Never mutated.
+STEP_STARTED_DATA: dict[str, Any] = {"kind": "step"}
+
+#: The type of the iteration_started row of a ForEach item that a sequential ForEach records in
+#: place (a body of one sync step, see containers/foreach.py): ITERATION_STARTED's text in a str
+#: object of its own. Equal to it, so every reader sees the same type; by identity, an encoder
+#: knows the row begins an item whose four rows (this one, the step's node.started and
+#: node.completed, the iteration's completion) were recorded together, and may write them as
+#: one (snapshots/records.batch_arrays).
+ITEM_STARTED = "".join(("container.", "iteration_started"))
+
 EVENT_TYPES = frozenset(
     {
         RUN_STARTED,
@@ -117,13 +130,16 @@ def event_of(row: Row, session_id: str) -> Event:
 class EventLog(Sequence[Event]):
     """Events of one session kept as rows: a sequence of `Event`s, each built when read.
 
-    Writers that know the class (the stores' encoders) read `rows` directly."""
+    Writers that know the class (the stores' encoders) read `rows` directly. `items`: whether
+    the rows may hold ForEach items recorded in place (ITEM_STARTED), which an encoder may
+    write together (snapshots/records.batch_arrays); False says they hold none."""
 
-    __slots__ = ("session_id", "rows")
+    __slots__ = ("session_id", "rows", "items")
 
-    def __init__(self, session_id: str, rows: list[Row]) -> None:
+    def __init__(self, session_id: str, rows: list[Row], items: bool = False) -> None:
         self.session_id = session_id
         self.rows = rows
+        self.items = items
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -134,7 +150,7 @@ class EventLog(Sequence[Event]):
     def __getitem__(self, index: slice) -> EventLog: ...
     def __getitem__(self, index: int | slice) -> Event | EventLog:
         if isinstance(index, slice):
-            return EventLog(self.session_id, self.rows[index])
+            return EventLog(self.session_id, self.rows[index], self.items)
         return event_of(self.rows[index], self.session_id)
 
     def __iter__(self) -> Iterator[Event]:

@@ -196,30 +196,6 @@ def step_output(fields: Fields, seq: int, path: tuple[Any, ...], data: dict[str,
         fields["retries"] = 0
 
 
-def foreach_iteration_started(top: Fields, index: int) -> None:
-    """`_iteration_started` of iteration `index` of a sequential ForEach whose frame's fields
-    are `top`, the innermost frame of a state its caller owns (no concurrent container in
-    progress): the per-item fold of `ForEach._run_sequential`, without the look-ups it need
-    not make (the caller keeps the frame's fields: a frame is changed in place)."""
-    top["iteration"] = index
-    top["child"] = 0
-    top["started"] = True
-    if top["child_outputs"]:  # else already the empty dict the iteration begins with
-        top["child_outputs"] = {}
-
-
-def foreach_iteration_completed(top: Fields, index: int, output: Any) -> None:
-    """`_iteration_completed` of iteration `index` of a sequential ForEach, as
-    `foreach_iteration_started` is of its start."""
-    top["iteration"] = index + 1
-    top["completed_iterations"] += 1
-    top["child"] = 0
-    top["started"] = False
-    top["last_output"] = output
-    if top["child_outputs"]:
-        top["child_outputs"] = {}
-
-
 def _merge_effects(fields: Fields, data: dict[str, Any], owned: bool) -> None:
     """Fold a node's `ctx.state` changes and metrics into the state's `fields`."""
     deleted = data.get("state_deleted")

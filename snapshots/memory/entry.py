@@ -16,7 +16,13 @@ from tarry.engine.errors import SnapshotError
 from tarry.engine.state.events import Event
 from tarry.snapshots.codec.pack import dumps
 from tarry.snapshots.log_records import LogBatch, LogRecord, numbered
-from tarry.snapshots.records import SessionRecord, decode_event, event_arrays, record_of
+from tarry.snapshots.records import (
+    SessionRecord,
+    batch_arrays,
+    batch_element_events,
+    decode_batch_element,
+    record_of,
+)
 from tarry.snapshots.tally import Tally
 
 _ENDED = frozenset({"completed", "failed", "cancelled"})
@@ -215,16 +221,19 @@ def _joined_events(record: SessionRecord) -> bytes:
 
 
 def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
-    """The events of one write as one msgpack array of `encode_event`'s arrays, and how many
+    """The events of one write as one msgpack array of `batch_arrays`' arrays, and how many
     bytes those arrays take (the blob less the array's header).
 
     One encoder call per write instead of one per event halves the cost of encoding a pause's
     events, and a session holds one bytes object per write instead of one per event. The
     elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
-    counted are the same as a durable store's.
+    counted are the same as a durable store's, except for the four events of a ForEach item of
+    one step, which take one array (records.batch_arrays: a fraction of their four arrays'
+    bytes).
     """
-    blob = dumps(event_arrays(events))
-    n = len(events)
+    arrays = batch_arrays(events)
+    blob = dumps(arrays)
+    n = len(arrays)  # less the array's header (see _header)
     return blob, len(blob) - (1 if n < 16 else 3 if n < 0x10000 else 5)
 
 
@@ -246,8 +255,18 @@ def _header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def _merged(last: bytes, n_last: int, blob: bytes, n_blob: int) -> bytes:
-    """One `_encode_batch` blob of the events of `last` (n_last of them) then `blob`'s."""
+def _elements(blob: bytes) -> int:
+    """How many elements the array `blob` (an `_encode_batch` blob) holds, read from its
+    header (an element is one event or a ForEach item's four)."""
+    head = blob[0]
+    if head & 0xF0 == 0x90:
+        return head & 0x0F
+    return int.from_bytes(blob[1:3] if head == 0xDC else blob[1:5], "big")
+
+
+def _merged(last: bytes, blob: bytes) -> bytes:
+    """One `_encode_batch` blob of the events of `last` then `blob`'s."""
+    n_last, n_blob = _elements(last), _elements(blob)
     return _header(n_last + n_blob) + last[len(_header(n_last)) :] + blob[len(_header(n_blob)) :]
 
 
@@ -259,23 +278,34 @@ def _tokens_of(entry: _Entry) -> tuple[str, ...] | list[str]:
 def _decode_batch(
     blob: bytes, session_id: str, skip: int = 0, limit: int | None = None
 ) -> builtins.list[Event]:
-    """The events of a blob `_encode_batch` wrote, each decoded by `decode_event`: the first
-    `skip` are passed over undecoded, and no more than `limit` (if given) are decoded."""
+    """The events of a blob `_encode_batch` wrote, each element decoded by
+    `decode_batch_element`: the first `skip` events are passed over (the elements that hold
+    only those undecoded), and no more than `limit` (if given) are decoded."""
     unpacker = msgpack.Unpacker(max_buffer_size=len(blob))
     unpacker.feed(blob)
     events: builtins.list[Event] = []
     try:
         count = unpacker.read_array_header()
         start = unpacker.tell()
-        for i in range(count):
+        for _ in range(count):
             unpacker.skip()
             end = unpacker.tell()
-            if i >= skip:
-                events.append(decode_event(blob[start:end], session_id))
-                if len(events) == limit:
-                    break
+            element = blob[start:end]
             start = end
-    except (ValueError, msgpack.OutOfData) as exc:  # as a durable store's bad blob would
+            if skip:
+                held = batch_element_events(element)
+                if held <= skip:
+                    skip -= held
+                    continue
+                found = decode_batch_element(element, session_id)[skip:]
+                skip = 0
+            else:
+                found = decode_batch_element(element, session_id)
+            events += found
+            if limit is not None and len(events) >= limit:
+                del events[limit:]
+                break
+    except (ValueError, IndexError, msgpack.OutOfData) as exc:  # as a durable store's bad blob
         msg = f"session {session_id!r}: malformed events ({type(exc).__name__}: {exc})"
         raise SnapshotError(msg) from exc
     return events

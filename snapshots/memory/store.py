@@ -386,8 +386,7 @@ class MemoryStore(TokensAndLeases, WaitsAndMail, Batches):
                 and len(last) < MERGE_FIRST
                 and len(last) + len(blob) <= MERGE_BYTES
             ):
-                # its events are seqs 1 to last_seq (seqs are gap-free)
-                entry.batches = _merged(last, entry.last_seq, blob, len(rows))
+                entry.batches = _merged(last, blob)
             elif type(last) is list:
                 last.append(blob)
                 entry.extra.firsts.append(rows[0][0])  # type: ignore[union-attr]

@@ -44,3 +44,37 @@ def test_results_of_several_foreachs_keep_each_its_own_key() -> None:
     store.put_values("s", taken)
     assert [loads(b) for b in store.get_values("s", RESULTS + path_key(inner), 2)] == ["z", "y"]
     assert [loads(b) for b in store.get_values("s", RESULTS + path_key(outer), 1)] == [["x", "y"]]
+
+
+def test_results_appended_to_the_sink_are_put_results_across_reads_and_takes() -> None:
+    from tarry.engine.execution import result_sink
+
+    store, ledger = _ledger()
+    path, other = ("items",), ("other",)
+    put = result_sink(ledger)
+    put((path, 0, "a"))
+    put((other, 0, "o"))
+    put((path, 1, "b"))
+    # Reading the results writes this ForEach's unwritten ones; the sink still takes more.
+    assert ledger.results(path, 2) == ["a", "b"]
+    put((path, 2, "c"))
+    taken = ledger.take()
+    assert taken == [
+        (RESULTS + path_key(other), 0, dumps("o")),
+        (RESULTS + path_key(path), 2, dumps("c")),
+    ]
+    put((path, 3, "d"))
+    assert ledger.take() == [(RESULTS + path_key(path), 3, dumps("d"))]
+
+
+def test_a_ledger_without_a_list_of_unwritten_results_is_given_them_by_put_result() -> None:
+    from tarry.engine.execution import result_sink
+
+    got = []
+
+    class Bare:
+        def put_result(self, path: tuple[object, ...], index: int, value: object) -> None:
+            got.append((path, index, value))
+
+    result_sink(Bare())((("items",), 4, "x"))  # type: ignore[arg-type]
+    assert got == [(("items",), 4, "x")]
