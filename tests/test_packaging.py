@@ -113,6 +113,8 @@ PUBLIC = {
     "BatchRequest",
     "BatchItemFailed",
     "InvalidBatchRequest",
+    # where sync steps run (Runtime(executor=...))
+    "NotSendable",
 }
 
 

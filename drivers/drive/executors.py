@@ -54,8 +54,9 @@ CHUNK_MAX = 16
 #: (see `Batch.flush`).
 SPREAD = 2
 
-# What the worker sends back (`run_sent`): the step returned, raised or interrupted.
-_RETURNED, _RAISED, _INTERRUPTED = 0, 1, 2
+# What the worker sends back (`run_sent`): the step returned, raised or interrupted; or the
+# worker could not load the step it was sent (its function is not found there).
+_RETURNED, _RAISED, _INTERRUPTED, _UNLOADED = 0, 1, 2, 3
 
 
 class Executors:
@@ -319,7 +320,10 @@ def run_sent(blob: bytes) -> bytes:
     what happened, pickled (see `_received`)."""
     import pickle
 
-    fn, ctx = pickle.loads(blob)
+    try:
+        fn, ctx = pickle.loads(blob)
+    except Exception as exc:  # e.g. a function of __main__ defined after the worker started
+        return pickle.dumps((_UNLOADED, f"{type(exc).__name__}: {exc}"), pickle.HIGHEST_PROTOCOL)
     try:
         result = fn(ctx)
     except Interrupted as signal:
@@ -447,6 +451,17 @@ def _settle(sent: bytes, answer: Any, ctx: Any) -> None:
 
     reply = pickle.loads(sent)
     kind = reply[0]
+    if kind == _UNLOADED:
+        answer.set_exception(
+            NotSendable(
+                ctx.path,
+                "its function",
+                f"could not be loaded in the process that runs it ({reply[1]}); define it at "
+                f"the top level of a module that process can import (a function of __main__ "
+                f"defined after the pool's workers started is not there)",
+            )
+        )
+        return
     apply_effects(ctx, reply[-1])
     if kind == _RETURNED:
         answer.set_result(reply[1])

@@ -198,6 +198,32 @@ def test_a_step_that_does_not_pickle_fails_at_once_typed_and_not_retried(
         consistent(rt, out.session_id)
 
 
+def test_a_step_the_worker_cannot_load_fails_at_once_typed_and_not_retried(
+    processes: ProcessPoolExecutor,
+) -> None:
+    """A function that pickles here by its module and name but is not there in the worker (as
+    one of __main__ defined after the pool's workers started) fails with NotSendable."""
+
+    def missing(ctx: Any) -> int:
+        return 1
+
+    missing.__module__ = "remote_steps"
+    missing.__qualname__ = missing.__name__ = "defined_here_only"
+    remote_steps.defined_here_only = missing  # type: ignore[attr-defined]
+    try:
+        flow = Flow("unloadable", [ForEach("fe", [1, 2], step(missing, "gone"), concurrency=2)])
+        rt = Runtime(executor=processes)
+        out = rt.run(flow)
+    finally:
+        del remote_steps.defined_here_only  # type: ignore[attr-defined]
+    assert out.failed
+    error = out.error
+    assert error.type == "NotSendable" and not error.retryable and error.attempts == 1
+    assert "could not be loaded" in error.message and "defined_here_only" in error.message
+    assert "node.retrying" not in [e.type for e in rt.session(out.session_id).events()]
+    consistent(rt, out.session_id)
+
+
 def test_what_only_the_driver_has_or_an_output_that_does_not_pickle_fails_typed(
     processes: ProcessPoolExecutor,
 ) -> None:
