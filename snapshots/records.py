@@ -523,30 +523,63 @@ def event_arrays(events: Sequence[Event]) -> list[list[Any]]:
 #: The sizes of an item array, and the first byte of each (a msgpack array of 8 or 9 elements).
 ITEM_SIZES = (8, 9)
 _ITEM_HEADS = frozenset({0x98, 0x99})
+#: The size of a step array (a step's node.started and node.completed): [seq, at, path,
+#: output, at2, "step"], times in ns; its first byte.
+STEP_SIZE = 6
+_STEP_HEAD = 0x96
 #: What batch_arrays reads past the last row: no part of an item.
 _NO_ROW: Row = (0, "", 0, (), {})
 
 
 def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
     """`event_arrays(events)`, except that the four events of a ForEach item of one step,
-    recorded in place (their first row's type is events.ITEM_STARTED), take one item array
-    when they read back exactly as they are. Rows are looked through only when their EventLog
-    says they may hold such items (`EventLog.items`): a run without them costs what it did.
+    recorded in place (their first row's type is events.ITEM_STARTED), take one item array,
+    and a step's node.started and node.completed in a row take one step array, when they read
+    back exactly as they are. Items are looked for only when their EventLog says they may hold
+    them (`EventLog.items`); a step's start is known by its data (STEP_STARTED_DATA).
 
     The in-place path (containers/foreach.py) records the iteration's start {"index", "item"},
     the step's start at path + (index, name) with the shared STEP_STARTED_DATA at the same time
     (the same int), the step's completion, and the iteration's {"index", "output"} at `path` at
     the step's completion time (the same int). What can come between or differ is checked: a
     stop or a tick (the step's start not next, or at a time of its own), a retry or a pause
-    (no completion next), and the completion's data (its output alone)."""
-    if type(events) is not EventLog or not events.items:  # none: no look for them
+    (no completion next), and the completion's data (its output alone). A step pair: the
+    start's row (type node.started, data STEP_STARTED_DATA), then at once the completion's at
+    the same path (the same object), the next seq, with its output alone."""
+    if type(events) is not EventLog:
         return event_arrays(events)
     arrays: list[list[Any]] = []
     append = arrays.append
     last_ns = last_path = micros = plain = None
-    marker = ITEM_STARTED
+    marker = ITEM_STARTED if events.items else None
+    step_data = STEP_STARTED_DATA
+    held: Row | None = None  # a step's start, its completion looked for in the next row
     rows = iter(events.rows)
     for row in rows:
+        if held is not None:
+            if (
+                row[1] is NODE_COMPLETED
+                and row[3] is held[3]
+                and row[0] == held[0] + 1
+                and len(data := row[4]) == 1
+                and "output" in data
+            ):
+                path = row[3]
+                if path is not last_path:
+                    last_path, plain = path, list(path)
+                append([held[0], held[2], plain, data["output"], row[2], "step"])
+                held = None
+                continue
+            seq, type_, ns, path, data = held
+            held = None
+            if ns is not last_ns:
+                last_ns, micros = ns, ns // 1000
+            if path is not last_path:
+                last_path, plain = path, list(path)
+            append([seq, type_, micros, plain, data])
+        if row[4] is step_data and row[1] == NODE_STARTED:
+            held = row
+            continue
         if row[1] is marker:
             started = next(rows, _NO_ROW)
             done = next(rows, _NO_ROW)
@@ -588,18 +621,29 @@ def batch_arrays(events: Sequence[Event]) -> list[list[Any]]:
         if path is not last_path:
             last_path, plain = path, list(path)
         append([seq, type_, micros, plain, data])
+    if held is not None:  # a step's start last (a pause, a stop)
+        seq, type_, ns, path, data = held
+        if ns is not last_ns:
+            micros = ns // 1000
+        if path is not last_path:
+            plain = list(path)
+        append([seq, type_, micros, plain, data])
     return arrays
 
 
 def batch_element_events(element: bytes) -> int:
-    """How many events one element of a batch (its bytes) holds: 4 for an item array, else 1."""
-    return 4 if element[0] in _ITEM_HEADS else 1
+    """How many events one element of a batch (its bytes) holds: 4 for an item array, 2 for a
+    step array, else 1."""
+    head = element[0]
+    return 4 if head in _ITEM_HEADS else 2 if head == _STEP_HEAD else 1
 
 
 def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
     """The events of one element of a batch: `decode_event`'s, or the four of an item array;
     SnapshotError for anything else."""
     if data[:1] and data[0] not in _ITEM_HEADS:
+        if data[0] == _STEP_HEAD:
+            return _step_events(data, session_id)
         return [decode_event(data, session_id)]
     fields = loads(data)
     if type(fields) is not list or len(fields) not in ITEM_SIZES:
@@ -632,6 +676,35 @@ def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
         new_event(
             seq + 3, ITERATION_COMPLETED, session_id, at2, path, {"index": index, "output": output2}
         ),
+    ]
+
+
+def _step_events(data: bytes, session_id: str) -> list[Event]:
+    """The two events of a step array: [seq, at, path, output, at2, kind] (times in ns)."""
+    fields = loads(data)
+    if type(fields) is not list or len(fields) != STEP_SIZE:
+        msg = "malformed events (expected a step's start and completion)"
+        raise SnapshotError(msg)
+    seq, nanos, path, output, nanos2, kind = fields
+    if (
+        type(seq) is not int
+        or type(nanos) is not int
+        or type(nanos2) is not int
+        or type(path) not in (tuple, list)
+        or kind != "step"
+    ):
+        msg = "malformed events (a step's start and completion with a field of the wrong type)"
+        raise SnapshotError(msg)
+    try:  # the engine's times in ns: an event's, in µs
+        at = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
+        at2 = _EPOCH + dt.timedelta(microseconds=nanos2 // 1000)
+    except OverflowError as exc:
+        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
+        raise SnapshotError(msg) from exc
+    path = tuple(path)
+    return [
+        new_event(seq, NODE_STARTED, session_id, at, path, {"kind": kind}),
+        new_event(seq + 1, NODE_COMPLETED, session_id, at2, path, {"output": output}),
     ]
 
 

@@ -229,7 +229,7 @@ def _encode_batch(events: Sequence[Event]) -> tuple[bytes, int]:
     elements are byte for byte what `encode_event` writes (a test checks it), so the bytes
     counted are the same as a durable store's, except for the four events of a ForEach item of
     one step, which take one array (records.batch_arrays: a fraction of their four arrays'
-    bytes).
+    bytes), and a step's start and completion in a row, which take one step array.
     """
     arrays = batch_arrays(events)
     blob = dumps(arrays)

@@ -1,5 +1,6 @@
 """MemoryStore writes the four events of a ForEach item of one step as one array (an item array, see records.batch_arrays)
-and reads them back as the same four events.
+and reads them back as the same four events; likewise a step's node.started and node.completed
+in a row as one step array, read back as the same two events.
 
 What is checked: a batch reads back as exactly the events it was given, at every page (skip and
 limit), whatever the rows around an item and however an item's rows differ from the in-place
@@ -66,16 +67,63 @@ def changed(rows: list[Row], what: str, value: Any) -> list[Row]:
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
+def step_rows(seq: int, path: tuple[Any, ...], output: Any) -> list[Row]:
+    """The rows a step run in place records: its start, then its completion."""
+    return [
+        (seq, ev.NODE_STARTED, NS + seq, path, ev.STEP_STARTED_DATA),
+        (seq + 1, ev.NODE_COMPLETED, NS + seq + 7000, path, {"output": output}),
+    ]
+
+
+def changed_step(rows: list[Row], what: str, value: Any) -> list[Row]:
+    """A step's two rows with one thing as a step run in place would not record it."""
+    rows = [list(r) for r in rows]  # type: ignore[misc]
+    if what == "other_path":  # equal, not the same tuple: written as two events
+        rows[1][3] = tuple(list(rows[0][3]))
+    elif what == "step_data":
+        rows[1][4] = {"output": value, "route": "x"}
+    elif what == "not_a_step":
+        rows[0][4] = {"kind": "step"}
+    elif what == "not_started":
+        rows[0][1] = ev.NODE_COMPLETED
+    elif what == "not_completed":
+        rows[1][1] = ev.NODE_FAILED
+    elif what == "seq_gap":
+        rows[1][0] = rows[0][0] + 2
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
 @st.composite
 def logs(draw: Any) -> EventLog:
     rows: list[Row] = []
     seq = 1
     for _ in range(draw(st.integers(0, 8))):
-        kind = draw(st.sampled_from(["item", "item", "changed", "cut", "other"]))
+        kind = draw(
+            st.sampled_from(
+                ["item", "item", "changed", "cut", "other", "step", "step", "step_changed"]
+            )
+        )
         path = draw(st.sampled_from([("items",), ("outer", 2, "inner"), ()]))
         index = draw(st.integers(0, 2**20))
         if kind == "other":
             got: list[Row] = [(seq, ev.NODE_COMPLETED, NS, path, {"output": draw(values)})]
+        elif kind.startswith("step"):
+            got = step_rows(seq, path, draw(values))
+            if kind == "step_changed":
+                what = draw(
+                    st.sampled_from(
+                        [
+                            "other_path",
+                            "step_data",
+                            "not_a_step",
+                            "not_started",
+                            "not_completed",
+                            "seq_gap",
+                            "cut",
+                        ]
+                    )
+                )
+                got = got[:1] if what == "cut" else changed_step(got, what, draw(values))
         else:
             got = item_rows(seq, path, index, draw(values), draw(values))
             if kind == "changed":
@@ -96,8 +144,8 @@ def logs(draw: Any) -> EventLog:
             elif kind == "cut":  # an item interrupted (a stop, a pause) after 1 to 3 rows
                 got = got[: draw(st.integers(1, 3))]
         rows += got
-        seq += len(got)
-    return EventLog("s", rows, True)
+        seq = got[-1][0] + 1
+    return EventLog("s", rows, draw(st.booleans()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,14 +167,25 @@ def test_an_item_of_the_in_place_path_takes_one_array_and_fewer_bytes() -> None:
     blob, counted = _encode_batch(log)
     assert _elements(blob) == 3
     assert counted < sum(len(encode_event(e)) for e in log) / 3
-    # Rows not said to hold such items (an EventLog's default) are not looked through.
+    # Rows not said to hold such items (an EventLog's default) are not looked through for
+    # items: each item's step takes a step array, its iteration's events one array each.
     plain, _ = _encode_batch(EventLog("s", rows))
-    assert _elements(plain) == 12 and _decode_batch(plain, "s") == list(log)
+    assert _elements(plain) == 9 and _decode_batch(plain, "s") == list(log)
     # A different output for the iteration than the step's (not the same object) is kept.
     other = item_rows(1, ("items",), 0, "x", [1])
     other[3] = (4, ev.ITERATION_COMPLETED, other[2][2], ("items",), {"index": 0, "output": [1]})
     blob, _ = _encode_batch(EventLog("s", other, True))
     assert _elements(blob) == 1 and _decode_batch(blob, "s") == list(EventLog("s", other, True))
+
+
+def test_a_step_run_in_place_takes_one_array_and_fewer_bytes() -> None:
+    rows = [r for i in range(3) for r in step_rows(1 + 2 * i, ("f", "s"), {"n": i})]
+    log = EventLog("s", rows)
+    blob, counted = _encode_batch(log)
+    assert _elements(blob) == 3
+    assert counted < sum(len(encode_event(e)) for e in log) / 1.5
+    assert _decode_batch(blob, "s") == list(log)
+    assert _decode_batch(blob, "s", 3, 2) == list(log)[3:5]
 
 
 def test_a_batch_of_plain_event_arrays_reads_as_before() -> None:
@@ -145,6 +204,10 @@ def test_a_batch_of_plain_event_arrays_reads_as_before() -> None:
         dumps([[1, 5, ["a"], "0", 1, "s", None, 6]]),  # an index that is no int
         dumps([[1, 5, ["a"], 0, 1, "s", None, "6"]]),  # a time that is no int
         dumps([[1, 5, "a", 0, 1, "s", None, 6]]),  # a path that is no array
+        dumps([[1, 5, ["a"], None, 6, "route"]]),  # a step array of another kind
+        dumps([[1, 5, ["a"], None, "6", "step"]]),  # a step array's time that is no int
+        dumps([[1, 5, "a", None, 6, "step"]]),  # a step array's path that is no array
+        dumps([[1, 5, ["a"], None, 6, "step", 0]]),  # seven elements: neither
     ],
 )
 def test_a_malformed_item_array_is_a_snapshot_error(blob: bytes) -> None:
@@ -205,3 +268,47 @@ def test_a_run_stores_the_events_the_engine_recorded(
     elements = sum(map(_elements, batches if type(batches) is list else [batches]))
     if effect in ("none", "tick", "pause", "nested"):  # items of one plain step: one array each
         assert elements < len(stored) - 2 * 4
+
+
+@pytest.mark.parametrize("effect", ["none", "tick", "state", "retry", "pause", "nested"])
+def test_a_chain_stores_the_events_the_engine_recorded(
+    monkeypatch: pytest.MonkeyPatch, effect: str
+) -> None:
+    given = recorded(monkeypatch)
+    clock = ManualClock()
+    failed: set[str] = set()
+
+    def make(name: str) -> Any:
+        def body(ctx: Any) -> Any:
+            if effect == "tick":
+                clock.advance(0.25)
+            elif effect == "state":
+                ctx.state[name] = 1
+            elif effect == "retry" and name not in failed:
+                failed.add(name)
+                raise ValueError("once")
+            elif effect == "pause" and name == "b":
+                return {"got": ctx.interrupt("check")}
+            return {"name": name}
+
+        return step(body, name, retry=Retry(attempts=2, initial=0.0))
+
+    steps = [make(n) for n in "abcd"]
+    flow = Flow("f", [Flow("inner", steps)] if effect == "nested" else steps)
+    store = MemoryStore()
+    rt = Runtime(store=store, clock=clock)
+    out = rt.run(flow)
+    while out.paused:
+        out = rt.resume(out.token, "yes")
+    assert out.ok
+    view = rt.session(out.session_id)
+    stored = view.events()
+    assert stored == given
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+    assert view.derive_state() == view.state
+    for after in range(len(stored)):
+        assert view.events(after_seq=after) == stored[after:]
+    batches = store._sessions[out.session_id].batches
+    elements = sum(map(_elements, batches if type(batches) is list else [batches]))
+    if effect in ("none", "tick", "nested"):  # each step's two events: one array
+        assert elements <= len(stored) - 4
