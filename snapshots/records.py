@@ -660,12 +660,7 @@ def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
     ):
         msg = "malformed events (a ForEach item's four with a field of the wrong type)"
         raise SnapshotError(msg)
-    try:  # the engine's times in ns: an event's, in µs
-        at = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
-        at2 = _EPOCH + dt.timedelta(microseconds=nanos2 // 1000)
-    except OverflowError as exc:
-        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
-        raise SnapshotError(msg) from exc
+    at, at2 = _times(nanos, nanos2)
     path = tuple(path)
     cpath = path + (index, name)
     output2 = fields[8] if len(fields) == 9 else output
@@ -677,6 +672,19 @@ def decode_batch_element(data: bytes, session_id: str) -> list[Event]:
             seq + 3, ITERATION_COMPLETED, session_id, at2, path, {"index": index, "output": output2}
         ),
     ]
+
+
+def _times(nanos: int, nanos2: int) -> tuple[dt.datetime, dt.datetime]:
+    """The two times of a compact array (the engine's, in ns) as events' times (in µs);
+    SnapshotError when one is out of range."""
+    try:
+        return (
+            _EPOCH + dt.timedelta(microseconds=nanos // 1000),
+            _EPOCH + dt.timedelta(microseconds=nanos2 // 1000),
+        )
+    except OverflowError as exc:
+        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
+        raise SnapshotError(msg) from exc
 
 
 def _step_events(data: bytes, session_id: str) -> list[Event]:
@@ -695,12 +703,7 @@ def _step_events(data: bytes, session_id: str) -> list[Event]:
     ):
         msg = "malformed events (a step's start and completion with a field of the wrong type)"
         raise SnapshotError(msg)
-    try:  # the engine's times in ns: an event's, in µs
-        at = _EPOCH + dt.timedelta(microseconds=nanos // 1000)
-        at2 = _EPOCH + dt.timedelta(microseconds=nanos2 // 1000)
-    except OverflowError as exc:
-        msg = f"malformed events (time {nanos} or {nanos2} ns since the epoch is out of range)"
-        raise SnapshotError(msg) from exc
+    at, at2 = _times(nanos, nanos2)
     path = tuple(path)
     return [
         new_event(seq, NODE_STARTED, session_id, at, path, {"kind": kind}),
