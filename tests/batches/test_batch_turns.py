@@ -96,6 +96,7 @@ def test_one_status_check_per_open_batch_per_round_whatever_the_workers(url, fak
     workers = Workers(url, fake)
     try:
         lease = client_rt.lease
+        checked_by: dict[int, list[str]] = {}  # pid -> the provider ids it checked last round
         for n in range(4):
             if n == 2:
                 workers.ask(f"advance {lease}")  # the next round slot
@@ -104,7 +105,12 @@ def test_one_status_check_per_open_batch_per_round_whatever_the_workers(url, fak
                 # them over in the same slot, once its locks are gone.
                 holder = max(workers.alive(), key=lambda p: len(checked_by[p.pid]))
                 workers.kill(holder)
-                _until_released(client_rt.store, START + dt.timedelta(seconds=lease), lease)
+                _until_released(
+                    client_rt.store,
+                    checked_by[holder.pid],
+                    START + dt.timedelta(seconds=lease),
+                    lease,
+                )
             alive = workers.alive()
             checked = workers.round()
             checked_by = {p.pid: c for p, c in zip(alive, checked, strict=True)}
@@ -156,10 +162,12 @@ def test_threads_sharing_a_memory_store_check_each_batch_once_a_round(fake):
     assert asked == Counter(sorted(fake.batches))
 
 
-def _until_released(store, at: dt.datetime, lease: float) -> None:
+def _until_released(store, provider_ids: list[str], at: dt.datetime, lease: float) -> None:
     """On PostgreSQL, wait (blocked on the lock itself, never by time) until the server has
-    dropped the dead worker's turns of the slot of `at`; the operating system drops a dead
-    process's file locks before its parent sees it exit."""
+    dropped the dead worker's turns of the slot of `at`: those of the batches `provider_ids`
+    it checked in that slot. Only those: a live worker that took the others' turns holds them
+    to the slot's end. The operating system drops a dead process's file locks before its
+    parent sees it exit."""
     from tarry.snapshots import PostgresStore
     from tarry.snapshots.batch_turns import lock_key
 
@@ -170,6 +178,8 @@ def _until_released(store, at: dt.datetime, lease: float) -> None:
         conn.execute("SET lock_timeout = '60s'")
         slot = int(at.timestamp() // lease)
         for record in store.batches():
+            if record.provider_id not in provider_ids:
+                continue
             key = lock_key(namespace, record.submission_id, slot)
             conn.execute("SELECT pg_advisory_lock(%s)", (key,))
             conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
