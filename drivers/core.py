@@ -111,6 +111,9 @@ class Core:
         #: This runtime's name on the leases it holds.
         self.owner = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store: SessionStore = open_store(store)
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            msg = f"clock must have a now() method, as tarry.ManualClock does (got {clock!r})"
+            raise InvalidArgument(msg)
         self.clock: Clock = clock or SystemClock()
         #: The clock's time in nanoseconds since the epoch, for events (see Execution.ns):
         #: the machine's clock read as an int, without building a datetime.

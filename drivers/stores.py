@@ -32,16 +32,31 @@ def slashes_hint(path: str) -> str:
     )
 
 
+#: What a store object must have: any object with these is taken as a SessionStore.
+_STORE_METHODS = ("create", "load", "save", "consume_token")
+
+
 def open_store(store: None | str | SessionStore) -> SessionStore:
+    """The store `store` names (a URL), is (a store object), or a new MemoryStore (None);
+    InvalidArgument for anything else."""
     # Each store's module is imported when it is opened, so `import tarry` loads none of them.
     if not (store is None or isinstance(store, str)):
-        return store
+        if all(callable(getattr(store, name, None)) for name in _STORE_METHODS):
+            return store
+        msg = (
+            f"store must be a URL (memory://, sqlite:///path.db, postgresql://...) or a store "
+            f"object such as tarry.snapshots.SQLiteStore (got {store!r})"
+        )
+        raise InvalidArgument(msg)
     if store is None or store == "memory://" or store == "memory:":
         from tarry.snapshots.memory.store import MemoryStore
 
         return MemoryStore()
     path = sqlite_path(store)
     if path is not None:
+        if not path:
+            msg = f"the SQLite store URL {store!r} names no file (expected sqlite:///path.db)"
+            raise InvalidArgument(msg)
         import sqlite3
 
         from tarry.snapshots.sqlite.store import SQLiteStore
@@ -53,9 +68,10 @@ def open_store(store: None | str | SessionStore) -> SessionStore:
             msg = f"cannot open the SQLite store {store!r} (the file {where}): {exc}"
             raise InvalidArgument(msg + slashes_hint(path)) from exc
     if store.startswith(("postgresql://", "postgres://")):
-        # Imported here: psycopg is an optional dependency (the 'postgres' extra).
+        # Imported here: psycopg is an optional dependency (the 'postgres' extra); without it,
+        # an ImportError that says to install it.
         from tarry.snapshots.postgres.store import PostgresStore
 
         return PostgresStore(store)
     msg = f"unknown store URL {store!r} (expected memory://, sqlite:///path.db or postgresql://...)"
-    raise ValueError(msg)
+    raise InvalidArgument(msg)
