@@ -99,7 +99,13 @@ class ForEach(Element):
         else:
             value = source
         try:
-            items: list[Any] = list(value)
+            iterator = iter(value)
+        except TypeError:
+            what = f"{type(value).__name__} {value!r}"[:200]
+            exc = InvalidFlow(f"ForEach {self.name!r}: the items must be iterable (got {what})")
+            raise fail(ex, path, exc) from None
+        try:
+            items: list[Any] = list(iterator)
         except TypeError as exc:
             raise fail(ex, path, exc) from exc
         try:

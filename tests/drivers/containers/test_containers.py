@@ -223,6 +223,16 @@ def test_foreach_items_from_an_output_name_and_from_a_callable(rt: Runtime) -> N
     assert rt.run(flow).output == ["XX", "YY"]
 
 
+def test_foreach_items_that_are_not_iterable_fail_at_once_as_a_flow_error(rt: Runtime) -> None:
+    """A flow's mistake, not a passing trouble: InvalidFlow, never retried, saying what came."""
+    flow = Flow("count", [ForEach("each", lambda ctx: ctx.input, lambda ctx: ctx.item)])
+    out = rt.run(flow, 5)
+    assert out.status == "error"
+    assert out.error.type == "InvalidFlow" and not out.error.retryable
+    assert out.error.message == "ForEach 'each': the items must be iterable (got int 5)"
+    assert out.error.attempts == 1
+
+
 def test_every_element_below_an_untaken_side_is_skipped(rt: Runtime) -> None:
     def route(ctx: Any) -> Route:
         return Route("done", 1)
