@@ -18,6 +18,7 @@ from tarry.drivers.batches.adapter import (
     json_line,
 )
 from tarry.drivers.batches.results import anthropic_line, failed, openai_line
+from tarry.engine.errors import InvalidArgument
 from tarry.snapshots.batch_records import BatchRecord
 
 #: OpenAI's limits per batch: 50,000 requests, an input file of 200 MB.
@@ -30,6 +31,27 @@ ANTHROPIC_MAX_BYTES = 256 * 1000 * 1000
 MAX_CUSTOM_ID = 64
 
 _OPENAI_ENDED = ("completed", "expired", "cancelled", "failed")
+
+
+def _checked_client(adapter: str, client: Any, needs: tuple[str, ...], made: str) -> Any:
+    """`client` if it has each attribute path of `needs` (an SDK client's resources), else
+    InvalidArgument naming the client to pass (`made`)."""
+    for need in needs:
+        found = client
+        for part in need.split("."):
+            found = getattr(found, part, None)
+        if found is None:
+            msg = f"{adapter}(client=...) takes an SDK client, {made} (got {client!r}, without .{need})"
+            raise InvalidArgument(msg)
+    return client
+
+
+def _limit(adapter: str, name: str, value: int, most: int) -> int:
+    """`value` capped at the provider's `most`; InvalidArgument unless a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{adapter}({name}=...) must be a positive int (got {value!r})"
+        raise InvalidArgument(msg)
+    return min(value, most)
 
 
 def _plain(obj: Any) -> Any:
@@ -56,13 +78,17 @@ class OpenAIBatch:
         max_requests: int | None = None,
         max_bytes: int | None = None,
     ) -> None:
-        self.client = client
+        self.client = _checked_client(
+            "OpenAIBatch", client, ("files", "batches"), "such as openai.OpenAI()"
+        )
         self.endpoint = endpoint
         self.window = window
         if max_requests is not None:
-            self.max_requests = min(max_requests, OPENAI_MAX_REQUESTS)
+            self.max_requests = _limit(
+                "OpenAIBatch", "max_requests", max_requests, OPENAI_MAX_REQUESTS
+            )
         if max_bytes is not None:
-            self.max_bytes = min(max_bytes, OPENAI_MAX_BYTES)
+            self.max_bytes = _limit("OpenAIBatch", "max_bytes", max_bytes, OPENAI_MAX_BYTES)
 
     def __repr__(self) -> str:
         return f"OpenAIBatch(endpoint={self.endpoint!r}, window={self.window!r})"
@@ -143,11 +169,15 @@ class AnthropicBatch:
     def __init__(
         self, client: Any, *, max_requests: int | None = None, max_bytes: int | None = None
     ) -> None:
-        self.client = client
+        self.client = _checked_client(
+            "AnthropicBatch", client, ("messages.batches",), "such as anthropic.Anthropic()"
+        )
         if max_requests is not None:
-            self.max_requests = min(max_requests, ANTHROPIC_MAX_REQUESTS)
+            self.max_requests = _limit(
+                "AnthropicBatch", "max_requests", max_requests, ANTHROPIC_MAX_REQUESTS
+            )
         if max_bytes is not None:
-            self.max_bytes = min(max_bytes, ANTHROPIC_MAX_BYTES)
+            self.max_bytes = _limit("AnthropicBatch", "max_bytes", max_bytes, ANTHROPIC_MAX_BYTES)
 
     def __repr__(self) -> str:
         return "AnthropicBatch()"

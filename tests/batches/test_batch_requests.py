@@ -251,6 +251,27 @@ def test_unknown_runtime_argument():
         Runtime(batches={"openai": object()})
 
 
+@pytest.mark.parametrize("client", [None, "sk-key", object()])
+def test_an_adapter_without_an_sdk_client_is_refused_when_made(client):
+    with pytest.raises(tarry.InvalidArgument, match=r"such as openai\.OpenAI\(\)"):
+        OpenAIBatch(client)
+    with pytest.raises(tarry.InvalidArgument, match=r"such as anthropic\.Anthropic\(\)"):
+        AnthropicBatch(client)
+
+
+@pytest.mark.parametrize("limit", [0, -3, 2.5, "10", True])
+def test_an_adapter_limit_must_be_a_positive_int(openai_client, anthropic_client, limit):
+    with pytest.raises(tarry.InvalidArgument, match="max_requests"):
+        OpenAIBatch(openai_client, max_requests=limit)
+    with pytest.raises(tarry.InvalidArgument, match="max_bytes"):
+        AnthropicBatch(anthropic_client, max_bytes=limit)
+
+
+def test_an_adapter_limit_is_capped_at_the_providers(openai_client):
+    assert OpenAIBatch(openai_client, max_requests=10**9).max_requests == 50_000
+    assert OpenAIBatch(openai_client, max_requests=7).max_requests == 7
+
+
 def test_a_refused_delivery_keeps_the_batch_open_and_submits_nothing_again(fake, openai_client):
     starter = Runtime(batches={"openai": OpenAIBatch(openai_client)})
     out = starter.run(_eval_flow(name="elsewhere"), ["a", "b"])
