@@ -20,6 +20,8 @@ from tarry.snapshots.records import SessionRecord, fold_stored
 
 #: Reads of a live session's events before settling for its stored state.
 _LIVE_TRIES = 5
+#: The largest seq a store keeps (a signed 64-bit int).
+_LAST_SEQ = 2**63 - 1
 
 
 def session(core: Core, session_id: str) -> SessionView:
@@ -98,4 +100,9 @@ def logs(
 def dropped_logs(core: Core, session_id: str) -> int:
     if not valid_session_id(session_id):
         raise UnknownSession(session_id)
-    return core.store.dropped_logs(session_id)
+    dropped = core.store.dropped_logs(session_id)
+    # A store says 0 for a session it does not have: as `logs`, UnknownSession then (asked
+    # for no record: after the last seq a store can give).
+    if not dropped and core.store.logs(session_id, levelno=0, after=_LAST_SEQ, limit=1) is None:
+        raise UnknownSession(session_id)
+    return dropped

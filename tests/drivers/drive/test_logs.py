@@ -240,3 +240,12 @@ def test_async_sessions_interleaved_on_one_loop_keep_their_own_records() -> None
 
     for out, name in zip(asyncio.run(both_sessions()), "ab", strict=True):
         assert [r.message for r in rt.logs(out.session_id)] == [f"{name} {i}" for i in range(10)]
+
+
+def test_dropped_logs_of_an_unknown_session_is_refused_as_logs_is(store: Any) -> None:
+    rt = Runtime(store)
+    out = rt.run(tarry.Flow("quiet", [lambda ctx: None]))
+    assert rt.dropped_logs(out.session_id) == 0  # a session with no records at all
+    for unknown in ("no-such-session", ""):
+        with pytest.raises(tarry.UnknownSession):
+            rt.dropped_logs(unknown)
