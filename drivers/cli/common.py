@@ -11,6 +11,7 @@ from typing import Any
 
 from tarry.drivers.runtime import Runtime
 from tarry.drivers.stores import slashes_hint, sqlite_path
+from tarry.drivers.worker import load_flow
 from tarry.engine.errors import TarryError
 
 DEFAULT_STORE = "sqlite:///tarry.db"
@@ -76,7 +77,7 @@ def runtime_of(args: argparse.Namespace) -> Runtime:
             store = _NoStore(missing)
     try:
         # The signing secret comes from the environment only: a flag would show it in `ps`.
-        return Runtime(
+        rt = Runtime(
             store=store,
             durability=getattr(args, "durability", "pause"),
             lease=getattr(args, "lease", 10.0),
@@ -88,6 +89,9 @@ def runtime_of(args: argparse.Namespace) -> Runtime:
     except Exception as exc:  # e.g. PostgreSQL not reachable
         msg = f"cannot open the store {args.store!r}: {type(exc).__name__}: {exc}"
         raise StoreError(msg) from exc
+    for ref in getattr(args, "flows", ()):  # --flow MODULE:FLOW, of the commands that take it
+        rt.register(load_flow(ref))
+    return rt
 
 
 def missing_store(args: argparse.Namespace) -> str | None:

@@ -65,6 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the flow to continue with (default: the one recorded at run)",
     )
 
+    # The commands that drive sessions they did not start: a session started from Python
+    # records no MODULE:FLOW to import, so its flow is named here.
+    flows_opt = argparse.ArgumentParser(add_help=False)
+    flows_opt.add_argument(
+        "--flow",
+        dest="flows",
+        action="append",
+        default=[],
+        metavar="MODULE:FLOW",
+        help="a flow to load first (repeatable): needed for sessions started from Python, "
+        "which record none; the others' flows are imported from the MODULE:FLOW they recorded",
+    )
+
     parser = argparse.ArgumentParser(
         prog="tarry",
         description="Run, resume and inspect tarry workflows.",
@@ -151,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         "take over sessions whose process died (stale: their lease lapsed)",
         as_json,
         drive_opts,
+        flows_opt,
     )
     p.add_argument("session", nargs="?", metavar="ID", help="only this session")
 
@@ -160,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resume the waits on a key (Wait(key=...)) with a value, or keep it as mail",
         as_json,
         progress,
+        flows_opt,
         actor,
     )
     p.add_argument("key", nargs="?", metavar="KEY", help="the key the waits name")
@@ -222,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         inspecting.cancel,
         "end a paused or failed session; stop a running one",
         as_json,
+        flows_opt,
         actor,
     )
     p.add_argument("target", metavar="TOKEN|SESSION")
@@ -277,24 +293,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=0.5, help="seconds between reads")
 
     p = command(
-        "due", inspecting.due, "sessions whose timer or timeout has come", as_json, drive_opts
+        "due",
+        inspecting.due,
+        "sessions whose timer or timeout has come",
+        as_json,
+        drive_opts,
+        flows_opt,
     )
     p.add_argument("--run", action="store_true", help="resume them now")
     p.add_argument("--limit", type=int, default=100)
 
     p = command(
-        "worker", services.worker, "resume due and ready sessions, recover dead runs", drive_opts
+        "worker",
+        services.worker,
+        "resume due and ready sessions, recover dead runs",
+        drive_opts,
+        flows_opt,
     )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
-    p.add_argument(
-        "--flow",
-        dest="flows",
-        action="append",
-        default=[],
-        metavar="MODULE:FLOW",
-        help="a flow to load at start (repeatable); others are imported on "
-        "demand from the MODULE:FLOW their sessions recorded",
-    )
     p.add_argument(
         "--adapters",
         action="append",

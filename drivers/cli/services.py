@@ -19,7 +19,7 @@ from tarry.drivers.cli.common import (
 from tarry.drivers.cli.text import summary
 from tarry.drivers.drive.outcome import Outcome
 from tarry.drivers.stores import open_store
-from tarry.drivers.worker import Worker, load_adapters, load_flow
+from tarry.drivers.worker import Worker, load_adapters
 from tarry.engine.errors import TarryError
 
 # --- long-running: worker, serve; the schema -------------------------------------------------
@@ -36,8 +36,6 @@ def worker(args: argparse.Namespace) -> int:
     # A worker without the secret of a store that holds signed tokens would fail every round:
     # refuse at once instead (SecretRequired, exit 2, saying to set TARRY_SECRET).
     rt.tokens.check()
-    for ref in args.flows:
-        rt.register(load_flow(ref))
     adapters: dict[str, Any] = {}
     for ref in args.adapters:
         adapters.update(load_adapters(ref))
@@ -105,9 +103,7 @@ def serve(args: argparse.Namespace) -> int:
         from tarry.drivers.http import serve
         from tarry.drivers.http.users import read_users
 
-        rt = runtime_of(args)
-        for ref in args.flows:
-            rt.register(load_flow(ref))
+        rt = runtime_of(args)  # with the flows of --flow
         users = read_users(args.users) if args.users else None
         serve(
             rt,
