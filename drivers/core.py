@@ -70,6 +70,7 @@ class Core:
         "retention",
         "retain_at",
         "reported",
+        "pending_after",
         "logs",
         "executors",
         "keeper",
@@ -165,6 +166,9 @@ class Core:
         self.retain_at: datetime | None = None
         #: The sessions whose trouble a round has logged (each once, not every round).
         self.reported = Reported()
+        #: Where this runtime's next `deliver_pending` reads on from (a message id): past the
+        #: last full page, so that pairs it cannot deliver do not hide the rest (delivering.py).
+        self.pending_after = 0
         #: What of the `logging` records its steps emit a session keeps (see logs.py).
         self.logs = LogSettings(log_level, max_logs)
         #: Where the sync steps of concurrent lanes run (executors.py).

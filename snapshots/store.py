@@ -337,11 +337,15 @@ class SessionStore(Protocol):
         per key): a delivery's message must not overtake one queued ahead of it. Writes
         nothing."""
 
-    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+    def pending(
+        self, limit: int = 100, after: int = 0
+    ) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         """Live waits on keys that hold an unclaimed message, each with the oldest such
-        message of its key (one pair per key: the wait that has waited longest): what a worker
-        round delivers when a delivery and a wait crossed without meeting (a crash between a
-        save and its check for mail). Reads through indexes; writes nothing."""
+        message of its key (one pair per key: the wait that has waited longest), oldest
+        message first, those whose message id is above `after` only: what a worker round
+        delivers when a delivery and a wait crossed without meeting (a crash between a save
+        and its check for mail); `after` pages past pairs a round could not deliver. Reads
+        through indexes; writes nothing."""
 
     def discard(self, key: str) -> int:
         """Drop the key's unclaimed messages; how many."""

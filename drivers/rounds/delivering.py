@@ -352,8 +352,19 @@ def deliver_pending(core: Core, round: Round | None = None, limit: int = 100) ->
     """The worker round's share of delivery: each wait whose key holds a queued message that
     did not reach it (the delivery and the wait crossed, and the process that would have
     joined them died, or the wait's session was busy) takes the oldest one. Reads through the
-    store's indexes; writes only for what it delivers."""
-    return _deliver(core, round or Round(), core.store.pending(limit))
+    store's indexes; writes only for what it delivers.
+
+    A page of `limit` pairs, oldest message first. Pairs this runtime cannot deliver now stay
+    queued (a session of a flow it does not know, a busy one): so that a full page of them
+    does not hide the rest round after round, the next round reads on past this page's last
+    message, and from the oldest again once a page comes back short."""
+    after = core.pending_after
+    pairs = core.store.pending(limit, after)
+    if after and len(pairs) < limit:  # the end of the queue: on from the oldest
+        seen = {message.id for _, message in pairs}
+        pairs += [p for p in core.store.pending(limit - len(pairs)) if p[1].id not in seen]
+    core.pending_after = pairs[-1][1].id if len(pairs) >= limit else 0
+    return _deliver(core, round or Round(), pairs)
 
 
 def _deliver(core: Core, round: Round, pairs: list[tuple[WaitRecord, MailRecord]]) -> list[Outcome]:

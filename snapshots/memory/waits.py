@@ -217,12 +217,14 @@ class WaitsAndMail:
                 ids = self._targeted.get(session_id or "", [])[:limit]
             return [self._mail[m].record() for m in ids]
 
-    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+    def pending(
+        self, limit: int = 100, after: int = 0
+    ) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._lock:
             found = [
                 (self._tokens[next(iter(self._fifo[key]))], self._mail[ids[0]].record())
                 for key, ids in self._queue.items()
-                if ids and self._fifo.get(key)
+                if ids and ids[0] > after and self._fifo.get(key)
             ]
         found.sort(key=lambda pair: pair[1].id)
         return found[:limit]

@@ -183,6 +183,7 @@ WITH RECURSIVE heads (key, id) AS (
     SELECT heads.id AS mail_id, w.* FROM heads CROSS JOIN LATERAL (
         SELECT {WAIT_COLUMNS} FROM tarry_waits WHERE key = heads.key ORDER BY since LIMIT 1
     ) AS w
+    WHERE heads.id > %s
     ORDER BY heads.id LIMIT %s
 )
 SELECT {", ".join(f"p.{c}" for c in WAIT_COLUMNS.split(", "))},
@@ -435,9 +436,11 @@ class WaitsAndMail:
             rows = conn.execute(_QUEUED_KEYS, (list(dict.fromkeys(keys)),)).fetchall()
         return {key for (key,) in rows}
 
-    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+    def pending(
+        self, limit: int = 100, after: int = 0
+    ) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         with self._pool.connection() as conn:
-            rows = conn.execute(_PENDING, (limit,)).fetchall()
+            rows = conn.execute(_PENDING, (after, limit)).fetchall()
         return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
 
     def pending_on(self, keys: Sequence[str]) -> builtins.list[tuple[WaitRecord, MailRecord]]:

@@ -407,7 +407,9 @@ class WaitsAndMail:
             rows = self._cur.execute(sql, args).fetchall()
         return [ROWS.message(row) for row in rows]
 
-    def pending(self, limit: int = 100) -> builtins.list[tuple[WaitRecord, MailRecord]]:
+    def pending(
+        self, limit: int = 100, after: int = 0
+    ) -> builtins.list[tuple[WaitRecord, MailRecord]]:
         # Each key with unclaimed mail (a skip-scan of the queue index), its oldest message
         # and the least token waiting on it.
         sql = (
@@ -418,10 +420,10 @@ class WaitsAndMail:
             "JOIN mail AS m ON m.id = q.id "
             "JOIN waits AS w ON w.token = (SELECT w2.token FROM waits AS w2 INDEXED BY waits_queue "
             "WHERE w2.key = q.key AND w2.used = 0 ORDER BY w2.ord LIMIT 1) "
-            "ORDER BY q.id LIMIT ?"
+            "WHERE q.id > ? ORDER BY q.id LIMIT ?"
         )
         with self._lock:
-            rows = self._cur.execute(sql, (limit,)).fetchall()
+            rows = self._cur.execute(sql, (after, limit)).fetchall()
         return [(ROWS.wait(row[:8]), ROWS.message(row[8:])) for row in rows]
 
     def discard(self, key: str) -> int:

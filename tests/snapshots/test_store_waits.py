@@ -501,6 +501,18 @@ def test_pending_pairs_waits_with_mail_on_their_key(store: Any) -> None:
     assert store.pending() == []  # claimed messages are not pending
 
 
+def test_pending_pages_past_a_message_id(store: Any) -> None:
+    """`after`: only the keys whose oldest unclaimed message is newer (a round that could not
+    deliver the oldest pairs goes on past them, so they do not starve the rest)."""
+    fill(store)  # waits on k1 (t4 longest) and on k2 (t7)
+    m1 = store.post("k1", b"1", at(1))
+    m2 = store.post("k2", b"2", at(2))
+    assert [(w.token, m.id) for w, m in store.pending(limit=1)] == [("t4", m1)]
+    assert [(w.token, m.id) for w, m in store.pending(limit=1, after=m1)] == [("t7", m2)]
+    assert store.pending(after=m2) == []
+    assert [m.id for _, m in store.pending(after=0)] == [m1, m2]
+
+
 def test_waiters_come_in_the_order_their_waits_were_registered(store: Any) -> None:
     fill(store)  # s1 registered t4 on k1 first, then s2 t2, then s3 t3
     assert tokens_of(store.waiters("k1")) == ["t4", "t2", "t3"]

@@ -321,3 +321,32 @@ def test_a_session_that_crashed_before_its_first_write_derives_its_state(store) 
     view = Runtime(store=store).session("s1")  # another process looks at it
     assert view.status == "running"
     assert view.derive_state() == view.state
+
+
+def test_messages_a_worker_cannot_deliver_do_not_starve_the_ones_it_can(store) -> None:
+    """The oldest crossed messages belong to sessions whose flow this worker does not know
+    (they stay queued for a Runtime that does): the worker's next rounds page past them, so a
+    message it can deliver, queued after a full page of them, still moves its session on."""
+    from tarry.snapshots import dumps
+
+    clock = ManualClock()
+    theirs = Flow("theirs", [Wait("w", key=lambda ctx: f"a/{ctx.input}")])
+    mine = Flow("mine", [Wait("w", key=lambda ctx: f"b/{ctx.input}")])
+    owner = Runtime(store, clock=clock, flows=[theirs])
+    worker = Runtime(store, clock=clock, flows=[mine])
+    for n in range(3):
+        assert owner.run(theirs, n, session_id=f"a{n}").paused
+    assert worker.run(mine, 0, session_id="b0").paused
+    # Messages that crossed their waits (no process joined them): the oldest are the others'.
+    for key in ("a/0", "a/1", "a/2", "b/0"):
+        store.post(key, dumps(key.upper()), clock.now())
+    for _ in range(2):
+        worker.poll(limit=2)
+    assert worker.session("b0").status == "completed"
+    assert worker.session("b0").state.output == "B/0"
+    assert sorted(m.key for m in worker.mailbox()) == ["a/0", "a/1", "a/2"]
+    worker.poll(limit=2)  # past the last message: from the oldest again, nothing it can do
+    owner.poll(limit=2)
+    owner.poll(limit=2)
+    assert [owner.session(f"a{n}").status for n in range(3)] == ["completed"] * 3
+    assert owner.mailbox() == []
