@@ -30,6 +30,9 @@ class PauseInfo:
     expires_at: datetime | None = None
     #: The single-use token that resumes this wait (`Runtime.resume(pause.token, value)`).
     token: str | None = None
+    #: The key a keyed Wait waits on (`Runtime.deliver(key, value)` resumes it); None for a
+    #: wait without one.
+    key: str | None = None
 
 
 @attrs.frozen

@@ -42,3 +42,23 @@ def test_memory_find_token_gives_the_token_info_the_class_makes() -> None:
     assert store.find_token(key) == TokenInfo(out.session_id, False)
     rt.resume(out.token, True)
     assert store.find_token(key) == TokenInfo(out.session_id, True)
+
+
+def test_a_keyed_waits_pause_names_its_key() -> None:
+    """What `deliver` resumes it by, in each waiting branch's PauseInfo; None without a key."""
+    from tarry import ForEach, Wait
+
+    rt = Runtime()
+    flow = Flow(
+        "keyed",
+        [
+            ForEach(
+                "each", ["a", "b"], Wait("w", key=lambda ctx: f"job/{ctx.item}"), concurrency=2
+            ),
+            Gate("ok"),
+        ],
+    )
+    out = rt.run(flow)
+    assert sorted(p.key for p in out.pauses) == ["job/a", "job/b"]
+    [out] = rt.deliver_many({"job/a": 1, "job/b": 2}).outcomes
+    assert out.pause.path == ("ok",) and out.pause.key is None
