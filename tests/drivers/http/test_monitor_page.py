@@ -84,11 +84,16 @@ def explode(ctx):
 
 FRAGILE = Flow("sync_billing", [explode])
 RELEASE: dict[str, threading.Event] = {}  # session id -> what its running steps wait for
+#: How long a held step waits for its release: a bound against a hang, longer than this module
+#: takes on any machine (the `site` fixture releases every step at its end, and the threads are
+#: daemons). WAIT would not do: it runs from the fixture's start, and on a loaded machine the
+#: tests before the last one that expects a held session still running may take longer.
+HOLD = 3600.0
 
 
 def work(ctx):
     if ctx.index >= 3:
-        RELEASE[ctx.session_id].wait(WAIT)
+        RELEASE[ctx.session_id].wait(HOLD)
     return ctx.index
 
 
@@ -98,7 +103,7 @@ QUICK = Flow("quick", [lambda ctx: "done"])
 
 
 def hold(ctx):
-    RELEASE[ctx.session_id].wait(WAIT)
+    RELEASE[ctx.session_id].wait(HOLD)
 
 
 SPREAD = Flow(
