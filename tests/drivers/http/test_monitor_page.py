@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import tarry
-from support import PAGE_TIMEOUT, WAIT, live, wait_until
+from support import PAGE_TIMEOUT, WAIT, bounded_expect, live, wait_until
 from tarry import Flow, ForEach, Gate, Parallel, Wait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -194,7 +194,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         pw = stack.enter_context(sync_api.sync_playwright())
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         stack.callback(browser.close)
-        s["browser"], s["expect"] = browser, sync_api.expect
+        s["browser"], s["expect"] = browser, bounded_expect(sync_api)
         try:
             yield s
         finally:
