@@ -145,6 +145,15 @@ def need_chromium() -> Any:
     return pytest.importorskip("playwright.sync_api")
 
 
+def bounded_expect(sync_api: Any) -> Any:
+    """playwright.sync_api's `expect`, every assertion of it bounded by PAGE_TIMEOUT (the
+    option is global: set by each module that asserts on a page). A page's
+    `set_default_timeout` does not reach `expect`, whose assertions otherwise give up after
+    5 s: on a loaded machine a page may take longer to show what it will show."""
+    sync_api.expect.set_options(timeout=PAGE_TIMEOUT)
+    return sync_api.expect
+
+
 @attrs.frozen
 class Browsing:
     base: str  # the live server's URL
@@ -164,7 +173,7 @@ def browsing(app: Any, width: int = 1360, height: int = 900) -> Iterator[Browsin
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.set_default_timeout(PAGE_TIMEOUT)
-            yield Browsing(base, page, sync_api.expect, errors)
+            yield Browsing(base, page, bounded_expect(sync_api), errors)
         finally:
             browser.close()
 

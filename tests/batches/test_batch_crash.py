@@ -51,16 +51,31 @@ def _later(seconds: float = 3600) -> ManualClock:
     return ManualClock(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds))
 
 
+def _within_lease(rt: Runtime, openai_client, at: dt.datetime) -> Runtime:
+    """Another worker on `rt`'s store whose clock stands at `at`, a moment before the killed
+    child began: the child's claim (made by the system clock, lasting its lease) holds by this
+    clock however long the machine took since (a loaded one may take longer than a lease)."""
+    return Runtime(
+        rt.store,
+        clock=ManualClock(at),
+        flows=[openai_flow],
+        batches={"openai": OpenAIBatch(openai_client)},
+    )
+
+
 def test_killed_between_upload_and_record(store_url, fake, openai_client):
     rt = Runtime(store_url, batches={"openai": OpenAIBatch(openai_client)})
     out = rt.run(openai_flow, ["a", "b", "c"])
     assert out.paused
+    before = dt.datetime.now(dt.UTC)
     _killed_at("upload", store_url, fake)
     assert len(fake.batches) == 1 and set(fake.submitted.values()) == {1}
     [record] = rt.store.batches()
     assert record.provider_id is None  # it died before recording the provider's id
     # Within the lease, nothing happens (the dead worker might still be uploading).
-    rt.poll()
+    _within_lease(rt, openai_client, before).poll()
+    [record] = rt.store.batches()
+    assert record.provider_id is None
     assert len(fake.batches) == 1
     # After it: found again by its metadata, recorded, never uploaded a second time.
     later = Runtime(
@@ -86,9 +101,11 @@ def test_killed_between_results_and_delivery(point, store_url, fake, openai_clie
     out = rt.run(openai_flow, ["a", "b", "c"])
     rt.poll()
     fake.complete()
+    before = dt.datetime.now(dt.UTC)
     _killed_at(point, store_url, fake)
     # The dead worker's claim on the batch holds until its lease lapses: nothing happens.
-    assert rt.poll() == [] and rt.session(out.session_id).status == "paused" or point == "end"
+    soon = _within_lease(rt, openai_client, before)
+    assert soon.poll() == [] and rt.session(out.session_id).status == "paused" or point == "end"
     later = Runtime(
         rt.store,
         clock=_later(),

@@ -49,7 +49,9 @@ def test_a_long_run_writes_its_events_in_bounded_batches() -> None:
     assert rt.session(out.session_id).derive_state() == rt.session(out.session_id).state
 
 
-def test_a_short_run_is_written_once_at_its_end() -> None:
+def test_a_short_run_is_written_once_at_its_end(ticks: Any) -> None:
+    # `ticks`: however long the machine stalls it, the run does not tick (a tick writes the
+    # progress once a second: two saves).
     store = CountingStore()
     rt = Runtime(store)
     rt.run(Flow("short", [step(noop, f"s{i}") for i in range(10)]))

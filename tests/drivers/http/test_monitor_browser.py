@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import PAGE_TIMEOUT, live
+from support import PAGE_TIMEOUT, bounded_expect, live
 from tarry import Branch, Flow, ForEach, Gate
 
 CHROMIUM = "/usr/bin/chromium"
@@ -98,7 +98,7 @@ def test_the_page_resumes_a_paused_session_and_shows_its_events_live(tmp_path: P
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.set_default_timeout(TIMEOUT)
-            expect = sync_api.expect
+            expect = bounded_expect(sync_api)
             page.goto(base)
 
             # The table lists the paused session; a click opens it.

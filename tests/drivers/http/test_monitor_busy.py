@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import PAGE_TIMEOUT, WAIT, live
+from support import PAGE_TIMEOUT, WAIT, bounded_expect, live
 from tarry import Flow, ForEach
 
 CHROMIUM = "/usr/bin/chromium"
@@ -79,7 +79,7 @@ def test_a_busy_session_keeps_the_page_small(tmp_path: Path) -> None:
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.add_init_script(SAMPLER)
             page.set_default_timeout(TIMEOUT)
-            expect = sync_api.expect
+            expect = bounded_expect(sync_api)
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
             page.goto(f"{base}/#session={sid}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tarry
-from support import PAGE_TIMEOUT, live
+from support import PAGE_TIMEOUT, bounded_expect, live
 from tarry import Flow, Gate
 
 pytest.importorskip("starlette")
@@ -85,7 +85,7 @@ def test_in_chromium_mounted_at_tarry_with_a_failed_sessions_traceback(tmp_path:
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.set_default_timeout(PAGE_TIMEOUT)
-            expect = sync_api.expect
+            expect = bounded_expect(sync_api)
             page.goto(base + "/tarry/")
             page.fill("#token", ANN)
             page.click("button[type=submit]")

@@ -62,10 +62,15 @@ class Trace:
 
 
 @pytest.fixture
-def traced(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runtime, Trace]]:
+def traced(monkeypatch: pytest.MonkeyPatch, ticks: Any) -> Iterator[tuple[Runtime, Trace]]:
     """A Runtime on a one-connection PostgresStore whose connection is traced."""
     # The store's "signed tokens" mark is asked at most once a second (drivers/tokens.py): a
-    # slow machine must not see that read inside the counted calls.
+    # slow machine must not see that read inside the counted calls. Nor a drive's tick (once a
+    # second: a lease renewal, a stop read, a progress write; `ticks` holds them) or a round
+    # of the lease keeper's thread (a renewal).
+    from tarry.drivers.drive.lease_keeper import LeaseKeeper
+
+    monkeypatch.setattr(LeaseKeeper, "_run", lambda self: None)
     monkeypatch.setattr("tarry.drivers.tokens.RECHECK_SECONDS", 3600.0)
     store = pgserver.scratch_store(min_size=1, max_size=1)
     rt = Runtime(store=store)
