@@ -66,7 +66,7 @@ def crash_trial(tmp_path: Path, trial: int, n: int = 200) -> None:
     )
     # Kill once the child is somewhere in the loop: after a random number of started steps.
     target = random.Random(trial).randint(1, n - 20)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT  # only so that a child that never starts fails
     while time.monotonic() < deadline and proc.poll() is None:
         if log.read_text().count("start") >= target:
             break
