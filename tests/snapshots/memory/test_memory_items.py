@@ -253,6 +253,15 @@ def test_a_run_stores_the_events_the_engine_recorded(
     one = step(body, "s", retry=Retry(attempts=2, initial=0.0))
     inner: Any = ForEach("inner", [0, 1, 2], one) if effect == "nested" else one
     flow = Flow("f", [ForEach("items", [0, 1, 2, 3], inner)])
+    stored, elements = _run_to_its_end(flow, clock, given)
+    if effect in ("none", "tick", "pause", "nested"):  # items of one plain step: one array each
+        assert elements < len(stored) - 2 * 4
+
+
+def _run_to_its_end(flow: Flow, clock: ManualClock, given: list[Any]) -> tuple[list[Any], int]:
+    """Run `flow` on a MemoryStore, resuming each pause with "yes", and check that the store
+    gives back exactly the events the engine recorded (`given`), at every page, and that they
+    derive the session's state: the stored events, and how many elements their batches hold."""
     store = MemoryStore()
     rt = Runtime(store=store, clock=clock)
     out = rt.run(flow)
@@ -264,10 +273,10 @@ def test_a_run_stores_the_events_the_engine_recorded(
     assert stored == given
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
     assert view.derive_state() == view.state
+    for after in range(len(stored)):
+        assert view.events(after_seq=after) == stored[after:]
     batches = store._sessions[out.session_id].batches
-    elements = sum(map(_elements, batches if type(batches) is list else [batches]))
-    if effect in ("none", "tick", "pause", "nested"):  # items of one plain step: one array each
-        assert elements < len(stored) - 2 * 4
+    return stored, sum(map(_elements, batches if type(batches) is list else [batches]))
 
 
 @pytest.mark.parametrize("effect", ["none", "tick", "state", "retry", "pause", "nested"])
@@ -295,20 +304,6 @@ def test_a_chain_stores_the_events_the_engine_recorded(
 
     steps = [make(n) for n in "abcd"]
     flow = Flow("f", [Flow("inner", steps)] if effect == "nested" else steps)
-    store = MemoryStore()
-    rt = Runtime(store=store, clock=clock)
-    out = rt.run(flow)
-    while out.paused:
-        out = rt.resume(out.token, "yes")
-    assert out.ok
-    view = rt.session(out.session_id)
-    stored = view.events()
-    assert stored == given
-    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
-    assert view.derive_state() == view.state
-    for after in range(len(stored)):
-        assert view.events(after_seq=after) == stored[after:]
-    batches = store._sessions[out.session_id].batches
-    elements = sum(map(_elements, batches if type(batches) is list else [batches]))
+    stored, elements = _run_to_its_end(flow, clock, given)
     if effect in ("none", "tick", "nested"):  # each step's two events: one array
         assert elements <= len(stored) - 4
