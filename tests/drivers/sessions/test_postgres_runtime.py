@@ -3,7 +3,9 @@
 This file is also the script the child processes run:
     python test_postgres_runtime.py run DSN LOG        -> prints the token of the Gate's pause
     python test_postgres_runtime.py resume DSN TOKEN   -> prints the outcome's status and output
-    python test_postgres_runtime.py race DSN TOKEN T   -> resumes at time T; prints won/lost
+    python test_postgres_runtime.py race DSN TOKEN     -> prints "ready" once connected, resumes
+                                                          when a line comes on stdin; prints
+                                                          won/lost
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,16 +128,22 @@ def test_pause_in_one_process_resume_in_another(dsn: str, tmp_path: Path) -> Non
 def test_processes_racing_for_one_token_resume_it_once(dsn: str, tmp_path: Path) -> None:
     log = tmp_path / "effects.log"
     token = child("run", dsn, str(log))
-    start = time.time() + 2.0  # after every child has started and connected
     procs = [
         subprocess.Popen(
-            [sys.executable, HERE, "race", dsn, token, str(start)],
+            [sys.executable, HERE, "race", dsn, token],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
     ]
+    # A barrier: every child has started and connected before any of them resumes.
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     results = []
     for p in procs:
         out, err = p.communicate(timeout=60)
@@ -176,7 +183,7 @@ def test_a_final_save_on_a_dropped_connection_is_retried_on_a_fresh_one(dsn: str
     rt.store.close()
 
 
-def _main(command: str, dsn: str, arg: str, *rest: str) -> None:
+def _main(command: str, dsn: str, arg: str) -> None:
     rt = Runtime(store=dsn, flows=[make_flow()])
     try:
         if command == "run":
@@ -187,8 +194,9 @@ def _main(command: str, dsn: str, arg: str, *rest: str) -> None:
             out = rt.resume(arg, {"approved": True})
             print(out.status, out.output if out.ok else out.error)
         elif command == "race":
-            while time.time() < float(rest[0]):
-                time.sleep(0.0005)
+            rt.store.find_token(arg)  # connected: the pool holds a live connection
+            print("ready", flush=True)
+            sys.stdin.readline()  # the parent's "go", sent to every child at once
             try:
                 rt.resume(arg, True)
                 print("won")
